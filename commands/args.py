@@ -1,0 +1,103 @@
+"""Argument parsing shared by the handlers: integers, names and options."""
+
+from __future__ import annotations
+
+import re
+
+from . import errors
+from .replies import Error
+
+
+_INT = re.compile(rb"-?[0-9]{1,19}")
+
+
+def to_int(value: bytes) -> int:
+    """A signed 64-bit integer argument (Redis's grammar: no sign but '-', no
+    spaces or underscores), with Redis's error for anything else."""
+    if _INT.fullmatch(value) is None:
+        raise errors.NOT_INTEGER
+    n = int(value)
+    if not -(1 << 63) <= n < (1 << 63):
+        raise errors.NOT_INTEGER
+    return n
+
+
+def in_range(value: bytes, option: str, low: int, high: int) -> int:
+    n = to_int(value)
+    if not low <= n <= high:
+        raise errors.out_of_range(option, low, high)
+    return n
+
+
+def clamped(value: bytes, option: str, low: int, high: int) -> int:
+    """For options the spec says are clamped: negative is still an error."""
+    n = to_int(value)
+    if n < 0:
+        raise errors.out_of_range(option, low, high)
+    return min(max(n, low), high)
+
+
+def to_float(value: bytes, option: str) -> float:
+    try:
+        f = float(value)
+    except ValueError:
+        raise errors.err(f"{option} is not a valid float") from None
+    if f != f or f in (float("inf"), float("-inf")):
+        raise errors.err(f"{option} is not a valid float")
+    return f
+
+
+def queue_name(value: bytes) -> bytes:
+    if not 1 <= len(value) <= 200 or any(c < 0x21 or c > 0x7E for c in value):
+        raise errors.bad_queue_name(value)
+    return value
+
+
+def keyword(value: bytes) -> bytes:
+    return value.upper()
+
+
+class OptionReader:
+    """Walks ``args[start:]`` as ``KEYWORD [values...]`` options.
+
+    >>> r = OptionReader(args, 3)
+    >>> for kw in r:                  # kw is upper-case bytes
+    ...     if kw == b"LEASE": lease = r.int_in("LEASE", 100, 1000)
+    ...     else: r.unknown()
+    """
+
+    __slots__ = ("args", "i", "seen")
+
+    def __init__(self, args: list, start: int) -> None:
+        self.args = args
+        self.i = start
+        self.seen: set = set()
+
+    def __iter__(self):
+        args = self.args
+        while self.i < len(args):
+            kw = args[self.i].upper()
+            self.i += 1
+            yield kw
+
+    def value(self) -> bytes:
+        if self.i >= len(self.args):
+            raise errors.SYNTAX
+        v = self.args[self.i]
+        self.i += 1
+        return v
+
+    def once(self, kw: bytes) -> None:
+        """Options may be given once; a repeat is a syntax error."""
+        if kw in self.seen:
+            raise errors.SYNTAX
+        self.seen.add(kw)
+
+    def int_in(self, option: str, low: int, high: int) -> int:
+        return in_range(self.value(), option, low, high)
+
+    def int_clamped(self, option: str, low: int, high: int) -> int:
+        return clamped(self.value(), option, low, high)
+
+    def unknown(self) -> Error:
+        raise errors.SYNTAX

@@ -1,0 +1,242 @@
+"""Connection commands, answered as Redis answers them (see research/clients.md):
+PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, MULTI/EXEC/DISCARD/WATCH.
+
+Authentication rule (Redis's): without ``requirepass`` the default user has
+no password, so ``AUTH default <anything>`` and ``HELLO 3 AUTH default
+<anything>`` succeed, while a bare ``AUTH <password>`` is an error saying no
+password is configured.  With ``requirepass`` only user ``default`` with that
+password is accepted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from . import errors
+from .args import OptionReader, to_int
+from .replies import OK, PONG, Map, Simple, Verbatim
+
+VERSION = "0.1.0"
+
+
+def ping(client, args):
+    if len(args) > 2:
+        raise errors.wrong_arity("ping")
+    return PONG if len(args) == 1 else args[1]
+
+
+def echo(client, args):
+    return args[1]
+
+
+def select(client, args):
+    if to_int(args[1]) != 0:
+        raise errors.DB_RANGE
+    return OK
+
+
+def quit_(client, args):
+    client.close_after_reply()
+    return OK
+
+
+def reset(client, args):
+    client.reset()
+    return Simple("RESET")
+
+
+def _credentials_ok(server, user: bytes, password: bytes) -> bool:
+    required = server.settings.requirepass
+    if user != b"default":
+        return False
+    if not required:
+        return True
+    return hmac.compare_digest(password, required.encode())
+
+
+def auth(client, args):
+    if len(args) not in (2, 3):
+        raise errors.wrong_arity("auth")
+    server = client.server
+    if len(args) == 2:
+        if not server.settings.requirepass:
+            raise errors.AUTH_NOT_CONFIGURED
+        user, password = b"default", args[1]
+    else:
+        user, password = args[1], args[2]
+    if not _credentials_ok(server, user, password):
+        raise errors.WRONGPASS
+    client.authenticated = True
+    client.user = user.decode(errors="replace")
+    return OK
+
+
+def _valid_client_name(name: bytes) -> bool:
+    return all(0x21 <= c <= 0x7E for c in name)
+
+
+def hello(client, args):
+    server = client.server
+    proto = None
+    if len(args) >= 2:
+        try:
+            proto = to_int(args[1])
+        except errors.Error:
+            raise errors.err("Protocol version is not an integer or out of range") from None
+        if proto not in (2, 3):
+            raise errors.NOPROTO
+    r = OptionReader(args, 2)
+    creds, name = None, None
+    for kw in r:
+        if kw == b"AUTH":
+            creds = (r.value(), r.value())
+        elif kw == b"SETNAME":
+            name = r.value()
+            if not _valid_client_name(name):
+                raise errors.BAD_CLIENT_NAME
+        else:
+            raise errors.err(f"Syntax error in HELLO option '{kw.decode(errors='replace')}'")
+    if creds is not None:
+        if not _credentials_ok(server, *creds):
+            raise errors.WRONGPASS
+        client.authenticated = True
+        client.user = creds[0].decode(errors="replace")
+    elif server.settings.requirepass and not client.authenticated:
+        raise errors.Error("NOAUTH", "HELLO must be called with the client already authenticated, otherwise "
+                                     "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate "
+                                     "the client and select the RESP protocol version at the same time")
+    if name is not None:
+        client.name = name or None
+    if proto is not None:
+        client.resp3 = proto == 3
+    return Map([
+        (b"server", b"leaseq"),
+        (b"version", VERSION.encode()),
+        (b"proto", 3 if client.resp3 else 2),
+        (b"id", client.id),
+        (b"mode", b"standalone"),
+        (b"role", b"master"),
+        (b"modules", []),
+    ])
+
+
+# -- CLIENT -------------------------------------------------------------------------
+
+def client_info_line(c, now: float) -> bytes:
+    name = (c.name or b"").decode(errors="replace")
+    return (f"id={c.id} addr={c.addr} laddr={c.laddr} fd={c.fd} name={name} "
+            f"age={int(now - c.created)} idle={int(now - c.last_active)} flags={c.flags} db=0 sub=0 psub=0 "
+            f"ssub=0 multi={c.multi_len} qbuf={c.query_buffer} obl=0 oll=0 omem={c.output_buffer} "
+            f"events=r cmd={c.last_command} user={c.user} redir=-1 resp={3 if c.resp3 else 2} "
+            f"lib-name={c.lib_name} lib-ver={c.lib_ver}\n").encode()
+
+
+CLIENT_HELP = [
+    b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"ID", b"    Return the ID of the current connection.",
+    b"GETNAME", b"    Return the name of the current connection.",
+    b"SETNAME <name>", b"    Assign the name <name> to the current connection.",
+    b"SETINFO <LIB-NAME|LIB-VER> <value>", b"    Set client library name or version.",
+    b"INFO", b"    Return information about the current client connection.",
+    b"LIST [ID <id> [<id> ...]]", b"    Return information about client connections.",
+    b"KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]",
+    b"    Kill connections.",
+    b"HELP", b"    Print this help.",
+]
+
+
+def client_cmd(client, args):
+    sub = args[1].upper()
+    server = client.server
+    n = len(args)
+    if sub == b"ID" and n == 2:
+        return client.id
+    if sub == b"GETNAME" and n == 2:
+        return client.name
+    if sub == b"SETNAME" and n == 3:
+        if not _valid_client_name(args[2]):
+            raise errors.BAD_CLIENT_NAME
+        client.name = args[2] or None
+        return OK
+    if sub == b"SETINFO" and n == 4:
+        attr = args[2].upper()
+        value = args[3].decode(errors="replace")
+        if not _valid_client_name(args[3]) and args[3]:
+            raise errors.err(f"{attr.decode(errors='replace')} cannot contain spaces, newlines or special characters.")
+        if attr == b"LIB-NAME":
+            client.lib_name = value
+        elif attr == b"LIB-VER":
+            client.lib_ver = value
+        else:
+            raise errors.err(f"Unrecognized option '{args[2].decode(errors='replace')}'")
+        return OK
+    if sub == b"INFO" and n == 2:
+        return Verbatim(client_info_line(client, time.monotonic()))
+    if sub == b"LIST":
+        chosen = list(server.clients.values())
+        if n > 2:
+            if args[2].upper() != b"ID" or n == 3:
+                raise errors.SYNTAX
+            ids = {to_int(a) for a in args[3:]}
+            chosen = [c for c in chosen if c.id in ids]
+        now = time.monotonic()
+        return Verbatim(b"".join(client_info_line(c, now) for c in chosen))
+    if sub == b"KILL" and n >= 3:
+        return _client_kill(client, args)
+    if sub == b"HELP" and n == 2:
+        return CLIENT_HELP
+    if sub in (b"ID", b"GETNAME", b"SETNAME", b"SETINFO", b"INFO", b"KILL", b"HELP"):
+        raise errors.err(f"wrong number of arguments for 'client|{sub.lower().decode()}' command")
+    raise errors.unknown_subcommand(args[1], "client")
+
+
+def _client_kill(client, args):
+    server = client.server
+    if len(args) == 3:   # old form: CLIENT KILL ip:port
+        targets = [c for c in server.clients.values() if c.addr.encode() == args[2]]
+        if not targets:
+            raise errors.NO_SUCH_CLIENT
+        targets[0].kill()
+        return OK
+    r = OptionReader(args, 2)
+    filters = []
+    skipme = True
+    for kw in r:
+        if kw == b"ID":
+            wanted = to_int(r.value())
+            filters.append(lambda c, w=wanted: c.id == w)
+        elif kw == b"ADDR":
+            wanted = r.value()
+            filters.append(lambda c, w=wanted: c.addr.encode() == w)
+        elif kw == b"LADDR":
+            wanted = r.value()
+            filters.append(lambda c, w=wanted: c.laddr.encode() == w)
+        elif kw == b"USER":
+            wanted = r.value()
+            filters.append(lambda c, w=wanted: c.user.encode() == w)
+        elif kw == b"SKIPME":
+            v = r.value().lower()
+            if v not in (b"yes", b"no"):
+                raise errors.SYNTAX
+            skipme = v == b"yes"
+        else:
+            raise errors.SYNTAX
+    killed = 0
+    for c in list(server.clients.values()):
+        if skipme and c is client:
+            continue
+        if all(f(c) for f in filters):
+            c.kill()
+            killed += 1
+    return killed
+
+
+# -- transactions (the dispatcher does the work; these run only in odd places) ------
+
+def watch(client, args):
+    raise errors.WATCH_UNSUPPORTED
+
+
+def unwatch(client, args):
+    return OK

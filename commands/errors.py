@@ -1,0 +1,144 @@
+"""Every error leaseq replies with, in one place.
+
+Errors are API: clients map the code word (first word) to exception classes,
+and some (ioredis, coredis) match Redis's exact wording for unknown commands
+and wrong arity, so those sentences are copied from Redis verbatim.  Codes
+that clients already give a meaning (LOADING, READONLY, NOAUTH, WRONGPASS,
+NOPERM, MOVED, NOGROUP, WRONGTYPE, ...) are used only with that meaning.
+
+``docs/errors.md`` lists the codes; a test keeps it in step with ``CODES``.
+"""
+
+from __future__ import annotations
+
+from .replies import Error
+
+# code -> what it means (documentation and the docs test read this table)
+CODES = {
+    "ERR": "generic error: bad arguments, syntax, unknown command, protocol error",
+    "NOQUEUE": "the queue does not exist (and the command does not create queues)",
+    "EXISTS": "QCREATE of an existing queue with a different configuration",
+    "FULL": "the queue holds MAXLEN live jobs; nothing was pushed",
+    "TOOBIG": "a payload is larger than the max-payload setting",
+    "NOTEMPTY": "QDROP of a queue that still has jobs, without FORCE",
+    "EXECABORT": "EXEC refused because a command failed to queue",
+    "NOPROTO": "HELLO asked for a protocol version other than 2 or 3",
+    "NOAUTH": "authentication is required first",
+    "WRONGPASS": "wrong user name or password",
+    "MISCONF": "the write-ahead log cannot be written; write commands are refused",
+    "OOM": "maxmemory is exceeded; pushes are refused",
+    "BUSY": "the operation conflicts with work in progress",
+    "CLOSED": "the queue was dropped while the command was waiting on it",
+}
+
+
+def err(message: str) -> Error:
+    return Error("ERR", message)
+
+
+# -- generic (Redis wording) -------------------------------------------------
+
+SYNTAX = err("syntax error")
+NOT_INTEGER = err("value is not an integer or out of range")
+NOT_OPTION_VALUE = err("value is not an integer or out of range")
+DB_RANGE = err("DB index is out of range")
+NESTED_MULTI = err("MULTI calls can not be nested")
+EXEC_WITHOUT_MULTI = err("EXEC without MULTI")
+DISCARD_WITHOUT_MULTI = err("DISCARD without MULTI")
+EXECABORT = Error("EXECABORT", "Transaction discarded because of previous errors.")
+WATCH_UNSUPPORTED = err("WATCH is not supported by leaseq; MULTI/EXEC is always atomic")
+NOPROTO = Error("NOPROTO", "unsupported protocol version")
+NOAUTH = Error("NOAUTH", "Authentication required.")
+WRONGPASS = Error("WRONGPASS", "invalid username-password pair or user is disabled.")
+AUTH_NOT_CONFIGURED = err(
+    "AUTH <password> called without any password configured for the default user. "
+    "Are you sure your configuration is correct?"
+)
+BAD_CLIENT_NAME = err("Client names cannot contain spaces, newlines or special characters.")
+NO_SUCH_CLIENT = err("No such client")
+MISCONF = Error("MISCONF", "Errors writing to the write-ahead log; write commands are disabled. See the server log.")
+
+
+def unknown_command(name: bytes, args: list[bytes]) -> Error:
+    shown = " ".join(f"'{_show(a)}'" for a in args[:8])
+    return err(f"unknown command '{_show(name)}', with args beginning with: {shown}")
+
+
+def unknown_subcommand(sub: bytes, cmd: str) -> Error:
+    return err(f"unknown subcommand '{_show(sub)}'. Try {cmd.upper()} HELP.")
+
+
+def wrong_arity(name: str) -> Error:
+    return err(f"wrong number of arguments for '{name.lower()}' command")
+
+
+def not_allowed_in_multi(name: str) -> Error:
+    return err(f"Command not allowed inside a transaction: '{name.lower()}'")
+
+
+def out_of_range(what: str, low: int, high: int) -> Error:
+    return err(f"{what} must be between {low} and {high}")
+
+
+def bad_option_value(option: str, expected: str) -> Error:
+    return err(f"{option} {expected}")
+
+
+def config_unknown(name: str) -> Error:
+    return err(f"Unknown option or number of arguments for CONFIG SET - '{name}'")
+
+
+def config_invalid(name: str, reason: str) -> Error:
+    return err(f"CONFIG SET failed (possibly related to argument '{name}') - {reason}")
+
+
+def config_immutable(name: str) -> Error:
+    return err(f"CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config")
+
+
+# -- leaseq's own codes ------------------------------------------------------
+
+def no_queue(name: bytes) -> Error:
+    return Error("NOQUEUE", f"no such queue '{_show(name)}'")
+
+
+def queue_exists(name: bytes) -> Error:
+    return Error("EXISTS", f"queue '{_show(name)}' exists with another configuration")
+
+
+def queue_full(name: bytes, maxlen: int) -> Error:
+    return Error("FULL", f"queue '{_show(name)}' is at MAXLEN ({maxlen} live jobs)")
+
+
+def too_big(size: int, limit: int) -> Error:
+    return Error("TOOBIG", f"payload of {size} bytes exceeds max-payload ({limit} bytes)")
+
+
+def not_empty(name: bytes, jobs: int) -> Error:
+    return Error("NOTEMPTY", f"queue '{_show(name)}' has {jobs} jobs; use QDROP {_show(name)} FORCE")
+
+
+def queue_dropped(name: bytes) -> Error:
+    return Error("CLOSED", f"queue '{_show(name)}' was dropped while waiting")
+
+
+def bad_queue_name(name: bytes) -> Error:
+    return err(f"invalid queue name '{_show(name)}': 1-200 bytes of printable ASCII without spaces")
+
+
+def durability_change(name: bytes) -> Error:
+    return err(f"DURABILITY of queue '{_show(name)}' cannot change between memory and fsync/async")
+
+
+def deadletter_self(name: bytes) -> Error:
+    return err(f"DEADLETTER of queue '{_show(name)}' must be another queue")
+
+
+def no_auto_create(name: bytes) -> Error:
+    return no_queue(name)
+
+
+def _show(b: bytes) -> str:
+    """Bytes as Redis shows them in messages (invalid UTF-8 replaced, cut at 128)."""
+    text = b.decode("utf-8", "replace") if isinstance(b, (bytes, bytearray)) else str(b)
+    return text if len(text) <= 128 else text[:128] + "..."

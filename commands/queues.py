@@ -1,0 +1,195 @@
+"""Queue commands: QCREATE, QALTER, QDROP, QLIST, QINFO, QLEN."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from leaseq.storage.queue import DURABILITIES, LEASE_MAX, LEASE_MIN, MEMORY, Queue, QueueConfig
+
+from . import errors
+from .args import OptionReader, in_range, queue_name, to_float
+from .replies import OK, Map
+
+U32 = (1 << 32) - 1
+MS_MAX = 1 << 53          # any millisecond span: ~285,000 years
+DELAY_CAP = 86_400_000    # BACKOFF never waits longer than a day
+
+
+def lookup(server, name: bytes) -> Queue:
+    q = server.store.queues.get(name)
+    if q is None:
+        raise errors.no_queue(name)
+    return q
+
+
+def get_or_create(server, name: bytes) -> Queue:
+    """The queue, created with the server's defaults if ``auto-create`` allows."""
+    q = server.store.queues.get(name)
+    if q is None:
+        if not server.settings.auto_create:
+            raise errors.no_queue(name)
+        q = server.store.create_queue(name, default_config(server), server.now_ms())
+    return q
+
+
+def default_config(server) -> QueueConfig:
+    return QueueConfig(durability=server.settings.default_durability)
+
+
+def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> QueueConfig:
+    """Apply the options in ``args[start:]`` (SPEC 3.1) to ``base``."""
+    r = OptionReader(args, start)
+    changes: dict = {}
+    for kw in r:
+        r.once(kw)
+        if kw == b"LEASE":
+            changes["lease"] = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
+        elif kw == b"MAXDELIVERIES":
+            changes["maxdeliveries"] = r.int_in("MAXDELIVERIES", 0, U32)
+        elif kw == b"DEADLETTER":
+            target = r.value()
+            if target == b"":
+                changes["deadletter"] = None
+            else:
+                if queue_name(target) == name:
+                    raise errors.deadletter_self(name)
+                changes["deadletter"] = target.decode()
+        elif kw == b"BACKOFF":
+            base_ms = in_range(r.value(), "BACKOFF base-ms", 0, DELAY_CAP)
+            exponent = to_float(r.value(), "BACKOFF exponent")
+            if not 0 <= exponent <= 10:
+                raise errors.err("BACKOFF exponent must be between 0 and 10")
+            jitter = in_range(r.value(), "BACKOFF jitter-ms", 0, DELAY_CAP)
+            changes["backoff"] = (base_ms, exponent, jitter)
+        elif kw == b"MAXLEN":
+            changes["maxlen"] = r.int_in("MAXLEN", 0, 1 << 62)
+        elif kw == b"EXPIRE":
+            changes["expire"] = r.int_in("EXPIRE", 0, MS_MAX)
+        elif kw == b"RETAIN-COMPLETED":
+            changes["retain_completed"] = r.int_in("RETAIN-COMPLETED", 0, MS_MAX)
+        elif kw == b"RETAIN-DEAD":
+            changes["retain_dead"] = r.int_in("RETAIN-DEAD", 0, MS_MAX)
+        elif kw == b"WINDOW":
+            changes["window"] = r.int_in("WINDOW", 0, 60_000)
+        elif kw == b"DURABILITY":
+            d = r.value().lower().decode(errors="replace")
+            if d not in DURABILITIES:
+                raise errors.err("DURABILITY must be fsync, async or memory")
+            changes["durability"] = d
+        else:
+            r.unknown()
+    return base.with_options(**changes)
+
+
+def qcreate(client, args):
+    server = client.server
+    name = queue_name(args[1])
+    config = parse_config(args, 2, name, default_config(server))
+    q = server.store.queues.get(name)
+    if q is not None:
+        if q.config == config:
+            return OK
+        raise errors.queue_exists(name)
+    server.store.create_queue(name, config, server.now_ms())
+    return OK
+
+
+def qalter(client, args):
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    config = parse_config(args, 2, q.name, q.config)
+    if (config.durability == MEMORY) != (q.config.durability == MEMORY):
+        raise errors.durability_change(q.name)
+    if config != q.config:
+        server.store.set_config(q, config, server.now_ms())
+    return OK
+
+
+def qdrop(client, args):
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    force = False
+    for extra in args[2:]:
+        if extra.upper() != b"FORCE":
+            raise errors.SYNTAX
+        force = True
+    if q.jobs and not force:
+        raise errors.not_empty(q.name, len(q.jobs))
+    removed = server.store.drop_queue(q, server.now_ms())
+    server.queue_dropped(q)
+    return removed
+
+
+def qlist(client, args):
+    r = OptionReader(args, 1)
+    pattern, after, count = None, None, 100
+    for kw in r:
+        r.once(kw)
+        if kw == b"MATCH":
+            pattern = r.value()
+        elif kw == b"AFTER":
+            after = r.value()
+        elif kw == b"COUNT":
+            count = r.int_in("COUNT", 1, 1000)
+        else:
+            r.unknown()
+    names = []
+    for name in sorted(client.server.store.queues):
+        if after is not None and name <= after:
+            continue
+        if pattern is not None and not fnmatchcase(name, pattern):
+            continue
+        names.append(name)
+        if len(names) >= count:
+            break
+    return names
+
+
+def config_items(config: QueueConfig) -> list:
+    base, exponent, jitter = config.backoff
+    return [
+        (b"lease", config.lease),
+        (b"maxdeliveries", config.maxdeliveries),
+        (b"deadletter", config.deadletter.encode() if config.deadletter else None),
+        (b"backoff_base", base),
+        (b"backoff_exponent", repr(float(exponent)).encode()),
+        (b"backoff_jitter", jitter),
+        (b"maxlen", config.maxlen),
+        (b"expire", config.expire),
+        (b"retain_completed", config.retain_completed),
+        (b"retain_dead", config.retain_dead),
+        (b"window", config.window),
+        (b"durability", config.durability.encode()),
+    ]
+
+
+def qinfo(client, args):
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    now = server.now_ms()
+    q.fold(now)
+    c = q.counters
+    items = [(b"name", q.name)] + config_items(q.config) + [
+        (b"ready", len(q.ready)),
+        (b"delayed", len(q.delayed)),
+        (b"in_flight", len(q.leases)),
+        (b"dead", 0),
+        (b"completed", 0),
+        (b"pushed", c.pushed),
+        (b"acked", c.acked),
+        (b"nacked", c.nacked),
+        (b"lease_expired", c.lease_expired),
+        (b"dead_lettered", c.dead_lettered),
+        (b"duplicates", c.duplicates),
+        (b"oldest_ready_age_ms", q.oldest_ready_age(now)),
+        (b"consumers_blocked", server.blocked_on(q)),
+        (b"next_id", q.next_id),
+    ]
+    return Map(items)
+
+
+def qlen(client, args):
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    q.fold(server.now_ms())
+    return len(q.ready)

@@ -1,0 +1,123 @@
+"""Explicit reply types.
+
+Handlers say what they mean; the encoder (``leaseq.daemon.resp``) never
+guesses a wire type from content.  The mapping is by Python type:
+
+=================  =====================  ==============================
+value              RESP2                  RESP3
+=================  =====================  ==============================
+``bytes``          bulk string ``$``      bulk string ``$``
+``int``            integer ``:``          integer ``:``
+``list``/``tuple`` array ``*``            array ``*``
+``None``           null bulk ``$-1``      null ``_``
+``NULL_ARRAY``     null array ``*-1``     null ``_``
+``Simple``         simple string ``+``    simple string ``+``
+``Error``          error ``-``            error ``-``
+``Map``            flat array ``*2N``     map ``%N``
+``Verbatim``       bulk string ``$``      verbatim string ``=``
+``Push``           array ``*``            push ``>``
+=================  =====================  ==============================
+
+``str`` and ``bool`` are deliberately not reply types: a handler that returns
+one has a bug, and the encoder raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+
+class Simple(str):
+    """A simple string reply, such as ``+OK``.  Must not contain CR or LF."""
+
+    __slots__ = ()
+
+
+OK = Simple("OK")
+QUEUED = Simple("QUEUED")
+PONG = Simple("PONG")
+
+
+class Error(Exception):
+    """An error reply: a code word and a sentence (``-NOQUEUE no such queue 'x'``).
+
+    It is an exception so that argument parsing deep inside a handler can
+    ``raise`` it; the dispatcher turns it into a reply.  It never closes the
+    connection (protocol errors are a different thing, see ``daemon.resp``).
+    """
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message
+
+    @property
+    def line(self) -> str:
+        return f"{self.code} {self.message}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Error) and other.line == self.line
+
+    def __hash__(self) -> int:
+        return hash(self.line)
+
+
+class Map:
+    """A map reply: RESP3 ``%``, RESP2 flat ``[k1, v1, k2, v2 ...]``.
+
+    ``items`` is a sequence of (key, value) pairs; keys are usually bytes.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self, items) -> None:
+        self.items = list(items.items()) if isinstance(items, dict) else list(items)
+
+    def get(self, key, default=None):
+        for k, v in self.items:
+            if k == key:
+                return v
+        return default
+
+    def __repr__(self) -> str:
+        return f"Map({self.items!r})"
+
+
+class Verbatim:
+    """Text that RESP3 clients show as-is (``=N\\r\\ntxt:...``); bulk in RESP2."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+
+class Push:
+    """An out-of-band message: RESP3 push ``>``, RESP2 array (like pub/sub)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items) -> None:
+        self.items = list(items)
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+
+
+class _NoReply:
+    """Returned by a handler that answers nothing (SHUTDOWN closes instead)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+NO_REPLY = _NoReply()

@@ -1,0 +1,204 @@
+"""Server commands: COMMAND, INFO, CONFIG, TIME, DBSIZE, SHUTDOWN."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from fnmatch import fnmatchcase
+
+from . import errors
+from .args import to_int
+from .connection import VERSION
+from .replies import NO_REPLY, OK, Map, Verbatim
+
+
+# -- COMMAND --------------------------------------------------------------------------
+
+def command_cmd(client, args):
+    from .table import TABLE, command_docs, command_info   # the table imports this module
+    if len(args) == 1:
+        return [command_info(c) for c in TABLE.values()]
+    sub = args[1].upper()
+    if sub == b"COUNT" and len(args) == 2:
+        return len(TABLE)
+    if sub == b"LIST":
+        names = [c.name.encode() for c in TABLE.values()]
+        if len(args) == 2:
+            return names
+        if len(args) == 4 and args[2].upper() == b"FILTERBY":
+            raise errors.err("COMMAND LIST FILTERBY is not supported by leaseq")
+        raise errors.SYNTAX
+    if sub == b"INFO":
+        if len(args) == 2:
+            return [command_info(c) for c in TABLE.values()]
+        return [command_info(TABLE[a.lower()]) if a.lower() in TABLE else None for a in args[2:]]
+    if sub == b"DOCS":
+        wanted = [a.lower() for a in args[2:]] or list(TABLE)
+        return Map([(name, command_docs(TABLE[name])) for name in wanted if name in TABLE])
+    if sub == b"GETKEYS" and len(args) >= 3:
+        cmd = TABLE.get(args[2].lower())
+        if cmd is None or cmd.first_key == 0 or len(args) < 4:
+            raise errors.err("The command has no key arguments")
+        return [args[3]]
+    if sub == b"HELP" and len(args) == 2:
+        return [b"COMMAND [<subcommand>]", b"COUNT", b"DOCS [<command-name> ...]", b"INFO [<command-name> ...]",
+                b"LIST", b"GETKEYS <full-command>", b"HELP"]
+    raise errors.unknown_subcommand(args[1], "command")
+
+
+# -- INFO ----------------------------------------------------------------------------
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def info_sections(server) -> dict[str, list[tuple[str, object]]]:
+    s = server.settings
+    store = server.store
+    wal = store.wal
+    now = time.time()
+    uptime = int(now - server.started_at)
+    report = store.report
+    stats = server.stats
+    sections = {
+        "server": [
+            ("leaseq_version", VERSION),
+            ("leaseq_mode", "standalone"),
+            ("os", " ".join(os.uname()[i] for i in (0, 2, 4))),
+            ("process_id", os.getpid()),
+            ("tcp_port", server.port),
+            ("bind", s.bind),
+            ("uptime_in_seconds", uptime),
+            ("uptime_in_days", uptime // 86400),
+            ("executable", "leaseq"),
+        ],
+        "clients": [
+            ("connected_clients", len(server.clients)),
+            ("blocked_clients", server.blocked_count()),
+            ("maxclients", s.maxclients),
+        ],
+        "memory": [
+            ("used_memory_rss", rss_bytes()),
+            ("used_memory_peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+            ("maxmemory", s.maxmemory),
+            ("jobs_live", sum(len(q.jobs) for q in store.queues.values())),
+        ],
+        "persistence": [
+            ("loading", 0),
+            ("dir", os.path.abspath(s.dir)),
+            ("wal_segments", len(_segments(s.dir))),
+            ("wal_current_segment", wal.segment_number if wal else 0),
+            ("wal_bytes", sum(os.path.getsize(p) for p in _segments(s.dir))),
+            ("wal_bytes_written", wal.bytes_written if wal else 0),
+            ("wal_write_generation", wal.written_gen if wal else 0),
+            ("wal_durable_generation", wal.durable_gen if wal else 0),
+            ("last_fsync_ms", server.last_fsync_ms),
+            ("fsyncs", server.fsyncs),
+            ("default_durability", s.default_durability),
+            ("lease_durability", s.lease_durability),
+            ("fsync_interval_ms", s.fsync_interval),
+            ("last_snapshot", "none"),
+            ("recovery_seconds", f"{store.recovery_seconds:.3f}"),
+            ("recovery_records", report.records if report else 0),
+            ("recovery_truncated_bytes", report.truncated_bytes if report else 0),
+            ("boot_epoch", store.epoch),
+        ],
+        "stats": [
+            ("total_connections_received", stats.connections),
+            ("total_commands_processed", stats.commands),
+            ("instantaneous_ops_per_sec", server.ops_per_sec()),
+            ("total_jobs_pushed", sum(q.counters.pushed for q in store.queues.values())),
+            ("total_jobs_acked", sum(q.counters.acked for q in store.queues.values())),
+            ("rejected_connections", stats.rejected),
+            ("protocol_errors", stats.protocol_errors),
+        ],
+        "queues": [
+            (q.name.decode(), f"ready={len(q.ready)},delayed={len(q.delayed)},in_flight={len(q.leases)},"
+                              f"durability={q.config.durability}")
+            for q in sorted(store.queues.values(), key=lambda q: q.name)
+        ],
+    }
+    return sections
+
+
+def _segments(directory: str) -> list[str]:
+    try:
+        return [os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".wal")]
+    except OSError:
+        return []
+
+
+def info(client, args):
+    sections = info_sections(client.server)
+    wanted = [a.decode(errors="replace").lower() for a in args[1:]]
+    if not wanted or any(w in ("all", "everything", "default") for w in wanted):
+        wanted = list(sections)
+    lines = []
+    for name in wanted:
+        if name not in sections:
+            continue
+        if lines:
+            lines.append("")
+        lines.append(f"# {name.capitalize()}")
+        lines.extend(f"{k}:{v}" for k, v in sections[name])
+    return Verbatim(("\r\n".join(lines) + "\r\n").encode() if lines else b"")
+
+
+# -- CONFIG --------------------------------------------------------------------------
+
+def config_cmd(client, args):
+    """CONFIG GET pattern [pattern ...] | SET name value [name value ...] | RESETSTAT.
+    The settings and their rules live with the daemon (``server.config_*``)."""
+    server = client.server
+    sub = args[1].upper()
+    n = len(args)
+    if sub == b"GET" and n >= 3:
+        items, seen = [], set()
+        for pattern in args[2:]:
+            pat = pattern.decode(errors="replace").lower()
+            for name, value in server.config_items():
+                if name not in seen and fnmatchcase(name, pat):
+                    seen.add(name)
+                    items.append((name.encode(), value.encode()))
+        return Map(items)
+    if sub == b"SET" and n >= 4 and n % 2 == 0:
+        pairs = [(args[i].decode(errors="replace").lower(), args[i + 1].decode(errors="replace"))
+                 for i in range(2, n, 2)]
+        server.config_set(pairs)
+        return OK
+    if sub == b"RESETSTAT" and n == 2:
+        server.reset_stats()
+        return OK
+    if sub == b"REWRITE" and n == 2:
+        raise errors.err("CONFIG REWRITE is not supported: edit the config file")
+    if sub == b"HELP" and n == 2:
+        return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                b"GET <pattern>", b"SET <directive> <value>", b"RESETSTAT", b"HELP"]
+    if sub in (b"GET", b"SET", b"RESETSTAT", b"REWRITE", b"HELP"):
+        raise errors.err(f"wrong number of arguments for 'config|{sub.lower().decode()}' command")
+    raise errors.unknown_subcommand(args[1], "config")
+
+
+def time_cmd(client, args):
+    now = time.time()
+    sec = int(now)
+    return [str(sec).encode(), str(int((now - sec) * 1_000_000)).encode()]
+
+
+def dbsize(client, args):
+    return len(client.server.store.queues)
+
+
+def shutdown(client, args):
+    for a in args[1:]:
+        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE"):
+            if a.upper() == b"ABORT":
+                raise errors.err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
+            raise errors.SYNTAX
+    client.server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}")
+    return NO_REPLY

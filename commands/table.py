@@ -1,0 +1,278 @@
+"""The command table: one declarative entry per command.
+
+The dispatcher (arity, flags, handler), ``COMMAND COUNT/INFO/DOCS`` and
+``docs/commands.md`` (``render_markdown``) are all derived from ``TABLE``;
+``tests/unit/test_table.py`` fails if the committed doc differs.
+
+Arity follows Redis: ``N`` means exactly N arguments including the command
+name, ``-N`` at least N.  Flags:
+
+``write``     changes queues or jobs
+``readonly``  only reads queues or jobs
+``denyoom``   refused with -OOM when maxmemory is exceeded
+``blocking``  may wait (QCLAIM BLOCK)
+``fast``      O(1) or O(log n) in the number of jobs
+``admin``     server administration
+``noauth``    allowed before authentication
+``loading``   allowed while the log is being recovered
+``no-multi``  not allowed inside MULTI
+``transaction``  MULTI/EXEC/DISCARD: run by the dispatcher itself
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import connection, jobs, queues, server
+from .replies import Map
+
+SINCE = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str = "string"           # key | string | integer | pure-token | oneof | block
+    token: str | None = None
+    optional: bool = False
+    multiple: bool = False
+    args: tuple = ()
+
+    def syntax(self) -> str:
+        if self.type == "pure-token":
+            text = self.token
+        elif self.type == "oneof":
+            text = " | ".join(a.syntax() for a in self.args)
+        elif self.type == "block":
+            text = " ".join(a.syntax() for a in self.args)
+            if self.token:
+                text = f"{self.token} {text}"
+        else:
+            text = f"{self.token} {self.name}" if self.token else self.name
+        if self.multiple:
+            text = f"{text} [{text} ...]"
+        if self.optional:
+            text = f"[{text}]"
+        elif self.type == "oneof":
+            text = f"<{text}>"
+        return text
+
+    def doc(self) -> Map:
+        items = [(b"name", self.name.encode()), (b"type", self.type.encode())]
+        if self.token:
+            items.append((b"token", self.token.encode()))
+        flags = [f.encode() for f, on in (("optional", self.optional), ("multiple", self.multiple)) if on]
+        if flags:
+            items.append((b"flags", flags))
+        if self.args:
+            items.append((b"arguments", [a.doc() for a in self.args]))
+        return Map(items)
+
+
+def opt(token: str, name: str | None = None, type: str = "integer") -> Arg:
+    """An optional ``TOKEN value`` argument (or a pure token when ``name`` is None)."""
+    if name is None:
+        return Arg(token.lower(), "pure-token", token=token, optional=True)
+    return Arg(name, type, token=token, optional=True)
+
+
+QUEUE = Arg("queue", "key")
+TOKENS = Arg("token", multiple=True)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    handler: Callable | None
+    arity: int
+    flags: frozenset
+    group: str
+    summary: str
+    complexity: str = "O(1)"
+    args: tuple = ()
+    first_key: int = 0
+    reply: str = ""
+    notes: str = ""
+    subcommands: tuple = field(default=())
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def syntax(self) -> str:
+        return " ".join([self.name.upper()] + [a.syntax() for a in self.args])
+
+
+def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", reply="", notes="",
+       subcommands=()):
+    first_key = 1 if args and args[0].type == "key" else 0
+    return Command(name, handler, arity, frozenset(flags.split()), group, summary, complexity, tuple(args),
+                   first_key, reply, notes, tuple(subcommands))
+
+
+QUEUE_OPTIONS = (
+    opt("LEASE", "ms"),
+    opt("MAXDELIVERIES", "n"),
+    opt("DEADLETTER", "queue", "key"),
+    Arg("backoff", "block", token="BACKOFF", optional=True,
+        args=(Arg("base-ms", "integer"), Arg("exponent"), Arg("jitter-ms", "integer"))),
+    opt("MAXLEN", "n"),
+    opt("EXPIRE", "ms"),
+    opt("RETAIN-COMPLETED", "ms"),
+    opt("RETAIN-DEAD", "ms"),
+    opt("WINDOW", "ms"),
+    Arg("durability", "oneof", token="DURABILITY", optional=True,
+        args=(Arg("fsync", "pure-token", token="fsync"), Arg("async", "pure-token", token="async"),
+              Arg("memory", "pure-token", token="memory"))),
+)
+
+PUSH_OPTIONS = (
+    opt("PRIORITY", "p"),
+    Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DELAY"),
+                                              Arg("ms-epoch", "integer", token="AT"))),
+)
+
+_COMMANDS = [
+    # -- queues --------------------------------------------------------------------------------
+    _c("qcreate", queues.qcreate, -2, "write denyoom", "queue",
+       "Create a queue with options; idempotent for the same configuration",
+       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration"),
+    _c("qalter", queues.qalter, -2, "write", "queue", "Change options of an existing queue",
+       (QUEUE,) + QUEUE_OPTIONS, reply="+OK",
+       notes="DURABILITY cannot change between memory and fsync/async."),
+    _c("qdrop", queues.qdrop, -2, "write", "queue", "Delete a queue and, with FORCE, its jobs",
+       (QUEUE, opt("FORCE")), "O(N) in jobs",
+       reply="integer: jobs removed; -NOTEMPTY if it has jobs and FORCE is not given",
+       notes="FORCE ends every lease and wakes blocked claimers with -CLOSED."),
+    _c("qlist", queues.qlist, -1, "readonly", "queue", "List queue names in ascending order",
+       (opt("MATCH", "glob", "string"), opt("AFTER", "name", "string"), opt("COUNT", "n")), "O(N) in queues",
+       reply="array of names, at most COUNT (default 100, max 1000), after AFTER"),
+    _c("qinfo", queues.qinfo, 2, "readonly", "queue", "Configuration and counters of a queue", (QUEUE,),
+       reply="map: name, every option, ready, delayed, in_flight, dead, completed, pushed, acked, nacked, "
+             "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id"),
+    _c("qlen", queues.qlen, 2, "readonly fast", "queue", "Number of jobs ready to be claimed now", (QUEUE,),
+       reply="integer"),
+    # -- jobs ---------------------------------------------------------------------------------------
+    _c("qpush", jobs.qpush, -3, "write denyoom fast", "job", "Push a job onto a queue",
+       (QUEUE, Arg("payload")) + PUSH_OPTIONS, "O(log N)",
+       reply="integer: the job id; -FULL at MAXLEN; -TOOBIG above max-payload",
+       notes="Creates the queue when auto-create is yes."),
+    _c("qpushmany", jobs.qpushmany, -4, "write denyoom", "job",
+       "Push several jobs at once, all or none, in one log write",
+       (QUEUE, Arg("count", "integer"), Arg("payload", multiple=True)) + PUSH_OPTIONS, "O(M log N)",
+       reply="array of job ids"),
+    _c("qclaim", jobs.qclaim, -3, "write blocking", "job", "Claim jobs under a lease, optionally waiting",
+       (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms")), "O(M log N)",
+       reply="array of job maps (id, payload, lease, deadline, deliveries, priority, enqueued_at, "
+             "key, last_error); empty when nothing was claimable",
+       notes="BLOCK 0 waits forever. Creates the queue when auto-create is yes."),
+    _c("qack", jobs.qack, -3, "write fast", "job", "Complete jobs by their lease tokens",
+       (QUEUE, TOKENS), "O(M log N)", reply="integer: jobs completed; stale tokens are skipped"),
+    _c("qnack", jobs.qnack, -3, "write", "job", "Release jobs back to the queue, after a delay",
+       (QUEUE, TOKENS, opt("DELAY", "ms"), opt("ERROR", "message", "string")), "O(M log N)",
+       reply="integer: jobs released",
+       notes="Without DELAY the queue's BACKOFF applies; DELAY 0 makes them ready at once."),
+    _c("qextend", jobs.qextend, -3, "write fast", "job", "Set a new lease deadline: now + LEASE",
+       (QUEUE, TOKENS, opt("LEASE", "ms")), "O(M log N)",
+       reply="array: per token, the new deadline (ms epoch) or nil if the token is stale"),
+    _c("qget", jobs.qget, 3, "readonly fast", "job", "Inspect one job by id", (QUEUE, Arg("id", "integer")),
+       reply="job map with state, or nil"),
+    # -- connection -----------------------------------------------------------------------------
+    _c("ping", connection.ping, -1, "fast noauth loading", "connection", "Ping the server",
+       (Arg("message", optional=True),), reply="+PONG, or the message"),
+    _c("echo", connection.echo, 2, "fast loading", "connection", "Return the given string",
+       (Arg("message"),), reply="bulk string"),
+    _c("hello", connection.hello, -1, "fast noauth loading no-multi", "connection",
+       "Handshake: choose RESP2 or RESP3, authenticate, name the connection",
+       (Arg("arguments", "block", optional=True, args=(
+           Arg("protover", "integer"),
+           Arg("auth", "block", token="AUTH", optional=True,
+               args=(Arg("username"), Arg("password"))),
+           Arg("clientname", token="SETNAME", optional=True))),),
+       reply="map: server, version, proto, id, mode, role, modules"),
+    _c("auth", connection.auth, -2, "fast noauth loading no-multi", "connection", "Authenticate the connection",
+       (Arg("username", optional=True), Arg("password")), reply="+OK or -WRONGPASS"),
+    _c("select", connection.select, 2, "fast loading", "connection", "Select database 0 (the only one)",
+       (Arg("index", "integer"),), reply="+OK for 0, an error otherwise"),
+    _c("quit", connection.quit_, -1, "fast noauth loading", "connection", "Close the connection", (),
+       reply="+OK, then the server closes the connection"),
+    _c("reset", connection.reset, 1, "fast noauth loading no-multi", "connection",
+       "Reset the connection: RESP2, no name, unauthenticated, no transaction", reply="+RESET"),
+    _c("client", connection.client_cmd, -2, "loading", "connection",
+       "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, HELP",
+       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in clients for LIST and KILL",
+       reply="depends on the subcommand"),
+    _c("multi", None, 1, "fast loading transaction", "transactions", "Start a transaction",
+       reply="+OK; the following commands answer +QUEUED"),
+    _c("exec", None, 1, "loading transaction", "transactions",
+       "Run the queued commands atomically, in one log write",
+       reply="array of the replies; -EXECABORT if a command failed to queue"),
+    _c("discard", None, 1, "fast loading transaction", "transactions", "Discard the queued commands",
+       reply="+OK"),
+    _c("watch", connection.watch, -2, "fast no-multi", "transactions", "Not supported (always an error)",
+       (Arg("key", "key", multiple=True),), reply="an error: MULTI/EXEC is always atomic in leaseq"),
+    _c("unwatch", connection.unwatch, 1, "fast", "transactions", "Accepted for compatibility", reply="+OK"),
+    # -- server ---------------------------------------------------------------------------------------
+    _c("command", server.command_cmd, -1, "loading", "server",
+       "Describe leaseq's commands: COUNT, DOCS, INFO, LIST",
+       (Arg("subcommand", optional=True), Arg("command-name", optional=True, multiple=True)), "O(N)",
+       reply="depends on the subcommand"),
+    _c("info", server.info, -1, "loading", "server",
+       "Server information: server, clients, memory, persistence, stats, queues",
+       (Arg("section", optional=True, multiple=True),), reply="text (bulk; verbatim in RESP3)"),
+    _c("config", server.config_cmd, -2, "admin loading", "server", "CONFIG GET, SET and RESETSTAT",
+       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), reply="map for GET, +OK for SET"),
+    _c("time", server.time_cmd, 1, "fast loading", "server", "The server's time",
+       reply="array: seconds, microseconds"),
+    _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer"),
+    _c("shutdown", server.shutdown, -1, "admin loading noauth no-multi", "server",
+       "Stop gracefully: answer what was received, fsync, exit",
+       (Arg("mode", optional=True),), reply="nothing: the connection closes"),
+]
+
+TABLE: dict[bytes, Command] = {c.name.encode(): c for c in _COMMANDS}
+
+
+# -- COMMAND INFO / DOCS ----------------------------------------------------------------------
+
+def command_info(c: Command) -> list:
+    """Redis 7's 10-element COMMAND INFO entry."""
+    last = 1 if c.first_key else 0
+    return [c.name.encode(), c.arity, sorted(f.encode() for f in c.flags), c.first_key, last,
+            1 if c.first_key else 0, [], [], [], []]
+
+
+def command_docs(c: Command) -> Map:
+    items = [(b"summary", c.summary.encode()), (b"since", SINCE.encode()), (b"group", c.group.encode()),
+             (b"complexity", c.complexity.encode())]
+    if c.args:
+        items.append((b"arguments", [a.doc() for a in c.args]))
+    return Map(items)
+
+
+GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("connection", "Connection"),
+          ("transactions", "Transactions"), ("server", "Server")]
+
+
+def render_markdown() -> str:
+    """``docs/commands.md``: generated from TABLE (``leaseq docs``)."""
+    out = ["# leaseq commands", "",
+           "<!-- Generated from commands/table.py by `leaseq docs`; do not edit by hand. -->", "",
+           "Syntax in Redis documentation style: `[x]` optional, `a | b` one of, `x [x ...]` one or more. "
+           "Command names and option keywords are case-insensitive. Times are integer milliseconds. "
+           "Errors are listed in [errors.md](errors.md).", ""]
+    for group, title in GROUPS:
+        out += [f"## {title}", ""]
+        for c in _COMMANDS:
+            if c.group != group:
+                continue
+            arity = f"exactly {c.arity}" if c.arity > 0 else f"at least {-c.arity}"
+            out += [f"### {c.name.upper()}", "", "```", c.syntax(), "```", "", c.summary + ".", ""]
+            if c.reply:
+                out += [f"- Reply: {c.reply}."]
+            out += [f"- Complexity: {c.complexity}.",
+                    f"- Arity: {arity} arguments (with the name); flags: {', '.join(sorted(c.flags))}."]
+            if c.notes:
+                out += [f"- {c.notes}"]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"

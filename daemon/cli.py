@@ -1,0 +1,89 @@
+"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq docs``, ``leaseq --version``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from . import config
+
+
+def _version() -> str:
+    try:
+        return version("leaseq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), prog_name="leaseq")
+def main() -> None:
+    """leaseq: a job-queue daemon that speaks the Redis protocol."""
+
+
+@main.command()
+@click.option("--port", type=int, help="TCP port (default 6479; 0 picks a free one).")
+@click.option("--bind", help="Address to listen on (default 127.0.0.1).")
+@click.option("--dir", "data_dir", help="Data directory for the log (default ./data).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Config file with Redis-style 'name value' lines.")
+@click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
+@click.option("--repair", is_flag=True,
+              help="Start even if the log is corrupt, dropping the unreadable bytes (logged).")
+def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
+    """Run the daemon in the foreground (logs go to stderr)."""
+    try:
+        settings = config.load(config_file, {"port": port, "bind": bind, "dir": data_dir, "loglevel": loglevel})
+    except config.ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("leaseq").setLevel(settings.loglevel.upper())
+    log = logging.getLogger("leaseq.daemon")
+
+    import uvloop
+
+    from leaseq.storage.store import Store
+    from leaseq.storage.wal import CorruptLog, DirectoryLocked
+
+    from .server import serve as run_server
+
+    import time
+    try:
+        store = Store.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
+                           lease_sync=settings.lease_durability == "fsync", repair=repair)
+    except (CorruptLog, DirectoryLocked) as e:
+        log.error("%s", e)
+        sys.exit(1)
+    except OSError as e:
+        log.error("cannot open data directory %s: %s", os.path.abspath(settings.dir), e)
+        sys.exit(1)
+    uvloop.run(run_server(settings, store))
+
+
+@main.command()
+@click.option("--check", is_flag=True, help="Exit 1 if docs/commands.md differs instead of writing it.")
+@click.option("--out", default="docs/commands.md", show_default=True, help="Where to write.")
+def docs(check, out) -> None:
+    """Generate docs/commands.md from the command table."""
+    from leaseq.commands.table import render_markdown
+    text = render_markdown()
+    if check:
+        try:
+            with open(out, encoding="utf-8") as f:
+                same = f.read() == text
+        except OSError:
+            same = False
+        if not same:
+            raise click.ClickException(f"{out} is out of date; run `leaseq docs`")
+        return
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Group commit: one write per event-loop turn, fsync in a worker thread.
+
+``touch()`` schedules ``end_of_turn`` once per turn (``call_soon`` runs after
+the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
+blocked claimers take the jobs this turn made ready, then writes the log
+buffer with one ``write``; if any record written needs fsync before its reply,
+it starts an ``fdatasync`` in the worker thread.  While that runs the loop
+keeps reading, parsing and running commands; a later turn's records are
+written and covered by the next ``fdatasync``, which starts as soon as the
+running one ends.  When one ends, connections holding replies up to that
+generation release them.
+
+An fsync or write error is not retried: the daemon stops (fail-stop) so that
+no reply ever claims a durability the disk did not give; a restart recovers
+from what is on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger(__name__)
+
+
+class Committer:
+    def __init__(self, server, loop) -> None:
+        self.server = server
+        self.loop = loop
+        self.wal = server.store.wal
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="leaseq-fsync")
+        self.scheduled = False
+        self.syncing = False
+        self.again = False
+        self.waiters: set = set()
+        self.fsyncs = 0
+        self.last_fsync_ms = 0
+
+    def touch(self) -> None:
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self.end_of_turn)
+
+    def wait(self, conn) -> None:
+        self.waiters.add(conn)
+
+    def end_of_turn(self) -> None:
+        self.scheduled = False
+        self.server.blocking.serve_woken()
+        wal = self.wal
+        if wal.pending:
+            try:
+                wal.flush()
+            except OSError as e:
+                self._fatal(f"cannot write the log: {e}")
+                return
+        if wal.wants_sync:
+            wal.wants_sync = False
+            self.start_sync()
+
+    def start_sync(self) -> None:
+        if self.syncing:
+            self.again = True
+            return
+        self.syncing = True
+        self.wal.unsynced = False
+        target = self.wal.written_gen
+        started = time.monotonic()
+        future = self.loop.run_in_executor(self.executor, self.wal.sync)
+        future.add_done_callback(lambda f: self._synced(f, target, started))
+
+    def _synced(self, future, target: int, started: float) -> None:
+        self.syncing = False
+        error = future.exception()
+        if error is not None:
+            self._fatal(f"fsync of the log failed: {error}")
+            return
+        self.fsyncs += 1
+        self.last_fsync_ms = int(time.time() * 1000)
+        self.wal.durable_gen = target
+        self.wal.last_fsync_ms = int((time.monotonic() - started) * 1000)
+        done = [c for c in self.waiters if c.closed or c.release(target)]
+        for c in done:
+            self.waiters.discard(c)
+        if self.again:
+            self.again = False
+            self.start_sync()
+
+    def sync_interval_tick(self) -> None:
+        """Async queues: fsync what was written, at least every fsync-interval."""
+        if self.wal.unsynced and not self.syncing:
+            self.start_sync()
+
+    def flush_and_sync_now(self) -> None:
+        """Shutdown: write and fsync everything, release every held reply."""
+        self.wal.flush()
+        self.wal.sync()
+        self.wal.durable_gen = self.wal.written_gen
+        for c in list(self.waiters):
+            if not c.closed:
+                c.release(self.wal.durable_gen)
+        self.waiters.clear()
+        self.executor.shutdown(wait=True)
+
+    def _fatal(self, message: str) -> None:
+        log.critical("%s; stopping now so that nothing unsynced is ever acknowledged. "
+                     "Restart the daemon to recover from the log.", message)
+        logging.shutdown()
+        os._exit(70)

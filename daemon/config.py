@@ -1,0 +1,163 @@
+"""Settings: one frozen dataclass, read from defaults < file < env < flags.
+
+Every setting is a field of ``Settings`` whose metadata gives its kind, unit,
+whether ``CONFIG SET`` may change it at run time, and one line of help.
+The config file uses Redis's syntax (``name value`` per line, ``#`` comments,
+quotes for values with spaces); environment variables are ``LEASEQ_<NAME>``
+with dashes as underscores (``LEASEQ_FSYNC_INTERVAL=200``).  Sizes accept
+Redis units (``1k`` = 1000, ``1kb`` = 1024, ``mb``, ``gb`` ...).
+``conf/leaseq.conf`` documents every setting; a test keeps it complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = ()):
+    return field(default=default, metadata={"kind": kind, "help": help, "mutable": mutable, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Settings:
+    port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False)
+    bind: str = _s("127.0.0.1", "str", "address to listen on; 127.0.0.1 keeps a sidecar private", mutable=False)
+    dir: str = _s("./data", "str", "data directory (write-ahead log); created if missing", mutable=False)
+    loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
+    requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
+    default_durability: str = _s("fsync", "choice", "DURABILITY of queues that do not set one",
+                                 choices=("fsync", "async", "memory"))
+    lease_durability: str = _s("async", "choice",
+                               "fsync: claims, extends and nacks on fsync queues also wait for fsync",
+                               choices=("async", "fsync"))
+    fsync_interval: int = _s(1000, "ms", "async queues: written data is fsynced at least this often (ms)")
+    segment_size: int = _s(64 << 20, "bytes", "a new log segment starts when the current one reaches this size")
+    auto_create: bool = _s(True, "bool", "QPUSH and QCLAIM create missing queues with default options")
+    maxclients: int = _s(10000, "int", "connections beyond this are refused with an error")
+    timeout: int = _s(0, "int", "close connections idle for this many seconds (0 = never)")
+    proto_max_bulk_len: int = _s(512 << 20, "bytes", "largest bulk string a request may carry")
+    max_payload: int = _s(16 << 20, "bytes", "largest job payload; larger pushes get -TOOBIG")
+    max_args: int = _s(1024 * 1024, "int", "most arguments one command may have")
+    client_output_buffer_limit: int = _s(
+        64 << 20, "bytes", "a client whose unread replies exceed this is disconnected (0 = no limit)")
+    maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, pushes get -OOM (0 = no limit)")
+
+    # -- access by setting name ------------------------------------------------------
+
+    def get(self, name: str):
+        return getattr(self, attr_name(name))
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings)}
+
+
+def attr_name(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def render(name: str, value) -> str:
+    kind = FIELDS[name].metadata["kind"]
+    if kind == "bool":
+        return "yes" if value else "no"
+    return str(value)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
+
+
+def parse_value(name: str, text: str):
+    """Convert a setting's text to its value; raise ConfigError naming the setting."""
+    f = FIELDS.get(name)
+    if f is None:
+        raise ConfigError(f"unknown setting '{name}'")
+    meta = f.metadata
+    kind = meta["kind"]
+    t = text.strip()
+    if kind == "bool":
+        if t.lower() in ("yes", "true", "1"):
+            return True
+        if t.lower() in ("no", "false", "0"):
+            return False
+        raise ConfigError(f"'{name}' must be yes or no, not '{text}'")
+    if kind == "choice":
+        if t.lower() not in meta["choices"]:
+            raise ConfigError(f"'{name}' must be one of {', '.join(meta['choices'])}, not '{text}'")
+        return t.lower()
+    if kind in ("int", "ms"):
+        try:
+            v = int(t)
+        except ValueError:
+            raise ConfigError(f"'{name}' must be an integer, not '{text}'") from None
+        if v < 0 or (name == "port" and v > 65535):
+            raise ConfigError(f"'{name}' is out of range: {v}")
+        return v
+    if kind == "bytes":
+        low = t.lower()
+        digits = low.rstrip("kmgb")
+        unit = low[len(digits):]
+        if not digits.isdigit() or unit not in _UNITS:
+            raise ConfigError(f"'{name}' must be a size such as 64mb, not '{text}'")
+        return int(digits) * _UNITS[unit]
+    return text
+
+
+def read_file(path: str) -> dict:
+    """``name value`` lines → {name: value}; errors name file, line and setting."""
+    values = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            parts = shlex.split(stripped, comments=True)
+        except ValueError as e:
+            raise ConfigError(f"{path}:{number}: {e}") from None
+        if not parts:
+            continue
+        name = parts[0].lower()
+        if len(parts) == 1:
+            parts.append("")
+        if len(parts) != 2:
+            raise ConfigError(f"{path}:{number}: '{name}' takes one value, got {len(parts) - 1}")
+        try:
+            values[attr_name(name)] = parse_value(name, parts[1])
+        except ConfigError as e:
+            raise ConfigError(f"{path}:{number}: {e}") from None
+    return values
+
+
+def read_env(environ=os.environ) -> dict:
+    values = {}
+    for name in FIELDS:
+        var = "LEASEQ_" + name.upper().replace("-", "_")
+        if var in environ:
+            try:
+                values[attr_name(name)] = parse_value(name, environ[var])
+            except ConfigError as e:
+                raise ConfigError(f"environment variable {var}: {e}") from None
+    return values
+
+
+def load(config_file: str | None = None, flags: dict | None = None, environ=os.environ) -> Settings:
+    """Defaults, then the file, then ``LEASEQ_*`` variables, then flags."""
+    values: dict = {}
+    if config_file:
+        values.update(read_file(config_file))
+    values.update(read_env(environ))
+    values.update({k: v for k, v in (flags or {}).items() if v is not None})
+    return Settings(**values)

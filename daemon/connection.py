@@ -1,0 +1,225 @@
+"""One client connection: an asyncio Protocol that is thin glue.
+
+Bytes in → ``RequestParser`` → commands run in order by ``dispatch.execute``
+→ replies encoded for this connection's protocol (RESP2 or RESP3).  All the
+replies of one read are written with one ``write``.
+
+Replies stay in order.  A reply whose command changed an ``fsync`` queue is
+*held* until the log generation holding its record is durable (group commit,
+see ``daemon.committer``); every reply after it on this connection waits
+behind it.  A blocked QCLAIM stops the processing of commands pipelined
+after it until it is answered, as in Redis.
+
+Flow control: when the transport's write buffer is over its high-water mark
+the connection stops reading (a client that does not read its replies stops
+being served); past ``client-output-buffer-limit`` it is disconnected.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import deque
+
+import asyncio
+
+from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.replies import NO_REPLY, Error
+
+from .dispatch import execute
+from .resp import ProtocolError, RequestParser, encode
+
+log = logging.getLogger(__name__)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server) -> None:
+        self.server = server
+        s = server.settings
+        self.parser = RequestParser(max_args=s.max_args, max_bulk=s.proto_max_bulk_len)
+        self.transport = None
+        self.id = 0
+        self.addr = self.laddr = "?"
+        self.fd = -1
+        # client state the commands read and change
+        self.name = None
+        self.resp3 = False
+        self.authenticated = not server.auth_required
+        self.user = "default"
+        self.lib_name = self.lib_ver = ""
+        self.multi = None
+        self.multi_dirty = False
+        self.in_exec = False
+        self.last_command = "NULL"
+        self.created = self.last_active = time.monotonic()
+        # processing state
+        self.pending: deque = deque()
+        self.out: list[bytes] = []
+        self.held: deque = deque()         # (generation, reply bytes) waiting for fsync
+        self.waiting = None                # the blocking.Waiter while a QCLAIM is parked
+        self.protocol_error = None
+        self.quitting = False
+        self.closed = False
+        self.paused = False
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            self.fd = sock.fileno()
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.laddr = f"{local[0]}:{local[1]}" if local else "?"
+        limit = self.server.settings.client_output_buffer_limit
+        if limit:
+            transport.set_write_buffer_limits(high=min(limit, 1 << 20))
+        self.server.register(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            commands = self.parser.feed(data)
+        except ProtocolError as e:
+            commands = e.commands
+            self.protocol_error = str(e)
+            self.server.stats.protocol_errors += 1
+            self.transport.pause_reading()
+        if self.pending:
+            self.pending.extend(commands)
+        else:
+            self.pending = deque(commands)
+        self.run_pending()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.pending.clear()
+        self.held.clear()
+        if self.waiting is not None:
+            self.server.blocking.cancel(self.waiting)
+            self.waiting = None
+        self.server.unregister(self)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if not self.closed and self.protocol_error is None:
+            self.transport.resume_reading()
+
+    # -- running commands ---------------------------------------------------------------
+
+    def run_pending(self) -> None:
+        server = self.server
+        store = server.store
+        pending = self.pending
+        while pending and self.waiting is None and not self.quitting and not self.closed:
+            store.sync_needed = False
+            reply = execute(self, pending.popleft())
+            if type(reply) is ClaimWait:
+                if server.stopping:
+                    reply = reply.expired()
+                else:
+                    server.blocking.park(self, reply)
+                    break
+            self.answer(reply)
+        if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:
+            self.answer(Error("ERR", f"Protocol error: {self.protocol_error}"))
+            self.quitting = True
+        self.flush()
+        server.committer.touch()
+
+    def answer(self, reply) -> None:
+        """Queue the reply of the command just run (see the module docstring)."""
+        if reply is NO_REPLY:
+            return
+        data = encode(reply, self.resp3)
+        server = self.server
+        if server.store.sync_needed:
+            self.held.append((server.store.wal.next_gen, data))
+            server.committer.wait(self)
+        elif self.held:
+            self.held.append((0, data))
+        else:
+            self.out.append(data)
+
+    def unblock(self, reply) -> None:
+        """A parked QCLAIM got its answer (jobs, timeout, or an error)."""
+        self.waiting = None
+        if self.closed:
+            return
+        self.answer(reply)
+        self.run_pending()
+
+    def flush(self) -> None:
+        if self.out and not self.closed:
+            out = self.out
+            self.out = []
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._check_output()
+        if self.quitting and not self.held and not self.closed:
+            self.transport.close()
+
+    def release(self, durable_gen: int) -> bool:
+        """Write the held replies that are now durable; True when none are left."""
+        held = self.held
+        chunks = []
+        while held and held[0][0] <= durable_gen:
+            chunks.append(held.popleft()[1])
+        if chunks and not self.closed:
+            self.transport.write(b"".join(chunks))
+            self._check_output()
+            if self.quitting and not held:
+                self.transport.close()
+        return not held
+
+    def _check_output(self) -> None:
+        limit = self.server.settings.client_output_buffer_limit
+        if limit and self.transport.get_write_buffer_size() > limit:
+            log.warning("closing client id=%d addr=%s: output buffer over client-output-buffer-limit (%d bytes)",
+                        self.id, self.addr, limit)
+            self.kill()
+
+    # -- used by commands ----------------------------------------------------------------
+
+    def close_after_reply(self) -> None:
+        self.quitting = True
+
+    def kill(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.abort()
+
+    def reset(self) -> None:
+        self.resp3 = False
+        self.name = None
+        self.multi = None
+        self.multi_dirty = False
+        self.authenticated = not self.server.auth_required
+        self.user = "default"
+
+    @property
+    def flags(self) -> str:
+        if self.waiting is not None:
+            return "b"
+        return "x" if self.multi is not None else "N"
+
+    @property
+    def multi_len(self) -> int:
+        return -1 if self.multi is None else len(self.multi)
+
+    @property
+    def query_buffer(self) -> int:
+        return self.parser.pending
+
+    @property
+    def output_buffer(self) -> int:
+        return self.transport.get_write_buffer_size() if self.transport else 0

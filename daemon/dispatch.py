@@ -1,0 +1,93 @@
+"""Dispatch: the checks every command gets, in one place, then its handler.
+
+Order (as Redis's processCommand): unknown command, arity, authentication,
+transaction queueing, memory; then the handler.  Handlers raise
+``commands.replies.Error`` for their own errors; any other exception is a
+bug, logged with its traceback and answered with an error, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from leaseq.commands import errors
+from leaseq.commands.replies import OK, QUEUED, Error
+from leaseq.commands.table import TABLE
+
+log = logging.getLogger(__name__)
+
+OOM = Error("OOM", "command not allowed when used memory > 'maxmemory'.")
+INTERNAL = errors.err("internal error while running the command; see the server log")
+
+
+def execute(client, args: list):
+    """Run one command for ``client``; return its reply (or a ClaimWait)."""
+    server = client.server
+    server.stats.commands += 1
+    name = args[0].lower()
+    cmd = TABLE.get(name)
+    if cmd is None:
+        return _refuse(client, errors.unknown_command(args[0], args[1:]))
+    n = len(args)
+    if n != cmd.arity if cmd.arity > 0 else n < -cmd.arity:
+        return _refuse(client, errors.wrong_arity(cmd.name))
+    if server.auth_required and not client.authenticated and "noauth" not in cmd.flags:
+        return _refuse(client, errors.NOAUTH)
+    client.last_command = cmd.name
+    if client.multi is not None:
+        if "transaction" in cmd.flags:
+            return _transaction(client, name)
+        if "no-multi" in cmd.flags:
+            return _refuse(client, errors.not_allowed_in_multi(cmd.name))
+        client.multi.append((cmd, args))
+        return QUEUED
+    if "transaction" in cmd.flags:
+        return _transaction(client, name)
+    return run(client, cmd, args)
+
+
+def run(client, cmd, args):
+    if "denyoom" in cmd.flags and client.server.oom:
+        return OOM
+    try:
+        return cmd.handler(client, args)
+    except Error as e:
+        return e
+    except Exception:
+        log.exception("command %s failed", cmd.name.upper())
+        return INTERNAL
+
+
+def _refuse(client, error: Error) -> Error:
+    if client.multi is not None:
+        client.multi_dirty = True
+    return error
+
+
+def _transaction(client, name: bytes):
+    if name == b"multi":
+        if client.multi is not None:
+            return errors.NESTED_MULTI
+        client.multi = []
+        client.multi_dirty = False
+        return OK
+    if name == b"discard":
+        if client.multi is None:
+            return errors.DISCARD_WITHOUT_MULTI
+        client.multi = None
+        return OK
+    # exec
+    if client.multi is None:
+        return errors.EXEC_WITHOUT_MULTI
+    queued, dirty = client.multi, client.multi_dirty
+    client.multi = None
+    if dirty:
+        return errors.EXECABORT
+    store = client.server.store
+    store.begin()
+    client.in_exec = True
+    try:
+        return [run(client, cmd, args) for cmd, args in queued]
+    finally:
+        client.in_exec = False
+        store.commit()

@@ -1,0 +1,293 @@
+"""RESP request parsing and reply encoding, with no I/O in them (sans-IO).
+
+Requests
+--------
+``RequestParser.feed(data)`` takes whatever bytes arrived and returns the
+complete commands in them (each a list of ``bytes``).  Multibulk requests
+(``*N\\r\\n$L\\r\\n...``) are parsed by ``hiredis.Reader``; inline requests
+(``PING\\r\\n``, telnet, ``redis-cli --pipe``'s leading ``\\r\\n``) have their own
+path, because hiredis rejects them.  The two can be mixed in one stream.
+
+hiredis does not say how many bytes it consumed, so the parser keeps its own
+offsets: hiredis accepts only canonical lengths (no sign, no leading zeros),
+so a command's size on the wire is computed from its arguments.  This is
+needed only when more bytes follow a command in the same chunk (pipelining),
+to look at the first byte of the next one.
+
+A malformed request raises ``ProtocolError`` with Redis's wording; the
+commands parsed before it are in ``ProtocolError.commands`` so the caller can
+still run and answer them before it replies the error and closes, as Redis
+does.
+
+Replies
+-------
+``encode(value, resp3)`` turns an explicit reply value (see
+``leaseq.commands.replies``) into bytes for a RESP2 or RESP3 connection.
+"""
+
+from __future__ import annotations
+
+import hiredis
+
+from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Simple, Verbatim
+
+ASTERISK = 0x2A  # '*'
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol.  ``str(e)`` is the text after ``Protocol error: ``."""
+
+    def __init__(self, message: str, commands: list | None = None) -> None:
+        super().__init__(message)
+        self.commands = commands or []
+
+
+def wire_size(args: list) -> int:
+    """Bytes of ``args`` as a canonical multibulk request."""
+    size = 3 + len(str(len(args)))
+    for a in args:
+        n = len(a)
+        size += n + 5 + (1 if n < 10 else 2 if n < 100 else 3 if n < 1000 else len(str(n)))
+    return size
+
+
+class RequestParser:
+    """Incremental request parser for one connection."""
+
+    __slots__ = ("_reader", "_carry", "_inline", "max_inline", "max_args", "max_bulk", "max_buffer")
+
+    def __init__(self, max_inline: int = 64 * 1024, max_args: int = 1024 * 1024,
+                 max_bulk: int = 512 * 1024 * 1024, max_buffer: int = 1024 * 1024 * 1024) -> None:
+        self._reader = hiredis.Reader()
+        self._carry = 0          # bytes of a partial multibulk command inside the reader
+        self._inline = b""       # partial inline line (held by us, not by hiredis)
+        self.max_inline = max_inline
+        self.max_args = max_args
+        self.max_bulk = max_bulk
+        self.max_buffer = max_buffer
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet form a complete command."""
+        return self._carry + len(self._inline)
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        out: list[list[bytes]] = []
+        if self._inline:
+            data = self._inline + data
+            self._inline = b""
+        pos = 0
+        end = len(data)
+        while pos < end:
+            if self._carry == 0 and data[pos] != ASTERISK:
+                pos = self._parse_inline(data, pos, out)
+                if pos < 0:
+                    break
+                continue
+            pos = self._parse_multibulk(data, pos, out)
+            if pos < 0:
+                break
+        return out
+
+    # -- multibulk, through hiredis ------------------------------------------
+
+    def _parse_multibulk(self, data: bytes, pos: int, out: list) -> int:
+        """Feed data[pos:] to hiredis; return the offset of an inline command
+        that follows, or -1 when everything was consumed."""
+        reader = self._reader
+        start_carry = self._carry
+        reader.feed(data, pos) if pos else reader.feed(data)
+        off = pos - start_carry  # where the command being parsed began, in data's coordinates
+        end = len(data)
+        check_bulk = start_carry + end - pos > self.max_bulk
+        while True:
+            try:
+                cmd = reader.gets()
+            except hiredis.ProtocolError as e:
+                raise ProtocolError(_redis_wording(str(e)), out) from None
+            if cmd is False:
+                self._carry = end - off
+                if self._carry > self.max_buffer:
+                    raise ProtocolError("too big request (client query buffer limit)", out)
+                return -1
+            self._check(cmd, check_bulk, out)
+            if cmd:
+                out.append(cmd)
+            if not reader.has_data():
+                self._carry = 0
+                return -1
+            off += wire_size(cmd)
+            if data[off] != ASTERISK:
+                # an inline command follows: hiredis would reject it, so start afresh
+                self._reader = hiredis.Reader()
+                self._carry = 0
+                return off
+
+    def _check(self, cmd, check_bulk: bool, out: list) -> None:
+        if type(cmd) is not list:
+            raise ProtocolError("expected '*', got something else", out)
+        if len(cmd) > self.max_args:
+            raise ProtocolError("invalid multibulk length", out)
+        for a in cmd:
+            if type(a) is not bytes:
+                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'", out)
+        if check_bulk and any(len(a) > self.max_bulk for a in cmd):
+            raise ProtocolError("invalid bulk length", out)
+
+    # -- inline ----------------------------------------------------------------
+
+    def _parse_inline(self, data: bytes, pos: int, out: list) -> int:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            rest = data[pos:]
+            if len(rest) > self.max_inline:
+                raise ProtocolError("too big inline request", out)
+            self._inline = rest
+            return -1
+        if nl - pos > self.max_inline:
+            raise ProtocolError("too big inline request", out)
+        line = data[pos:nl]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        try:
+            args = split_args(line)
+        except ValueError:
+            raise ProtocolError("unbalanced quotes in request", out) from None
+        if args:
+            if len(args) > self.max_args:
+                raise ProtocolError("invalid multibulk length", out)
+            out.append(args)
+        return nl + 1
+
+
+def _type_byte(value) -> str:
+    if isinstance(value, list):
+        return "*"
+    if isinstance(value, int):
+        return ":"
+    if value is None:
+        return "$"  # a null bulk inside a request ($-1)
+    return "?"
+
+
+def _redis_wording(hiredis_message: str) -> str:
+    """hiredis's parse errors, reworded the way Redis's own parser says them."""
+    m = hiredis_message.lower()
+    if "multi-bulk length" in m:
+        return "invalid multibulk length"
+    if "bulk string length" in m or "bulk length" in m:
+        return "invalid bulk length"
+    if "reply type byte" in m:
+        got = hiredis_message.split('"')[1] if '"' in hiredis_message else "?"
+        return f"expected '$', got '{got}'"
+    return hiredis_message
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def split_args(line: bytes) -> list[bytes]:
+    """Split an inline request the way Redis's ``sdssplitargs`` does.
+
+    Whitespace separates arguments; ``"..."`` supports ``\\n \\r \\t \\b \\a \\xHH``
+    and backslash escapes; ``'...'`` supports ``\\'``.  A closing quote must be
+    followed by whitespace or the end.  Raises ``ValueError`` on unbalanced
+    quotes.
+    """
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in b" \t\n\r\v\f":
+            i += 1
+        if i >= n:
+            return args
+        cur = bytearray()
+        quote = 0
+        while True:
+            if i >= n:
+                if quote:
+                    raise ValueError("unbalanced quotes")
+                break
+            c = line[i]
+            if quote == 0x22:  # inside "..."
+                if c == 0x5C and i + 3 < n and line[i + 1] == ord("x") \
+                        and line[i + 2] in _HEX and line[i + 3] in _HEX:
+                    cur.append(int(line[i + 2:i + 4], 16))
+                    i += 3
+                elif c == 0x5C and i + 1 < n:
+                    i += 1
+                    cur += _ESCAPES.get(line[i], bytes([line[i]]))
+                elif c == 0x22:
+                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
+                        raise ValueError("closing quote must be followed by a space")
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            elif quote == 0x27:  # inside '...'
+                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
+                    cur.append(0x27)
+                    i += 1
+                elif c == 0x27:
+                    if i + 1 < n and line[i + 1] not in b" \t\n\r\v\f":
+                        raise ValueError("closing quote must be followed by a space")
+                    i += 1
+                    break
+                else:
+                    cur.append(c)
+            elif c in b" \t\n\r\v\f":
+                break
+            elif c in (0x22, 0x27):
+                quote = c
+            else:
+                cur.append(c)
+            i += 1
+        args.append(bytes(cur))
+
+
+# -- replies -------------------------------------------------------------------
+
+def encode(value, resp3: bool) -> bytes:
+    out: list[bytes] = []
+    _encode(value, out, resp3)
+    return b"".join(out)
+
+
+def _encode(v, out: list, resp3: bool) -> None:
+    t = type(v)
+    if t is bytes:
+        out.append(b"$%d\r\n%b\r\n" % (len(v), v))
+    elif t is int:
+        out.append(b":%d\r\n" % v)
+    elif t is list or t is tuple:
+        out.append(b"*%d\r\n" % len(v))
+        for item in v:
+            _encode(item, out, resp3)
+    elif t is Map:
+        items = v.items
+        out.append((b"%%%d\r\n" if resp3 else b"*%d\r\n") % (len(items) if resp3 else 2 * len(items)))
+        for k, item in items:
+            _encode(k, out, resp3)
+            _encode(item, out, resp3)
+    elif v is None:
+        out.append(b"_\r\n" if resp3 else b"$-1\r\n")
+    elif t is Simple:
+        out.append(b"+%b\r\n" % v.encode())
+    elif t is Error:
+        out.append(b"-%b\r\n" % v.line.replace("\r", " ").replace("\n", " ").encode())
+    elif t is Verbatim:
+        if resp3:
+            out.append(b"=%d\r\ntxt:%b\r\n" % (len(v.text) + 4, v.text))
+        else:
+            out.append(b"$%d\r\n%b\r\n" % (len(v.text), v.text))
+    elif t is Push:
+        out.append((b">%d\r\n" if resp3 else b"*%d\r\n") % len(v.items))
+        for item in v.items:
+            _encode(item, out, resp3)
+    elif v is NULL_ARRAY:
+        out.append(b"_\r\n" if resp3 else b"*-1\r\n")
+    elif t is bytearray or t is memoryview:
+        _encode(bytes(v), out, resp3)
+    else:
+        raise TypeError(f"not a reply type: {t.__name__} ({v!r:.80})")

@@ -1,0 +1,205 @@
+"""The server: listener, clients, clock, settings and orderly shutdown.
+
+Commands reach the daemon's state only through this object (``client.server``
+in the handlers): the store, the settings, ``now_ms()``, the client registry
+and a few services (CONFIG, shutdown, blocked claimers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from leaseq.commands import errors
+from leaseq.commands.server import rss_bytes
+
+from . import config
+from .blocking import Blocking
+from .committer import Committer
+from .connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stats:
+    connections: int = 0
+    commands: int = 0
+    rejected: int = 0
+    protocol_errors: int = 0
+
+
+class Server:
+    def __init__(self, settings: config.Settings, store) -> None:
+        self.settings = settings
+        self.store = store
+        self.store.lease_sync = settings.lease_durability == "fsync"
+        self.clients: dict[int, Connection] = {}
+        self.next_client_id = 1
+        self.stats = Stats()
+        self.started_at = time.time()
+        self.port = settings.port
+        self.oom = False
+        self.stopping = False
+        self.clock_offset_ms = 0
+        self._ops_samples: deque = deque(maxlen=16)
+        self._stopped: asyncio.Event | None = None
+        self._listener = None
+        self._tasks: list = []
+        self.loop = None
+        self.blocking: Blocking | None = None
+        self.committer: Committer | None = None
+
+    # -- clock and settings --------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000) + self.clock_offset_ms
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.settings.requirepass)
+
+    def config_items(self) -> list[tuple[str, str]]:
+        return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
+
+    def config_set(self, pairs: list[tuple[str, str]]) -> None:
+        changes = {}
+        for name, text in pairs:
+            f = config.FIELDS.get(name)
+            if f is None:
+                raise errors.config_unknown(name)
+            if not f.metadata["mutable"]:
+                raise errors.config_immutable(name)
+            try:
+                changes[config.attr_name(name)] = config.parse_value(name, text)
+            except config.ConfigError as e:
+                raise errors.config_invalid(name, str(e)) from None
+        self.settings = self.settings.replace(**changes)
+        self.store.lease_sync = self.settings.lease_durability == "fsync"
+        if "loglevel" in changes:
+            logging.getLogger("leaseq").setLevel(self.settings.loglevel.upper())
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def register(self, conn: Connection) -> None:
+        self.stats.connections += 1
+        if len(self.clients) >= self.settings.maxclients or self.stopping:
+            self.stats.rejected += 1
+            conn.transport.write(b"-ERR max number of clients reached\r\n")
+            conn.transport.close()
+            conn.closed = True
+            return
+        conn.id = self.next_client_id
+        self.next_client_id += 1
+        self.clients[conn.id] = conn
+
+    def unregister(self, conn: Connection) -> None:
+        self.clients.pop(conn.id, None)
+        if self.committer is not None:
+            self.committer.waiters.discard(conn)
+
+    def blocked_on(self, queue) -> int:
+        return self.blocking.count(queue)
+
+    def blocked_count(self) -> int:
+        return self.blocking.count()
+
+    def queue_dropped(self, queue) -> None:
+        self.blocking.queue_dropped(queue)
+
+    def ops_per_sec(self) -> int:
+        if len(self._ops_samples) < 2:
+            return 0
+        (t0, c0), (t1, c1) = self._ops_samples[0], self._ops_samples[-1]
+        return int((c1 - c0) / (t1 - t0)) if t1 > t0 else 0
+
+    def reset_stats(self) -> None:
+        self.stats = Stats()
+        self._ops_samples.clear()
+
+    @property
+    def fsyncs(self) -> int:
+        return self.committer.fsyncs if self.committer else 0
+
+    @property
+    def last_fsync_ms(self) -> int:
+        return self.committer.last_fsync_ms if self.committer else 0
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        self._stopped = asyncio.Event()
+        self.blocking = Blocking(self, loop)
+        self.committer = Committer(self, loop)
+        s = self.settings
+        self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
+                                                  reuse_address=True, backlog=511)
+        self.port = self._listener.sockets[0].getsockname()[1]
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
+        self._tasks.append(loop.create_task(self._every(s.fsync_interval / 1000.0,
+                                                        self.committer.sync_interval_tick)))
+        self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
+        if s.bind not in ("127.0.0.1", "::1", "localhost") and not s.requirepass:
+            log.warning("listening on %s without requirepass: any host that reaches this port can use "
+                        "every queue. Set requirepass or bind 127.0.0.1.", s.bind)
+        log.info("leaseq ready to accept connections on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+
+    async def _every(self, seconds: float, fn) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            fn()
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        self._ops_samples.append((now, self.stats.commands))
+        s = self.settings
+        if s.maxmemory:
+            self.oom = rss_bytes() > s.maxmemory
+        elif self.oom:
+            self.oom = False
+        if s.timeout:
+            for c in list(self.clients.values()):
+                if c.waiting is None and now - c.last_active > s.timeout:
+                    log.info("closing idle client id=%d addr=%s", c.id, c.addr)
+                    c.kill()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_shutdown(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("shutting down (%s)", reason)
+        self.loop.call_soon(self._shutdown)
+
+    def _shutdown(self) -> None:
+        """Stop accepting, answer what was received, fsync, close."""
+        self._listener.close()
+        for task in self._tasks:
+            task.cancel()
+        self.blocking.release_all()
+        self.blocking.serve_woken()
+        self.committer.flush_and_sync_now()
+        for c in list(self.clients.values()):
+            c.flush()
+            if c.transport is not None and not c.closed:
+                c.transport.close()
+        self.store.close()
+        log.info("leaseq stopped; the log is fsynced")
+        self._stopped.set()
+
+
+async def serve(settings: config.Settings, store) -> None:
+    server = Server(settings, store)
+    await server.start()
+    await server.wait_stopped()
+    # let the transports write what they still hold
+    await asyncio.sleep(0.05)

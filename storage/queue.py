@@ -1,0 +1,281 @@
+"""One queue: its jobs, its indexes and the rules that move jobs between states.
+
+Plain objects, no I/O and no clock: every function that depends on time takes
+``now`` (ms epoch) as an argument, so live commands, log replay and tests
+drive the same code.
+
+Indexes (sortedcontainers ``SortedList`` of ints, so keys are total and
+immutable; the job id is the tie-breaker in the low 64 bits):
+
+* ``ready``   key = (9 - priority) << 65 | fresh << 64 | id, where ``fresh`` is
+  0 for a job that became ready again (expired lease, nack) and 1 for one never
+  handed out: higher priority first, then ready-again jobs, then ascending id;
+* ``delayed`` key = visible_at << 64 | id;
+* ``leases``  key = deadline << 64 | id.
+
+A job sits in exactly one index, the one its ``state`` names.  Its position
+changes only through ``_move``: remove with the old key, change the fields,
+add with the new key.
+
+Expiry is lazy: ``fold(now)`` moves due delayed jobs and expired leases to
+``ready`` when someone looks (a claim, an inspection).  A job whose lease
+expired keeps its token until it is claimed again, so a slow worker can still
+ack it; a new claim replaces the token and the old one becomes stale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from sortedcontainers import SortedList
+
+ID_MASK = (1 << 64) - 1
+
+DELAYED = b"delayed"
+READY = b"ready"
+IN_FLIGHT = b"in_flight"
+DEAD = b"dead"
+COMPLETED = b"completed"
+
+FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
+DURABILITIES = (FSYNC, ASYNC, MEMORY)
+
+LEASE_MIN, LEASE_MAX = 100, 86_400_000
+MAX_DELAY = 86_400_000 * 365 * 100
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's options (SPEC 3.1); the log stores them as JSON."""
+
+    lease: int = 30_000
+    maxdeliveries: int = 0
+    deadletter: str | None = None
+    backoff: tuple = (1000, 2.0, 1000)
+    maxlen: int = 0
+    expire: int = 0
+    retain_completed: int = 0
+    retain_dead: int = 604_800_000
+    window: int = 0
+    durability: str = FSYNC
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["backoff"] = list(self.backoff)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in d.items() if k in known}
+        if "backoff" in values:
+            b = values["backoff"]
+            values["backoff"] = (int(b[0]), float(b[1]), int(b[2]))
+        return cls(**values)
+
+    def with_options(self, **changes) -> "QueueConfig":
+        return replace(self, **changes)
+
+
+class Job:
+    __slots__ = ("id", "payload", "priority", "enqueued_at", "visible_at", "deliveries", "key", "flags",
+                 "max_deliveries", "expire_ms", "last_error", "state", "token", "deadline", "consumer",
+                 "requeued")
+
+    def __init__(self, id: int, payload: bytes, priority: int, enqueued_at: int, visible_at: int,
+                 key: bytes | None = None, flags: int = 0, max_deliveries: int = 0, expire_ms: int = 0) -> None:
+        self.id = id
+        self.payload = payload
+        self.priority = priority
+        self.enqueued_at = enqueued_at
+        self.visible_at = visible_at
+        self.key = key
+        self.flags = flags
+        self.max_deliveries = max_deliveries
+        self.expire_ms = expire_ms
+        self.deliveries = 0
+        self.last_error = None
+        self.state = None
+        self.token = None
+        self.deadline = 0
+        self.consumer = None
+        self.requeued = False
+
+
+@dataclass
+class Counters:
+    pushed: int = 0
+    acked: int = 0
+    nacked: int = 0
+    lease_expired: int = 0
+    dead_lettered: int = 0
+    duplicates: int = 0
+
+
+class Queue:
+    def __init__(self, qid: int, name: bytes, config: QueueConfig) -> None:
+        self.qid = qid
+        self.name = name
+        self.config = config
+        self.jobs: dict[int, Job] = {}
+        self.ready = SortedList()
+        self.delayed = SortedList()
+        self.leases = SortedList()
+        self.next_id = 1
+        self.id_mark = 0          # ids below this are covered by a logged IDMARK
+        self.counters = Counters()
+        self.dropped = False
+
+    # -- indexes -----------------------------------------------------------------
+
+    @staticmethod
+    def _ready_key(job: Job) -> int:
+        return ((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id
+
+    def _index_for(self, job: Job):
+        s = job.state
+        if s is READY:
+            return self.ready, self._ready_key(job)
+        if s is IN_FLIGHT:
+            return self.leases, (job.deadline << 64) | job.id
+        if s is DELAYED:
+            return self.delayed, (job.visible_at << 64) | job.id
+        return None, 0
+
+    def _unindex(self, job: Job) -> None:
+        index, key = self._index_for(job)
+        if index is not None:
+            index.remove(key)
+
+    def _index(self, job: Job) -> None:
+        index, key = self._index_for(job)
+        if index is not None:
+            index.add(key)
+
+    def _move(self, job: Job, **fields) -> None:
+        """The one way to change fields that position a job: remove, change, re-add."""
+        self._unindex(job)
+        for name, value in fields.items():
+            setattr(job, name, value)
+        self._index(job)
+
+    # -- transitions (called by Store, live and during replay) ------------------------
+
+    def add(self, job: Job, now: int) -> None:
+        job.state = DELAYED if job.visible_at > now else READY
+        self.jobs[job.id] = job
+        self._index(job)
+        if job.id >= self.next_id:
+            self.next_id = job.id + 1
+        self.counters.pushed += 1
+
+    def lease(self, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
+        self._move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)
+        job.deliveries += 1
+
+    def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
+        """``lease`` for jobs that are exactly the first ``len(jobs)`` ready keys."""
+        del self.ready[:len(jobs)]
+        add = self.leases.add
+        for job, token in zip(jobs, tokens):
+            job.state = IN_FLIGHT
+            job.token = token
+            job.deadline = deadline
+            job.consumer = consumer
+            job.deliveries += 1
+            add((deadline << 64) | job.id)
+
+    def complete(self, job: Job) -> None:
+        self._unindex(job)
+        job.state = None
+        job.token = None
+        del self.jobs[job.id]
+        self.counters.acked += 1
+
+    def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool) -> None:
+        state = DELAYED if visible_at > now else READY
+        self._move(job, state=state, visible_at=visible_at if state is DELAYED else job.visible_at,
+                   token=None, deadline=0, requeued=True)
+        if has_error:
+            job.last_error = error
+        self.counters.nacked += 1
+
+    def extend(self, job: Job, deadline: int) -> None:
+        self._move(job, state=IN_FLIGHT, deadline=deadline)
+
+    def remove_all(self) -> int:
+        n = len(self.jobs)
+        self.jobs.clear()
+        self.ready.clear()
+        self.delayed.clear()
+        self.leases.clear()
+        return n
+
+    # -- lazy expiry -----------------------------------------------------------------------
+
+    def fold(self, now: int) -> None:
+        """Move due delayed jobs and expired leases to ready."""
+        delayed = self.delayed
+        if delayed and (delayed[0] >> 64) <= now:
+            while delayed and (delayed[0] >> 64) <= now:
+                job = self.jobs[delayed.pop(0) & ID_MASK]
+                job.state = READY
+                self.ready.add(self._ready_key(job))
+        leases = self.leases
+        if leases and (leases[0] >> 64) <= now:
+            while leases and (leases[0] >> 64) <= now:
+                job = self.jobs[leases.pop(0) & ID_MASK]
+                job.state = READY
+                job.requeued = True
+                self.ready.add(self._ready_key(job))
+                self.counters.lease_expired += 1
+
+    def next_due(self) -> int | None:
+        """The next moment (ms epoch) at which a job becomes claimable by time."""
+        due = None
+        if self.delayed:
+            due = self.delayed[0] >> 64
+        if self.leases:
+            d = self.leases[0] >> 64
+            due = d if due is None or d < due else due
+        return due
+
+    # -- queries -------------------------------------------------------------------------
+
+    def claimable(self, now: int, count: int) -> list[Job]:
+        """The next ``count`` jobs in claim order (after folding), not yet leased."""
+        self.fold(now)
+        jobs = self.jobs
+        return [jobs[k & ID_MASK] for k in self.ready.islice(0, count)]
+
+    def job_for_token(self, token: bytes) -> Job | None:
+        """The job a token's lease is on, if that lease has not ended (else None)."""
+        head, _, _ = token.partition(b".")
+        try:
+            job = self.jobs.get(int(head, 16))
+        except ValueError:
+            return None
+        if job is not None and job.token == token:
+            return job
+        return None
+
+    def state_of(self, job: Job) -> bytes:
+        return job.state
+
+    @property
+    def live(self) -> int:
+        return len(self.ready) + len(self.delayed) + len(self.leases)
+
+    def oldest_ready_age(self, now: int) -> int:
+        """Age of the ready job pushed first.  Ids follow enqueue order, so it is
+        the smallest id, found at the start of one of the 20 priority bands."""
+        ready = self.ready
+        if not ready:
+            return 0
+        first = None
+        for band in range(20):
+            i = ready.bisect_left(band << 64)
+            if i < len(ready) and ready[i] >> 64 == band:
+                jid = ready[i] & ID_MASK
+                first = jid if first is None or jid < first else first
+        return max(0, now - self.jobs[first].enqueued_at)

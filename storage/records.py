@@ -1,0 +1,355 @@
+"""The write-ahead log's on-disk format: the one place it is defined.
+
+All integers are little-endian (``struct`` format ``'<'``).  Times are
+milliseconds since the Unix epoch (u64).  Nothing is pickled.
+
+Segment files
+-------------
+The log is a directory of segment files named ``seg-<20-digit number>.wal``,
+so name order is log order.  Files are only appended to; a new segment starts
+when the current one reaches ``segment-size`` bytes, and at every start of the
+daemon (so new writes never follow a torn tail).  Each file begins with a
+24-byte header::
+
+    magic    8s   b"LEASEQWL"
+    version  u16  format version, currently 1
+    flags    u16  reserved, 0
+    number   u64  the segment number (as in the file name)
+    crc      u32  CRC32C of the 20 bytes above
+
+Record frames
+-------------
+After the header come records, back to back::
+
+    crc      u32  CRC32C of the 5 header bytes that follow and of the body
+    length   u32  length of the body in bytes
+    type     u8   record type (below)
+    body     length bytes
+
+A frame whose length runs past the end of the file, or whose CRC does not
+match, is where the readable log ends.  In the newest segment that is a torn
+tail (a write cut short by a crash) and recovery truncates it; anywhere else
+it is corruption and the daemon refuses to start, naming file and offset.
+
+Record types and bodies
+-----------------------
+``qid`` is the queue's number, assigned when the queue is created (names are
+not repeated in every record); ``ts`` is when the change happened.
+
+1 BOOT     ``epoch u32, ts u64``.  Written and fsynced at every start before
+           anything is served.  Lease tokens contain the epoch, which makes
+           them unique across restarts.
+2 QUEUE    ``qid u32, ts u64, name_len u8, name, config``: create a queue or
+           replace its configuration.  ``config`` is the rest of the body,
+           a UTF-8 JSON object of option name -> value (rare records; JSON
+           keeps them readable and open to new options).
+3 DROP     ``qid u32, ts u64``: the queue and all its jobs are gone.
+4 PUSH     ``qid u32, ts u64, count u32`` then ``count`` jobs, each
+           ``id u64, visible_at u64, priority u8, flags u8,
+           max_deliveries u32, expire_ms u64, key_len u16, payload_len u32,
+           key, payload``.  ``ts`` is every job's ``enqueued_at``.  ``flags``
+           bits 0-1 hold the dedupe scope of the key (0 queued, 1 active,
+           2 exists).  One record per QPUSH / QPUSHMANY: all jobs or none.
+5 CLAIM    ``qid u32, ts u64, deadline u64, first_seq u64, count u32,
+           consumer_len u16, consumer, ids u64 x count``: leases granted;
+           job ``ids[i]`` gets token (epoch of the last BOOT, first_seq + i)
+           and one more delivery.
+6 ACK      ``qid u32, ts u64, count u32, ids u64 x count``: jobs completed.
+7 NACK     ``qid u32, ts u64, visible_at u64, flags u8, count u32,
+           error_len u32, error, ids u64 x count``: leases released; the jobs
+           are ready again at ``visible_at``.  ``flags`` bit 0: ``error`` is
+           set (an empty error is a real value).
+8 EXTEND   ``qid u32, ts u64, deadline u64, count u32, ids u64 x count``:
+           leases get a new deadline.
+9 IDMARK   ``qid u32, next_id u64``: ids below ``next_id`` may have been
+           handed out; a restarted queue never assigns one of them again
+           (jobs of memory queues are not logged, their ids still are not
+           reused).
+10 TXN     ``count u32`` then ``count`` inner records, each
+           ``type u8, length u32, body``: applied all or none (MULTI/EXEC).
+           The frame's CRC covers them all; inner records carry none.
+
+Readers skip nothing: an unknown type is corruption, so a newer daemon's log
+is refused by an older one rather than half-read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Iterator
+
+from crc32c import crc32c
+
+MAGIC = b"LEASEQWL"
+VERSION = 1
+
+SEGMENT_HEADER = struct.Struct("<8sHHQ")
+SEGMENT_HEADER_SIZE = SEGMENT_HEADER.size + 4
+FRAME = struct.Struct("<IIB")
+FRAME_SIZE = FRAME.size
+_LEN_TYPE = struct.Struct("<IB")
+
+BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN = range(1, 11)
+NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
+         NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN"}
+
+_BOOT = struct.Struct("<IQ")
+_QUEUE = struct.Struct("<IQB")
+_DROP = struct.Struct("<IQ")
+_PUSH = struct.Struct("<IQI")
+_JOB = struct.Struct("<QQBBIQHI")
+_CLAIM = struct.Struct("<IQQQIH")
+_ACK = struct.Struct("<IQI")
+_NACK = struct.Struct("<IQQBII")
+_EXTEND = struct.Struct("<IQQI")
+_IDMARK = struct.Struct("<IQ")
+_INNER = struct.Struct("<BI")
+
+
+class FormatError(ValueError):
+    """A record body that does not decode: corruption or a bug, never bad input."""
+
+
+# -- framing -----------------------------------------------------------------
+
+def segment_header(number: int) -> bytes:
+    head = SEGMENT_HEADER.pack(MAGIC, VERSION, 0, number)
+    return head + struct.pack("<I", crc32c(head))
+
+
+def check_segment_header(data: bytes) -> int:
+    """Return the segment number, or raise FormatError."""
+    if len(data) < SEGMENT_HEADER_SIZE:
+        raise FormatError("segment header is short")
+    head = data[:SEGMENT_HEADER.size]
+    (crc,) = struct.unpack_from("<I", data, SEGMENT_HEADER.size)
+    if crc32c(head) != crc:
+        raise FormatError("segment header checksum mismatch")
+    magic, version, _flags, number = SEGMENT_HEADER.unpack(head)
+    if magic != MAGIC:
+        raise FormatError("not a leaseq segment (bad magic)")
+    if version != VERSION:
+        raise FormatError(f"segment format version {version} is not supported (this daemon reads {VERSION})")
+    return number
+
+
+def frame(rtype: int, body: bytes) -> bytes:
+    lt = _LEN_TYPE.pack(len(body), rtype)
+    return struct.pack("<I", crc32c(body, crc32c(lt))) + lt + body
+
+
+def read_frame(data, offset: int):
+    """Decode the frame at ``offset``: ``(rtype, body, next_offset)``.
+
+    Returns ``None`` if the frame is incomplete or its checksum does not match
+    (the caller decides whether that is a torn tail or corruption).
+    """
+    if offset + FRAME_SIZE > len(data):
+        return None
+    crc, length, rtype = FRAME.unpack_from(data, offset)
+    end = offset + FRAME_SIZE + length
+    if end > len(data):
+        return None
+    body = bytes(data[offset + FRAME_SIZE:end])
+    if crc32c(body, crc32c(bytes(data[offset + 4:offset + FRAME_SIZE]))) != crc:
+        return None
+    return rtype, body, end
+
+
+# -- bodies --------------------------------------------------------------------
+
+def boot(epoch: int, ts: int) -> bytes:
+    return _BOOT.pack(epoch, ts)
+
+
+def queue(qid: int, ts: int, name: bytes, config: dict) -> bytes:
+    return _QUEUE.pack(qid, ts, len(name)) + name + json.dumps(config, sort_keys=True).encode()
+
+
+def drop(qid: int, ts: int) -> bytes:
+    return _DROP.pack(qid, ts)
+
+
+def push(qid: int, ts: int, jobs) -> bytes:
+    """``jobs``: objects with id, visible_at, priority, flags, max_deliveries,
+    expire_ms, key (bytes or None) and payload."""
+    parts = [_PUSH.pack(qid, ts, len(jobs))]
+    pack = _JOB.pack
+    for j in jobs:
+        key = j.key or b""
+        parts.append(pack(j.id, j.visible_at, j.priority, j.flags, j.max_deliveries, j.expire_ms,
+                          len(key), len(j.payload)))
+        if key:
+            parts.append(key)
+        parts.append(j.payload)
+    return b"".join(parts)
+
+
+def claim(qid: int, ts: int, deadline: int, first_seq: int, consumer: bytes, ids) -> bytes:
+    n = len(ids)
+    return (_CLAIM.pack(qid, ts, deadline, first_seq, n, len(consumer)) + consumer
+            + struct.pack("<%dQ" % n, *ids))
+
+
+def ack(qid: int, ts: int, ids) -> bytes:
+    n = len(ids)
+    return _ACK.pack(qid, ts, n) + struct.pack("<%dQ" % n, *ids)
+
+
+def nack(qid: int, ts: int, visible_at: int, error: bytes | None, ids) -> bytes:
+    n = len(ids)
+    err = error or b""
+    return (_NACK.pack(qid, ts, visible_at, 1 if error is not None else 0, n, len(err)) + err
+            + struct.pack("<%dQ" % n, *ids))
+
+
+def extend(qid: int, ts: int, deadline: int, ids) -> bytes:
+    n = len(ids)
+    return _EXTEND.pack(qid, ts, deadline, n) + struct.pack("<%dQ" % n, *ids)
+
+
+def idmark(qid: int, next_id: int) -> bytes:
+    return _IDMARK.pack(qid, next_id)
+
+
+def txn(records) -> bytes:
+    """``records``: (rtype, body) pairs to apply all or none."""
+    parts = [struct.pack("<I", len(records))]
+    for rtype, body in records:
+        parts.append(_INNER.pack(rtype, len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+# -- decoding --------------------------------------------------------------------
+
+class JobRecord:
+    """One job of a PUSH record, as decoded."""
+
+    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload")
+
+    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload):
+        self.id = id
+        self.visible_at = visible_at
+        self.priority = priority
+        self.flags = flags
+        self.max_deliveries = max_deliveries
+        self.expire_ms = expire_ms
+        self.key = key
+        self.payload = payload
+
+
+def _ids(body: bytes, offset: int, count: int) -> tuple:
+    if len(body) != offset + 8 * count:
+        raise FormatError("id list length does not match its count")
+    return struct.unpack_from("<%dQ" % count, body, offset)
+
+
+def decode(rtype: int, body: bytes) -> tuple:
+    """Decode a record body into a tuple of its fields (see the module docstring)."""
+    try:
+        return _DECODERS[rtype](body)
+    except KeyError:
+        raise FormatError(f"unknown record type {rtype}") from None
+    except struct.error as e:
+        raise FormatError(f"{NAMES.get(rtype, rtype)} record does not decode: {e}") from None
+
+
+def _d_boot(b):
+    if len(b) != _BOOT.size:
+        raise FormatError("BOOT record has the wrong size")
+    return _BOOT.unpack(b)
+
+
+def _d_queue(b):
+    qid, ts, n = _QUEUE.unpack_from(b)
+    name = b[_QUEUE.size:_QUEUE.size + n]
+    try:
+        config = json.loads(b[_QUEUE.size + n:].decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"QUEUE record config does not decode: {e}") from None
+    return qid, ts, name, config
+
+
+def _d_drop(b):
+    return _DROP.unpack(b)
+
+
+def _d_push(b):
+    qid, ts, count = _PUSH.unpack_from(b)
+    off = _PUSH.size
+    unpack = _JOB.unpack_from
+    size = _JOB.size
+    jobs = []
+    for _ in range(count):
+        jid, visible_at, prio, flags, maxd, expire_ms, klen, plen = unpack(b, off)
+        off += size
+        key = b[off:off + klen] if klen else None
+        off += klen
+        payload = b[off:off + plen]
+        off += plen
+        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload))
+    if off != len(b):
+        raise FormatError("PUSH record length does not match its jobs")
+    return qid, ts, jobs
+
+
+def _d_claim(b):
+    qid, ts, deadline, first_seq, count, clen = _CLAIM.unpack_from(b)
+    off = _CLAIM.size
+    consumer = b[off:off + clen]
+    return qid, ts, deadline, first_seq, consumer, _ids(b, off + clen, count)
+
+
+def _d_ack(b):
+    qid, ts, count = _ACK.unpack_from(b)
+    return qid, ts, _ids(b, _ACK.size, count)
+
+
+def _d_nack(b):
+    qid, ts, visible_at, flags, count, elen = _NACK.unpack_from(b)
+    off = _NACK.size
+    error = b[off:off + elen] if flags & 1 else None
+    return qid, ts, visible_at, error, _ids(b, off + elen, count)
+
+
+def _d_extend(b):
+    qid, ts, deadline, count = _EXTEND.unpack_from(b)
+    return qid, ts, deadline, _ids(b, _EXTEND.size, count)
+
+
+def _d_idmark(b):
+    return _IDMARK.unpack(b)
+
+
+def _d_txn(b):
+    (count,) = struct.unpack_from("<I", b)
+    off = 4
+    inner = []
+    for _ in range(count):
+        rtype, length = _INNER.unpack_from(b, off)
+        off += _INNER.size
+        if off + length > len(b) or rtype == TXN:
+            raise FormatError("TXN record is malformed")
+        inner.append((rtype, b[off:off + length]))
+        off += length
+    if off != len(b):
+        raise FormatError("TXN record length does not match its records")
+    return (inner,)
+
+
+_DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
+             ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn}
+
+
+def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(offset, rtype, body)`` for each valid frame from ``offset`` on;
+    stops at the first frame that is incomplete or fails its checksum."""
+    while True:
+        got = read_frame(data, offset)
+        if got is None:
+            return
+        rtype, body, nxt = got
+        yield offset, rtype, body
+        offset = nxt

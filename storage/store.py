@@ -1,0 +1,297 @@
+"""The store: every queue, and the one set of functions that change them.
+
+Commands decide *what* happens (which jobs a claim gets, what a nack's delay
+is) and then call a transition here: ``push``, ``claim``, ``ack``, ``nack``,
+``extend``, ``create_queue``, ``set_config``, ``drop_queue``.  Each transition
+changes the in-memory state and appends the matching log record.  Recovery
+decodes the same records and calls the same transitions with logging off
+(``replay``), so live state and recovered state come from one piece of code.
+
+What is logged, and whether a reply waits for fsync:
+
+=====================  ===========  ==========  ===========================
+record                 fsync queue  async queue memory queue
+=====================  ===========  ==========  ===========================
+QUEUE, DROP, IDMARK    wait         wait        wait (queues and ids survive)
+PUSH, ACK              wait         written     not written
+CLAIM, NACK, EXTEND    written *    written     not written
+=====================  ===========  ==========  ===========================
+
+(*) wait too with ``lease-durability fsync``.  "Written" records reach the
+file at the end of the event-loop turn (they survive a crash of the process)
+and are fsynced within ``fsync-interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from . import records
+from .queue import ASYNC, FSYNC, MEMORY, Job, Queue, QueueConfig
+from .wal import RecoveryReport, WriteAheadLog, lock_directory, read_log
+
+log = logging.getLogger(__name__)
+
+# ids are reserved in blocks: one fsynced IDMARK record per block per queue
+ID_BLOCK = 1 << 16
+
+
+def make_token(job_id: int, epoch: int, seq: int) -> bytes:
+    """Lease tokens: ``<job id>.<boot epoch>.<lease number>`` in hex.  Unique for
+    every lease ever granted (the epoch grows at every start), they name their
+    job, contain a dot so they never equal an option keyword, and are short."""
+    return b"%x.%x.%x" % (job_id, epoch, seq)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.queues: dict[bytes, Queue] = {}
+        self.by_qid: dict[int, Queue] = {}
+        self.next_qid = 1
+        self.epoch = 0
+        self.lease_seq = 0
+        self.wal: WriteAheadLog | None = None
+        self.lock_fd = -1
+        self.replaying = False
+        self.lease_sync = False
+        self.sync_needed = False     # a record appended since the last reset needs fsync before replying
+        self.woken: set[Queue] = set()   # queues that got ready jobs (blocked claimers may be served)
+        self.report: RecoveryReport | None = None
+        self.recovery_seconds = 0.0
+        self._txn: list | None = None
+        self._txn_sync = False
+        self._txn_depth = 0
+
+    # -- opening and closing --------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str, now: int, segment_size: int = 64 << 20, lease_sync: bool = False,
+             repair: bool = False) -> "Store":
+        """Lock ``directory``, recover from its log, and start a new segment."""
+        os.makedirs(directory, exist_ok=True)
+        lock_fd = lock_directory(directory)
+        store = cls()
+        store.lock_fd = lock_fd
+        store.lease_sync = lease_sync
+        t0 = time.monotonic()
+        store.replaying = True
+        try:
+            store.report = read_log(directory, store.replay, repair=repair)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        finally:
+            store.replaying = False
+        for q in store.queues.values():
+            q.next_id = max(q.next_id, q.id_mark)
+        store.wal = WriteAheadLog(directory, segment_size, store.report.last_segment + 1)
+        store.epoch += 1
+        store.lease_seq = 0
+        store.wal.append(records.BOOT, records.boot(store.epoch, now), sync=True)
+        store.wal.flush()
+        store.wal.sync()
+        store.recovery_seconds = time.monotonic() - t0
+        r = store.report
+        log.info("recovered %d queues from %d segments, %d records, %d bytes (truncated %d torn bytes%s) "
+                 "in %.3f s; boot epoch %d", len(store.queues), r.segments, r.records, r.bytes,
+                 r.truncated_bytes, f", skipped {len(r.skipped)} corrupt ranges" if r.skipped else "",
+                 store.recovery_seconds, store.epoch)
+        return store
+
+    def close(self) -> None:
+        """Record exact id marks (so a clean restart leaves no gap) and fsync."""
+        if self.wal is None:
+            return
+        for q in self.queues.values():
+            if q.next_id != q.id_mark:
+                q.id_mark = q.next_id
+                self.wal.append(records.IDMARK, records.idmark(q.qid, q.next_id), sync=True)
+        self.wal.close()
+        self.wal = None
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+
+    # -- logging ------------------------------------------------------------------------
+
+    def _log(self, q: Queue, rtype: int, body: bytes, lease_record: bool = False) -> None:
+        if self.replaying or self.wal is None or q.durability is MEMORY:
+            return
+        sync = q.durability is FSYNC and (not lease_record or self.lease_sync)
+        self._emit(rtype, body, sync)
+
+    def _log_meta(self, rtype: int, body: bytes) -> None:
+        if not self.replaying and self.wal is not None:
+            self._emit(rtype, body, True)
+
+    def _emit(self, rtype: int, body: bytes, sync: bool) -> None:
+        if self._txn is not None:
+            self._txn.append((rtype, body))
+            self._txn_sync = self._txn_sync or sync
+            return
+        self.wal.append(rtype, body, sync)
+        if sync:
+            self.sync_needed = True
+
+    def begin(self) -> None:
+        """Collect the records of the following transitions into one TXN record
+        (nestable: only the outermost ``commit`` emits)."""
+        if self._txn is None:
+            self._txn = []
+            self._txn_sync = False
+        self._txn_depth += 1
+
+    def commit(self) -> None:
+        self._txn_depth -= 1
+        if self._txn_depth:
+            return
+        got, sync = self._txn, self._txn_sync
+        self._txn = None
+        if not got:
+            return
+        if len(got) == 1:
+            self._emit(got[0][0], got[0][1], sync)
+        else:
+            self._emit(records.TXN, records.txn(got), sync)
+
+    # -- queues -------------------------------------------------------------------------
+
+    def create_queue(self, name: bytes, config: QueueConfig, ts: int, qid: int | None = None) -> Queue:
+        if qid is None:
+            qid = self.next_qid
+        self.next_qid = max(self.next_qid, qid + 1)
+        q = Queue(qid, name, config)
+        _set_durability(q)
+        self.queues[name] = q
+        self.by_qid[qid] = q
+        self._log_meta(records.QUEUE, records.queue(qid, ts, name, config.to_json()))
+        return q
+
+    def set_config(self, q: Queue, config: QueueConfig, ts: int) -> None:
+        q.config = config
+        _set_durability(q)
+        self._log_meta(records.QUEUE, records.queue(q.qid, ts, q.name, config.to_json()))
+
+    def drop_queue(self, q: Queue, ts: int) -> int:
+        del self.queues[q.name]
+        del self.by_qid[q.qid]
+        q.dropped = True
+        self.woken.discard(q)
+        self._log_meta(records.DROP, records.drop(q.qid, ts))
+        return q.remove_all()
+
+    def take_ids(self, q: Queue, n: int) -> int:
+        """Reserve ``n`` consecutive job ids; return the first."""
+        first = q.next_id
+        end = first + n
+        if end > q.id_mark:
+            q.id_mark = end + ID_BLOCK
+            self._log_meta(records.IDMARK, records.idmark(q.qid, q.id_mark))
+        q.next_id = end
+        return first
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def push(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        add = q.add
+        for job in jobs:
+            add(job, ts)
+        self._log(q, records.PUSH, records.push(q.qid, ts, jobs))
+        self.woken.add(q)
+
+    def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
+              first_seq: int | None = None, front: bool = False) -> None:
+        """Lease ``jobs``; each gets a new token (``job.token``).  ``front``: the
+        jobs are exactly ``q.claimable()``'s answer (the head of ``ready``)."""
+        if first_seq is None:
+            first_seq = self.lease_seq + 1
+        self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
+        epoch = self.epoch
+        tokens = [b"%x.%x.%x" % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
+        if front:
+            q.lease_front(jobs, tokens, deadline, consumer)
+        else:
+            for job, token in zip(jobs, tokens):
+                q.lease(job, token, deadline, consumer)
+        self._log(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
+                                                  [j.id for j in jobs]), lease_record=True)
+
+    def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        for job in jobs:
+            q.complete(job)
+        self._log(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+
+    def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int) -> None:
+        for job in jobs:
+            q.release(job, visible_at, ts, error, error is not None)
+        self._log(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs]),
+                  lease_record=True)
+        if visible_at <= ts:
+            self.woken.add(q)
+
+    def extend(self, q: Queue, jobs: list[Job], deadline: int, ts: int) -> None:
+        for job in jobs:
+            q.extend(job, deadline)
+        self._log(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
+                  lease_record=True)
+
+    # -- replay -----------------------------------------------------------------------------
+
+    def replay(self, rtype: int, body: bytes) -> None:
+        """Apply one log record (recovery).  Records naming a queue or job that
+        is gone (possible only after ``--repair`` dropped bytes) are skipped."""
+        fields = records.decode(rtype, body)
+        if rtype == records.TXN:
+            for inner_type, inner_body in fields[0]:
+                self.replay(inner_type, inner_body)
+            return
+        if rtype == records.BOOT:
+            self.epoch, _ts = fields
+            self.lease_seq = 0
+            return
+        if rtype == records.QUEUE:
+            qid, ts, name, config = fields
+            config = QueueConfig.from_json(config)
+            q = self.by_qid.get(qid)
+            if q is None:
+                self.create_queue(name, config, ts, qid)
+            else:
+                self.set_config(q, config, ts)
+            return
+        q = self.by_qid.get(fields[0])
+        if q is None:
+            return
+        if rtype == records.PUSH:
+            _qid, ts, jobs = fields
+            self.push(q, [Job(r.id, r.payload, r.priority, ts, r.visible_at, r.key, r.flags,
+                              r.max_deliveries, r.expire_ms) for r in jobs], ts)
+        elif rtype == records.CLAIM:
+            _qid, ts, deadline, first_seq, consumer, ids = fields
+            self.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
+        elif rtype == records.ACK:
+            _qid, ts, ids = fields
+            self.ack(q, _jobs(q, ids), ts)
+        elif rtype == records.NACK:
+            _qid, ts, visible_at, error, ids = fields
+            self.nack(q, _jobs(q, ids), visible_at, error, ts)
+        elif rtype == records.EXTEND:
+            _qid, ts, deadline, ids = fields
+            self.extend(q, _jobs(q, ids), deadline, ts)
+        elif rtype == records.IDMARK:
+            q.id_mark = fields[1]
+        elif rtype == records.DROP:
+            self.drop_queue(q, fields[1])
+        else:
+            raise records.FormatError(f"record type {rtype} cannot be replayed")
+
+
+def _jobs(q: Queue, ids) -> list[Job]:
+    jobs = q.jobs
+    return [jobs[i] for i in ids if i in jobs]
+
+
+def _set_durability(q: Queue) -> None:
+    d = q.config.durability
+    q.durability = FSYNC if d == FSYNC else ASYNC if d == ASYNC else MEMORY
