@@ -9,7 +9,7 @@ from leaseq.storage.queue import LEASE_MAX, LEASE_MIN, Job, Queue
 from . import errors
 from .args import OptionReader, in_range, queue_name, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
-from .replies import Map
+from .replies import Map, Record, Shape
 
 MAX_COUNT = 1000
 NACK_KEYWORDS = (b"DELAY", b"ERROR")
@@ -91,21 +91,30 @@ def qpushmany(client, args):
 
 # -- claiming -----------------------------------------------------------------------
 
-def job_reply(job: Job) -> Map:
-    items = [
-        (b"id", job.id),
-        (b"payload", job.payload),
-        (b"lease", job.token),
-        (b"deadline", job.deadline),
-        (b"deliveries", job.deliveries),
-        (b"priority", job.priority),
-        (b"enqueued_at", job.enqueued_at),
-    ]
-    if job.key is not None:
-        items.append((b"key", job.key))
-    if job.last_error is not None:
-        items.append((b"last_error", job.last_error))
-    return Map(items)
+_JOB_FIELDS = [(b"id", "int"), (b"payload", "bulk"), (b"lease", "bulk"), (b"deadline", "int"),
+               (b"deliveries", "int"), (b"priority", "int"), (b"enqueued_at", "int")]
+# the shape of a claimed job, by (has key, has last_error)
+JOB_SHAPES = {
+    (False, False): Shape(_JOB_FIELDS),
+    (True, False): Shape(_JOB_FIELDS + [(b"key", "bulk")]),
+    (False, True): Shape(_JOB_FIELDS + [(b"last_error", "bulk")]),
+    (True, True): Shape(_JOB_FIELDS + [(b"key", "bulk"), (b"last_error", "bulk")]),
+}
+PLAIN_JOB = JOB_SHAPES[False, False]
+
+
+def job_reply(job: Job) -> Record:
+    """A claimed job: id, payload, lease (the token), deadline, deliveries,
+    priority, enqueued_at, then key and last_error when the job has them."""
+    values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
+    key, error = job.key, job.last_error
+    if key is None and error is None:
+        return Record(PLAIN_JOB, values)
+    if key is not None:
+        values += (key,)
+    if error is not None:
+        values += (error,)
+    return Record(JOB_SHAPES[key is not None, error is not None], values)
 
 
 def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int) -> list:

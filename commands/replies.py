@@ -16,7 +16,12 @@ value              RESP2                  RESP3
 ``Map``            flat array ``*2N``     map ``%N``
 ``Verbatim``       bulk string ``$``      verbatim string ``=``
 ``Push``           array ``*``            push ``>``
+``Record``         flat array ``*2N``     map ``%N``
 =================  =====================  ==============================
+
+``Record`` is a map whose keys and value kinds are fixed by a ``Shape``
+(a job as QCLAIM returns it): the shape pre-encodes the keys once, so a
+record encodes with one format operation instead of one call per field.
 
 ``str`` and ``bool`` are deliberately not reply types: a handler that returns
 one has a bug, and the encoder raises ``TypeError``.
@@ -121,3 +126,39 @@ class _NoReply:
 
 
 NO_REPLY = _NoReply()
+
+
+class Shape:
+    """The fixed layout of a ``Record``: keys, and whether each value is an
+    integer or a bulk string.  Build shapes once, at import time."""
+
+    __slots__ = ("keys", "bulk", "resp2", "resp3")
+
+    def __init__(self, fields) -> None:
+        """``fields``: (key bytes, "int" | "bulk") pairs."""
+        self.keys = tuple(k for k, _ in fields)
+        self.bulk = tuple(i for i, (_, kind) in enumerate(fields) if kind == "bulk")
+        body = b"".join(b"$%d\r\n%b\r\n" % (len(k), k.replace(b"%", b"%%"))
+                        + (b"$%d\r\n%b\r\n" if kind == "bulk" else b":%d\r\n") for k, kind in fields)
+        self.resp2 = b"*%d\r\n" % (2 * len(fields)) + body
+        self.resp3 = b"%%%%%d\r\n" % len(fields) + body
+
+
+class Record:
+    """A map reply with a fixed ``Shape``; ``values`` in the shape's key order."""
+
+    __slots__ = ("shape", "values")
+
+    def __init__(self, shape: Shape, values) -> None:
+        self.shape = shape
+        self.values = values
+
+    @property
+    def items(self):
+        return list(zip(self.shape.keys, self.values))
+
+    def get(self, key, default=None):
+        try:
+            return self.values[self.shape.keys.index(key)]
+        except ValueError:
+            return default

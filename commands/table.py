@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import connection, jobs, queues, server
-from .replies import Map
+from .replies import Map, Simple
 
 SINCE = "0.1.0"
 
@@ -62,7 +62,8 @@ class Arg:
         items = [(b"name", self.name.encode()), (b"type", self.type.encode())]
         if self.token:
             items.append((b"token", self.token.encode()))
-        flags = [f.encode() for f, on in (("optional", self.optional), ("multiple", self.multiple)) if on]
+        # Redis sends these flags as status replies; redis-cli asserts on that
+        flags = [Simple(f) for f, on in (("optional", self.optional), ("multiple", self.multiple)) if on]
         if flags:
             items.append((b"flags", flags))
         if self.args:
@@ -238,7 +239,7 @@ TABLE: dict[bytes, Command] = {c.name.encode(): c for c in _COMMANDS}
 def command_info(c: Command) -> list:
     """Redis 7's 10-element COMMAND INFO entry."""
     last = 1 if c.first_key else 0
-    return [c.name.encode(), c.arity, sorted(f.encode() for f in c.flags), c.first_key, last,
+    return [c.name.encode(), c.arity, [Simple(f) for f in sorted(c.flags)], c.first_key, last,
             1 if c.first_key else 0, [], [], [], []]
 
 

@@ -37,6 +37,7 @@ class Committer:
         self.waiters: set = set()
         self.fsyncs = 0
         self.last_fsync_ms = 0
+        self.closed = False
 
     def touch(self) -> None:
         if not self.scheduled:
@@ -48,6 +49,8 @@ class Committer:
 
     def end_of_turn(self) -> None:
         self.scheduled = False
+        if self.closed:
+            return
         self.server.blocking.serve_woken()
         wal = self.wal
         if wal.pending:
@@ -90,11 +93,13 @@ class Committer:
 
     def sync_interval_tick(self) -> None:
         """Async queues: fsync what was written, at least every fsync-interval."""
-        if self.wal.unsynced and not self.syncing:
+        if self.wal.unsynced and not self.syncing and not self.closed:
             self.start_sync()
 
     def flush_and_sync_now(self) -> None:
         """Shutdown: write and fsync everything, release every held reply."""
+        self.closed = True
+        self.server.blocking.serve_woken()
         self.wal.flush()
         self.wal.sync()
         self.wal.durable_gen = self.wal.written_gen

@@ -122,6 +122,8 @@ class Connection(asyncio.Protocol):
         server = self.server
         store = server.store
         pending = self.pending
+        if server.committer.closed:      # shut down: nothing more runs
+            pending.clear()
         while pending and self.waiting is None and not self.quitting and not self.closed:
             store.sync_needed = False
             reply = execute(self, pending.popleft())

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hiredis
 
-from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Simple, Verbatim
+from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
 
@@ -263,7 +263,12 @@ def _encode(v, out: list, resp3: bool) -> None:
     elif t is list or t is tuple:
         out.append(b"*%d\r\n" % len(v))
         for item in v:
-            _encode(item, out, resp3)
+            if type(item) is Record:
+                out.append(_record(item, resp3))
+            else:
+                _encode(item, out, resp3)
+    elif t is Record:
+        out.append(_record(v, resp3))
     elif t is Map:
         items = v.items
         out.append((b"%%%d\r\n" if resp3 else b"*%d\r\n") % (len(items) if resp3 else 2 * len(items)))
@@ -291,3 +296,11 @@ def _encode(v, out: list, resp3: bool) -> None:
         _encode(bytes(v), out, resp3)
     else:
         raise TypeError(f"not a reply type: {t.__name__} ({v!r:.80})")
+
+
+def _record(v: Record, resp3: bool) -> bytes:
+    shape = v.shape
+    values = list(v.values)
+    for i in reversed(shape.bulk):
+        values.insert(i, len(values[i]))
+    return (shape.resp3 if resp3 else shape.resp2) % tuple(values)

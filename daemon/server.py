@@ -186,7 +186,6 @@ class Server:
         for task in self._tasks:
             task.cancel()
         self.blocking.release_all()
-        self.blocking.serve_woken()
         self.committer.flush_and_sync_now()
         for c in list(self.clients.values()):
             c.flush()

@@ -161,13 +161,22 @@ class Queue:
 
     # -- transitions (called by Store, live and during replay) ------------------------
 
-    def add(self, job: Job, now: int) -> None:
-        job.state = DELAYED if job.visible_at > now else READY
-        self.jobs[job.id] = job
-        self._index(job)
-        if job.id >= self.next_id:
-            self.next_id = job.id + 1
-        self.counters.pushed += 1
+    def add_many(self, jobs: list[Job], now: int) -> None:
+        """New jobs (ascending ids): ready now, or delayed until visible_at."""
+        table = self.jobs
+        ready_add = self.ready.add
+        delayed_add = self.delayed.add
+        for job in jobs:
+            table[job.id] = job
+            if job.visible_at > now:
+                job.state = DELAYED
+                delayed_add((job.visible_at << 64) | job.id)
+            else:
+                job.state = READY
+                ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
+        if jobs and jobs[-1].id >= self.next_id:
+            self.next_id = jobs[-1].id + 1
+        self.counters.pushed += len(jobs)
 
     def lease(self, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
         self._move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)

@@ -195,9 +195,7 @@ class Store:
     # -- jobs ----------------------------------------------------------------------------
 
     def push(self, q: Queue, jobs: list[Job], ts: int) -> None:
-        add = q.add
-        for job in jobs:
-            add(job, ts)
+        q.add_many(jobs, ts)
         self._log(q, records.PUSH, records.push(q.qid, ts, jobs))
         self.woken.add(q)
 

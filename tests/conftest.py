@@ -1,0 +1,20 @@
+import pytest
+
+from harness import Daemon
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A fresh daemon on a free port and an empty data directory."""
+    d = Daemon(tmp_path / "data")
+    d.start()
+    yield d
+    d.kill()
+
+
+@pytest.fixture
+def r(daemon):
+    """redis-py on the daemon, RESP2 (the default of redis-cli and valkey-py)."""
+    c = daemon.client(protocol=2)
+    yield c
+    c.close()

@@ -1,0 +1,327 @@
+"""The write-ahead log's record format (leaseq.storage.records)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from leaseq.storage import records
+from leaseq.storage.records import FormatError
+
+
+class J:
+    """A job as ``records.push`` reads it (any object with these attributes)."""
+
+    def __init__(self, id, payload, visible_at=0, priority=5, flags=0, max_deliveries=0, expire_ms=0, key=None):
+        self.id = id
+        self.payload = payload
+        self.visible_at = visible_at
+        self.priority = priority
+        self.flags = flags
+        self.max_deliveries = max_deliveries
+        self.expire_ms = expire_ms
+        self.key = key
+
+
+def job_fields(j):
+    return (j.id, j.visible_at, j.priority, j.flags, j.max_deliveries, j.expire_ms, j.key, j.payload)
+
+
+U32, U64 = 2 ** 32 - 1, 2 ** 64 - 1
+
+
+# -- bodies round-trip ------------------------------------------------------------------
+
+@pytest.mark.parametrize("epoch, ts", [(1, 1_700_000_000_000), (0, 0), (U32, U64)])
+def test_boot_round_trip(epoch, ts):
+    assert records.decode(records.BOOT, records.boot(epoch, ts)) == (epoch, ts)
+
+
+def test_boot_body_is_little_endian():
+    assert records.boot(1, 2) == b"\x01\x00\x00\x00" + b"\x02" + b"\x00" * 7
+
+
+@pytest.mark.parametrize("name, config", [
+    (b"q", {}),
+    (b"jobs:email", {"lease": 30000, "backoff": [1000, 2.0, 1000], "deadletter": None,
+                     "durability": "memory"}),
+    (b"x" * 255, {"deadletter": "dl\u00e9"}),
+])
+def test_queue_round_trip(name, config):
+    body = records.queue(7, 123, name, config)
+    assert records.decode(records.QUEUE, body) == (7, 123, name, config)
+
+
+def test_drop_round_trip():
+    assert records.decode(records.DROP, records.drop(U32, U64)) == (U32, U64)
+
+
+def test_push_round_trip_keeps_every_job_field():
+    jobs = [
+        J(1, b"payload"),
+        J(2, b"", visible_at=5000, priority=9, flags=2, max_deliveries=3, expire_ms=60000, key=b"k1"),
+        J(U64, bytes(range(256)) * 4, visible_at=U64, priority=0, flags=1, max_deliveries=U32,
+          expire_ms=U64, key=b"\x00" * 300),
+    ]
+    qid, ts, decoded = records.decode(records.PUSH, records.push(3, 999, jobs))
+    assert (qid, ts) == (3, 999)
+    assert [job_fields(d) for d in decoded] == [job_fields(j) for j in jobs]
+
+
+def test_push_job_without_key_decodes_key_as_none():
+    _qid, _ts, (job,) = records.decode(records.PUSH, records.push(1, 1, [J(1, b"p", key=None)]))
+    assert job.key is None
+
+
+def test_push_of_no_jobs_round_trips():
+    assert records.decode(records.PUSH, records.push(1, 2, [])) == (1, 2, [])
+
+
+@pytest.mark.parametrize("ids", [(), (1,), (1, 2, U64)])
+def test_claim_round_trip(ids):
+    body = records.claim(4, 10, 30010, 17, b"worker-1", list(ids))
+    assert records.decode(records.CLAIM, body) == (4, 10, 30010, 17, b"worker-1", ids)
+
+
+def test_claim_with_binary_consumer_round_trips():
+    consumer = b"\x00\xff" * 100
+    assert records.decode(records.CLAIM, records.claim(1, 2, 3, 4, consumer, [5]))[4] == consumer
+
+
+@pytest.mark.parametrize("ids", [(), (1,), tuple(range(1, 1001))])
+def test_ack_round_trip(ids):
+    assert records.decode(records.ACK, records.ack(2, 55, list(ids))) == (2, 55, ids)
+
+
+@pytest.mark.parametrize("error", [None, b"", b"boom", b"\x00\r\n" * 50])
+def test_nack_round_trip_keeps_error_none_and_empty_apart(error):
+    body = records.nack(5, 100, 2100, error, [8, 9])
+    assert records.decode(records.NACK, body) == (5, 100, 2100, error, (8, 9))
+
+
+def test_extend_round_trip():
+    assert records.decode(records.EXTEND, records.extend(6, 7, 8, [1, 3])) == (6, 7, 8, (1, 3))
+
+
+def test_idmark_round_trip():
+    assert records.decode(records.IDMARK, records.idmark(9, 65537)) == (9, 65537)
+
+
+def test_txn_round_trip_keeps_inner_records_in_order():
+    inner = [
+        (records.PUSH, records.push(1, 1, [J(10, b"a")])),
+        (records.ACK, records.ack(1, 2, [3])),
+        (records.IDMARK, records.idmark(1, 100)),
+    ]
+    assert records.decode(records.TXN, records.txn(inner)) == (inner,)
+
+
+def test_empty_txn_round_trips():
+    assert records.decode(records.TXN, records.txn([])) == ([],)
+
+
+def test_record_type_numbers_are_the_documented_ones():
+    assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
+            records.NACK, records.EXTEND, records.IDMARK, records.TXN) == tuple(range(1, 11))
+    assert set(records.NAMES) == set(range(1, 11))
+
+
+# -- malformed bodies ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("rtype", [0, 11, 99, 255])
+def test_unknown_record_type_is_format_error(rtype):
+    with pytest.raises(FormatError, match="unknown record type"):
+        records.decode(rtype, b"\x00" * 16)
+
+
+@pytest.mark.parametrize("rtype, body", [
+    (records.BOOT, records.boot(1, 2)[:-1]),
+    (records.BOOT, records.boot(1, 2) + b"\x00"),
+    (records.QUEUE, records.queue(1, 2, b"q", {})[:5]),
+    (records.QUEUE, records.queue(1, 2, b"q", {})[:-1]),                 # JSON cut short
+    (records.QUEUE, records.queue(1, 2, b"q", {}).replace(b"{}", b"\xff\xfe")),  # not UTF-8
+    (records.QUEUE, struct.pack("<IQB", 1, 2, 50) + b"q{}"),               # name runs past the end
+    (records.DROP, records.drop(1, 2) + b"\x00"),
+    (records.DROP, b""),
+    (records.PUSH, records.push(1, 2, [J(1, b"abc")])[:-1]),            # payload cut short
+    (records.PUSH, records.push(1, 2, [J(1, b"abc")]) + b"\x00"),       # trailing byte
+    (records.PUSH, records.push(1, 2, [J(1, b"abc"), J(2, b"d")])[:40]),  # second job header cut
+    (records.PUSH, struct.pack("<IQI", 1, 2, 1000)),                     # count but no jobs
+    (records.CLAIM, records.claim(1, 2, 3, 4, b"c", [1, 2])[:-1]),
+    (records.CLAIM, records.claim(1, 2, 3, 4, b"c", [1, 2]) + b"\x00" * 8),
+    (records.CLAIM, b"\x00" * 10),
+    (records.ACK, records.ack(1, 2, [1, 2])[:-8]),
+    (records.ACK, records.ack(1, 2, [1]) + b"\x00"),
+    (records.ACK, b""),
+    (records.NACK, records.nack(1, 2, 3, b"err", [1])[:-1]),
+    (records.NACK, records.nack(1, 2, 3, b"err", [1])[:20]),
+    (records.EXTEND, records.extend(1, 2, 3, [4])[:-1]),
+    (records.EXTEND, records.extend(1, 2, 3, [4]) + b"\x00" * 8),
+    (records.IDMARK, records.idmark(1, 2)[:-1]),
+    (records.IDMARK, records.idmark(1, 2) + b"\x00"),
+    (records.TXN, b"\x01\x00"),
+    (records.TXN, records.txn([(records.ACK, records.ack(1, 2, [3]))])[:-1]),
+    (records.TXN, records.txn([(records.ACK, records.ack(1, 2, [3]))]) + b"\x00"),
+    (records.TXN, struct.pack("<I", 2) + records.txn([(records.IDMARK, records.idmark(1, 2))])[4:]),
+])
+def test_malformed_body_is_format_error(rtype, body):
+    with pytest.raises(FormatError):
+        records.decode(rtype, body)
+
+
+def test_format_error_is_a_value_error():
+    assert issubclass(FormatError, ValueError)
+
+
+# -- TXN nesting -----------------------------------------------------------------------------
+
+def test_txn_inside_txn_is_format_error():
+    inner = records.txn([(records.IDMARK, records.idmark(1, 2))])
+    body = records.txn([(records.IDMARK, records.idmark(1, 3)), (records.TXN, inner)])
+    with pytest.raises(FormatError, match="TXN"):
+        records.decode(records.TXN, body)
+
+
+def test_empty_txn_inside_txn_is_still_format_error():
+    with pytest.raises(FormatError):
+        records.decode(records.TXN, records.txn([(records.TXN, records.txn([]))]))
+
+
+def test_txn_inner_records_are_not_decoded_by_the_txn_itself():
+    # the inner bodies come back raw; each is decoded when it is applied
+    inner = [(records.ACK, records.ack(1, 2, [3])), (records.DROP, records.drop(4, 5))]
+    (got,) = records.decode(records.TXN, records.txn(inner))
+    assert [records.decode(t, b) for t, b in got] == [(1, 2, (3,)), (4, 5)]
+
+
+# -- framing --------------------------------------------------------------------------------
+
+def test_frame_layout_is_crc_length_type_body():
+    body = records.ack(1, 2, [3])
+    data = records.frame(records.ACK, body)
+    crc, length, rtype = struct.unpack_from("<IIB", data)
+    assert (length, rtype) == (len(body), records.ACK)
+    assert data[records.FRAME_SIZE:] == body
+    assert crc == crc32c(data[4:])          # covers length, type and body
+    assert records.FRAME_SIZE == 9
+
+
+def test_read_frame_returns_type_body_and_next_offset():
+    body = records.boot(3, 4)
+    data = b"junk" + records.frame(records.BOOT, body) + b"more"
+    assert records.read_frame(data, 4) == (records.BOOT, body, 4 + records.FRAME_SIZE + len(body))
+
+
+def test_read_frame_accepts_memoryview():
+    data = records.frame(records.IDMARK, records.idmark(1, 2))
+    assert records.read_frame(memoryview(data), 0) == (records.IDMARK, records.idmark(1, 2), len(data))
+
+
+def test_frame_with_empty_body_round_trips():
+    data = records.frame(records.TXN, b"")
+    assert records.read_frame(data, 0) == (records.TXN, b"", records.FRAME_SIZE)
+
+
+def test_read_frame_of_every_cut_short_frame_is_none():
+    data = records.frame(records.ACK, records.ack(1, 2, [3, 4]))
+    for cut in range(len(data)):
+        assert records.read_frame(data[:cut], 0) is None
+
+
+def test_read_frame_detects_any_flipped_bit():
+    data = records.frame(records.NACK, records.nack(1, 2, 3, b"error", [4]))
+    for i in range(len(data)):
+        for bit in (0x01, 0x80):
+            bad = bytearray(data)
+            bad[i] ^= bit
+            got = records.read_frame(bytes(bad), 0)
+            # a changed length may make the frame look incomplete; either way it is refused
+            assert got is None, f"flip of bit {bit:#x} in byte {i} went unnoticed"
+
+
+def test_read_frame_detects_changed_record_type_even_with_same_body():
+    body = records.drop(1, 2)
+    data = bytearray(records.frame(records.DROP, body))
+    data[8] = records.IDMARK  # DROP and IDMARK bodies have the same size
+    assert records.read_frame(bytes(data), 0) is None
+
+
+def test_iter_frames_yields_every_frame_with_its_offset():
+    bodies = [(records.BOOT, records.boot(1, 2)), (records.IDMARK, records.idmark(1, 5)),
+              (records.ACK, records.ack(1, 2, [])), (records.TXN, b"")]
+    data = b"H" * 3 + b"".join(records.frame(t, b) for t, b in bodies)
+    got = list(records.iter_frames(data, 3))
+    assert [(t, b) for _o, t, b in got] == bodies
+    offsets = [o for o, _t, _b in got]
+    assert offsets[0] == 3
+    for (o1, _t, b), o2 in zip(got, offsets[1:]):
+        assert o2 == o1 + records.FRAME_SIZE + len(b)
+
+
+def test_iter_frames_stops_at_the_first_bad_frame():
+    good = records.frame(records.IDMARK, records.idmark(1, 1))
+    bad = bytearray(records.frame(records.IDMARK, records.idmark(1, 2)))
+    bad[-1] ^= 0xFF
+    data = good + bytes(bad) + good
+    assert [o for o, _t, _b in records.iter_frames(data, 0)] == [0]
+
+
+def test_iter_frames_stops_at_a_torn_tail():
+    f = records.frame(records.ACK, records.ack(1, 2, [3]))
+    data = f + f + f[:-3]
+    assert len(list(records.iter_frames(data, 0))) == 2
+
+
+def test_iter_frames_on_empty_input_yields_nothing():
+    assert list(records.iter_frames(b"", 0)) == []
+
+
+# -- segment header ---------------------------------------------------------------------------
+
+def test_segment_header_round_trip():
+    for number in (0, 1, 12345, U64):
+        header = records.segment_header(number)
+        assert len(header) == records.SEGMENT_HEADER_SIZE == 24
+        assert records.check_segment_header(header) == number
+
+
+def test_segment_header_layout():
+    header = records.segment_header(7)
+    assert header[:8] == b"LEASEQWL"
+    assert struct.unpack_from("<HHQ", header, 8) == (records.VERSION, 0, 7)
+    assert struct.unpack_from("<I", header, 20)[0] == crc32c(header[:20])
+
+
+def test_segment_header_ignores_what_follows_it():
+    assert records.check_segment_header(records.segment_header(3) + b"frames...") == 3
+
+
+def test_short_segment_header_is_format_error():
+    header = records.segment_header(1)
+    for cut in range(len(header)):
+        with pytest.raises(FormatError):
+            records.check_segment_header(header[:cut])
+
+
+def test_segment_header_checksum_mismatch_is_format_error():
+    header = bytearray(records.segment_header(1))
+    header[16] ^= 1  # the segment number
+    with pytest.raises(FormatError, match="checksum"):
+        records.check_segment_header(bytes(header))
+
+
+def _header_with(magic=records.MAGIC, version=records.VERSION, number=1):
+    head = struct.pack("<8sHHQ", magic, version, 0, number)
+    return head + struct.pack("<I", crc32c(head))
+
+
+def test_segment_header_with_bad_magic_is_format_error():
+    with pytest.raises(FormatError, match="magic"):
+        records.check_segment_header(_header_with(magic=b"NOTLEASE"))
+
+
+def test_segment_header_of_another_version_is_format_error():
+    with pytest.raises(FormatError, match="version 2"):
+        records.check_segment_header(_header_with(version=2))

@@ -1,0 +1,401 @@
+"""RESP request parsing and reply encoding (leaseq.daemon.resp), without sockets.
+
+Every parser test feeds its input three ways (STYLE.md, "Tests in layers"):
+whole, byte by byte, and followed by the first bytes of another command that
+must stay buffered.  ``parses_to`` and ``rejects`` do that.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Map, Push, Simple, Verbatim
+from leaseq.daemon.resp import ProtocolError, RequestParser, encode, split_args, wire_size
+
+# Followers: the first bytes of a command that is not complete yet, and the
+# rest of it.  One multibulk, one inline, so both buffering paths are checked.
+FOLLOWERS = [
+    (b"*2\r\n$4\r\nECHO\r\n$5\r\nhel", b"lo\r\n", [b"ECHO", b"hello"]),
+    (b"QPU", b"SH q job\r\n", [b"QPUSH", b"q", b"job"]),
+]
+
+
+def multibulk(*args: bytes) -> bytes:
+    """The canonical multibulk encoding, written out independently of the parser."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def parses_to(data: bytes, expected: list, **limits) -> None:
+    """``data`` parses to ``expected`` fed whole, byte by byte, and with a
+    partial command after it.  ``data`` must end where its last command ends."""
+    # whole
+    p = RequestParser(**limits)
+    assert p.feed(data) == expected
+    assert p.pending == 0
+
+    # byte by byte: every command comes out at its own last byte, so nothing
+    # of the last command before the last byte
+    p = RequestParser(**limits)
+    before_last = []
+    for i in range(len(data) - 1):
+        before_last += p.feed(data[i:i + 1])
+    assert before_last == expected[:-1]
+    assert p.feed(data[-1:]) == expected[-1:]
+    assert p.pending == 0
+
+    # with trailing bytes of a following command, which stay buffered
+    for head, tail, follower in FOLLOWERS:
+        p = RequestParser(**limits)
+        assert p.feed(data + head) == expected
+        assert p.pending == len(head)
+        assert p.feed(tail) == [follower]
+        assert p.pending == 0
+
+
+def rejects(data: bytes, message: str, parsed_before: list | None = None, **limits) -> None:
+    """``data`` raises ProtocolError(message) fed whole, byte by byte, and with
+    trailing bytes; the commands before the error are never lost."""
+    parsed_before = parsed_before or []
+
+    with pytest.raises(ProtocolError) as e:
+        RequestParser(**limits).feed(data)
+    assert str(e.value) == message
+    assert e.value.commands == parsed_before
+
+    p = RequestParser(**limits)
+    got = []
+    with pytest.raises(ProtocolError) as e:
+        for i in range(len(data)):
+            got += p.feed(data[i:i + 1])
+    assert str(e.value) == message
+    assert got + e.value.commands == parsed_before
+
+    for head, _tail, _follower in FOLLOWERS:
+        with pytest.raises(ProtocolError) as e:
+            RequestParser(**limits).feed(data + head)
+        assert str(e.value) == message
+        assert e.value.commands == parsed_before
+
+
+# -- multibulk requests ---------------------------------------------------------------
+
+def test_multibulk_command_parses_to_its_arguments():
+    parses_to(b"*3\r\n$5\r\nQPUSH\r\n$1\r\nq\r\n$3\r\njob\r\n", [[b"QPUSH", b"q", b"job"]])
+
+
+def test_multibulk_arguments_are_binary_safe():
+    payload = bytes(range(256)) + b"\r\n*1\r\n$4\r\nPING\r\n"
+    parses_to(multibulk(b"QPUSH", b"q", payload), [[b"QPUSH", b"q", payload]])
+
+
+def test_multibulk_empty_argument_is_kept():
+    parses_to(multibulk(b"ECHO", b""), [[b"ECHO", b""]])
+
+
+@pytest.mark.parametrize("size", [9, 10, 99, 100, 999, 1000, 12345])
+def test_multibulk_argument_lengths_across_digit_counts(size):
+    arg = b"x" * size
+    parses_to(multibulk(b"ECHO", arg) + multibulk(b"PING"), [[b"ECHO", arg], [b"PING"]])
+
+
+def test_pipelined_multibulk_commands_come_out_in_order():
+    cmds = [[b"QPUSH", b"q", b"%d" % i] for i in range(12)]
+    parses_to(b"".join(multibulk(*c) for c in cmds), cmds)
+
+
+def test_multibulk_with_ten_or_more_arguments():
+    args = [b"QPUSHMANY", b"q", b"10"] + [b"job%d" % i for i in range(10)]
+    parses_to(multibulk(*args), [args])
+
+
+def test_empty_multibulk_yields_no_command_and_parsing_continues():
+    parses_to(b"*0\r\n" + multibulk(b"PING"), [[b"PING"]])
+
+
+def test_pending_counts_bytes_of_a_partial_multibulk_command():
+    p = RequestParser()
+    assert p.feed(b"*1\r\n$4\r\nPI") == []
+    assert p.pending == 10
+    assert p.feed(b"NG\r\n") == [[b"PING"]]
+    assert p.pending == 0
+
+
+# -- inline requests -----------------------------------------------------------------------
+
+def test_inline_command_splits_on_whitespace():
+    parses_to(b"QPUSH  q\tjob\r\n", [[b"QPUSH", b"q", b"job"]])
+
+
+def test_inline_command_accepts_bare_newline():
+    parses_to(b"PING\n", [[b"PING"]])
+
+
+def test_inline_command_with_quoted_arguments():
+    parses_to(b'QPUSH q "hello world\\n" \'it\\\'s\'\r\n', [[b"QPUSH", b"q", b"hello world\n", b"it's"]])
+
+
+def test_empty_inline_lines_yield_no_command():
+    parses_to(b"\r\n\r\n   \r\nPING\r\n", [[b"PING"]])
+
+
+def test_redis_cli_pipe_leading_crlf_then_multibulk():
+    # redis-cli --pipe starts with a bare CRLF before its multibulk commands
+    parses_to(b"\r\n" + multibulk(b"ECHO", b"hi"), [[b"ECHO", b"hi"]])
+
+
+def test_inline_and_multibulk_mixed_in_one_stream():
+    data = (b"PING\r\n" + multibulk(b"ECHO", b"a") + b"ECHO b\r\n" + multibulk(b"ECHO", b"c")
+            + multibulk(b"ECHO", b"d") + b"ECHO e\n")
+    parses_to(data, [[b"PING"], [b"ECHO", b"a"], [b"ECHO", b"b"], [b"ECHO", b"c"],
+                     [b"ECHO", b"d"], [b"ECHO", b"e"]])
+
+
+def test_inline_command_after_a_multibulk_split_across_feeds():
+    p = RequestParser()
+    assert p.feed(b"*1\r\n$4\r\nPI") == []
+    assert p.feed(b"NG\r\nECHO x\r\n*1\r\n$4\r\nPI") == [[b"PING"], [b"ECHO", b"x"]]
+    assert p.pending == 10
+    assert p.feed(b"NG\r\n") == [[b"PING"]]
+
+
+def test_inline_request_of_exactly_the_limit_is_accepted():
+    line = b"a" * 10
+    parses_to(line + b"\r\n", [[line]], max_inline=12)
+
+
+# -- protocol errors ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [b"*x\r\n", b"*01\r\n", b"*-2\r\n", b"*1x\r\n"])
+def test_bad_multibulk_length_is_invalid_multibulk_length(data):
+    rejects(data, "invalid multibulk length")
+
+
+@pytest.mark.parametrize("data", [b"*1\r\n$x\r\n", b"*1\r\n$04\r\nPING\r\n", b"*1\r\n$-2\r\n"])
+def test_bad_bulk_length_is_invalid_bulk_length(data):
+    rejects(data, "invalid bulk length")
+
+
+def test_null_bulk_argument_is_invalid_bulk_length():
+    # Redis: a negative bulk length in a request is "invalid bulk length"
+    rejects(b"*1\r\n$-1\r\n", "invalid bulk length")
+
+
+def test_integer_where_bulk_expected_names_the_byte():
+    rejects(b"*2\r\n$4\r\nECHO\r\n:1\r\n", "expected '$', got ':'")
+
+
+def test_nested_array_where_bulk_expected_names_the_byte():
+    rejects(b"*1\r\n*1\r\n$1\r\na\r\n", "expected '$', got '*'")
+
+
+@pytest.mark.parametrize("element, byte", [
+    (b"+OK\r\n", "+"),
+    (b"-ERR x\r\n", "-"),
+    (b",1.5\r\n", ","),
+    (b"(123\r\n", "("),
+    (b"=7\r\ntxt:abc\r\n", "="),
+])
+def test_non_bulk_element_in_request_is_rejected_naming_the_byte(element, byte):
+    # Redis rejects any element of a request that is not a bulk string
+    rejects(b"*1\r\n" + element, f"expected '$', got '{byte}'")
+
+
+def test_simple_string_element_does_not_desynchronise_following_commands():
+    # whatever the verdict on '+OK', the bytes after it must not be misread
+    p = RequestParser()
+    try:
+        got = p.feed(b"*1\r\n+OK\r\nPING\r\n")
+    except ProtocolError:
+        return
+    assert got[1:] == [[b"PING"]]
+
+
+def test_unbalanced_quotes_in_inline_request():
+    rejects(b'QPUSH q "job\r\n', "unbalanced quotes in request")
+
+
+def test_closing_quote_followed_by_text_is_unbalanced_quotes():
+    rejects(b'QPUSH q "job"x\r\n', "unbalanced quotes in request")
+
+
+def test_inline_line_over_the_limit_without_newline_is_too_big():
+    rejects(b"a" * 11, "too big inline request", max_inline=10)
+
+
+def test_inline_line_over_the_limit_with_newline_is_too_big():
+    rejects(b"a" * 11 + b"\r\n", "too big inline request", max_inline=10)
+
+
+def test_too_many_arguments_is_invalid_multibulk_length():
+    rejects(multibulk(b"A", b"B", b"C"), "invalid multibulk length", max_args=2)
+
+
+def test_too_many_inline_arguments_is_invalid_multibulk_length():
+    rejects(b"A B C\r\n", "invalid multibulk length", max_args=2)
+
+
+def test_argument_over_max_bulk_is_invalid_bulk_length():
+    rejects(multibulk(b"ECHO", b"12345"), "invalid bulk length", max_bulk=4)
+
+
+def test_error_keeps_commands_parsed_before_it():
+    data = b"PING\r\n" + multibulk(b"ECHO", b"a") + b"*1\r\n$x\r\n"
+    rejects(data, "invalid bulk length", [[b"PING"], [b"ECHO", b"a"]])
+
+
+def test_error_after_inline_commands_keeps_them():
+    rejects(b"PING\r\nECHO \"x\r\n", "unbalanced quotes in request", [[b"PING"]])
+
+
+def test_partial_request_over_buffer_limit_is_rejected():
+    with pytest.raises(ProtocolError) as e:
+        RequestParser(max_buffer=100).feed(b"*1\r\n$1000\r\n" + b"x" * 200)
+    assert str(e.value) == "too big request (client query buffer limit)"
+
+
+# -- split_args -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, args", [
+    (b"", []),
+    (b"   \t ", []),
+    (b"a b  c", [b"a", b"b", b"c"]),
+    (b'""', [b""]),
+    (b"''", [b""]),
+    (b'"a b" c', [b"a b", b"c"]),
+    (b'"\\n\\r\\t\\b\\a"', [b"\n\r\t\b\a"]),
+    (b'"\\x41\\x7a\\xff"', [b"Az\xff"]),
+    (b'"\\xZZ"', [b"xZZ"]),
+    (b'"\\"\\\\"', [b'"\\']),
+    (b"'a\\'b'", [b"a'b"]),
+    (b"'a\\nb'", [b"a\\nb"]),
+    (b'ab"c d"', [b"abc d"]),
+    (b"\xff\x00 x", [b"\xff\x00", b"x"]),
+])
+def test_split_args_follows_sdssplitargs(line, args):
+    assert split_args(line) == args
+
+
+@pytest.mark.parametrize("line", [b'"abc', b"'abc", b'"a"b', b"'a'b", b'"abc\\"'])
+def test_split_args_rejects_unbalanced_quotes(line):
+    with pytest.raises(ValueError):
+        split_args(line)
+
+
+# -- wire_size --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    [],
+    [b""],
+    [b"PING"],
+    [b"x" * 9, b"x" * 10, b"x" * 99, b"x" * 100, b"x" * 999, b"x" * 1000, b"x" * 10000],
+    [b"a"] * 10,
+    [b"a"] * 100,
+])
+def test_wire_size_is_the_canonical_encoding_length(args):
+    assert wire_size(args) == len(multibulk(*args))
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+INLINE_SAFE = re.compile(rb"[A-Za-z0-9_.:-]+\Z")
+
+command_st = st.lists(st.one_of(st.binary(max_size=20), st.binary(min_size=95, max_size=130)),
+                      min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(commands=st.lists(command_st, min_size=1, max_size=8), data=st.data())
+def test_any_commands_parse_back_identically_whatever_the_chunking(commands, data):
+    parts = []
+    for cmd in commands:
+        inline_ok = all(INLINE_SAFE.match(a) for a in cmd)
+        if inline_ok and data.draw(st.booleans(), label="inline"):
+            parts.append(b" ".join(cmd) + data.draw(st.sampled_from([b"\r\n", b"\n"]), label="eol"))
+        else:
+            if data.draw(st.booleans(), label="blank line before"):
+                parts.append(b"\r\n")
+            parts.append(multibulk(*cmd))
+    stream = b"".join(parts)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10), label="cuts"))
+    p = RequestParser()
+    got = []
+    prev = 0
+    for cut in cuts + [len(stream)]:
+        got += p.feed(stream[prev:cut])
+        prev = cut
+    assert got == commands
+    assert p.pending == 0
+
+
+FRAGMENTS = [b"*", b"$", b":", b"+", b"-", b",", b"_", b"#", b"%", b"=", b"(", b"~", b">",
+             b"\r\n", b"\n", b"\r", b"0", b"1", b"2", b"3", b"-1", b"OK", b"PING", b" ", b'"', b"'",
+             b"*1\r\n", b"*2\r\n", b"$1\r\n", b"$4\r\n", b"x", b"\x00", b"\xff"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunks=st.lists(st.one_of(st.binary(max_size=8),
+                                 st.lists(st.sampled_from(FRAGMENTS), max_size=12).map(b"".join)),
+                       min_size=1, max_size=6))
+@example(chunks=[b"*1\r\n+OK\r\nX"])
+@example(chunks=[b"*1\r\n$4\r\nPING\r\n*1\r\n+OK\r\n", b"X"])
+def test_random_bytes_parse_or_raise_protocol_error_only(chunks):
+    p = RequestParser()
+    try:
+        for chunk in chunks:
+            for cmd in p.feed(chunk):
+                assert type(cmd) is list and cmd and all(type(a) is bytes for a in cmd)
+    except ProtocolError as e:
+        assert str(e)
+        assert isinstance(e.commands, list)
+
+
+# -- encoding replies ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, resp2, resp3", [
+    (b"hello", b"$5\r\nhello\r\n", b"$5\r\nhello\r\n"),
+    (b"", b"$0\r\n\r\n", b"$0\r\n\r\n"),
+    (b"a\r\nb", b"$4\r\na\r\nb\r\n", b"$4\r\na\r\nb\r\n"),
+    (bytearray(b"ab"), b"$2\r\nab\r\n", b"$2\r\nab\r\n"),
+    (memoryview(b"ab"), b"$2\r\nab\r\n", b"$2\r\nab\r\n"),
+    (0, b":0\r\n", b":0\r\n"),
+    (-42, b":-42\r\n", b":-42\r\n"),
+    (2 ** 63 - 1, b":9223372036854775807\r\n", b":9223372036854775807\r\n"),
+    ([], b"*0\r\n", b"*0\r\n"),
+    ([b"a", 1], b"*2\r\n$1\r\na\r\n:1\r\n", b"*2\r\n$1\r\na\r\n:1\r\n"),
+    ((b"a", None), b"*2\r\n$1\r\na\r\n$-1\r\n", b"*2\r\n$1\r\na\r\n_\r\n"),
+    ([[1], []], b"*2\r\n*1\r\n:1\r\n*0\r\n", b"*2\r\n*1\r\n:1\r\n*0\r\n"),
+    (None, b"$-1\r\n", b"_\r\n"),
+    (NULL_ARRAY, b"*-1\r\n", b"_\r\n"),
+    (OK, b"+OK\r\n", b"+OK\r\n"),
+    (PONG, b"+PONG\r\n", b"+PONG\r\n"),
+    (Simple(""), b"+\r\n", b"+\r\n"),
+    (Error("ERR", "syntax error"), b"-ERR syntax error\r\n", b"-ERR syntax error\r\n"),
+    (Error("ERR", "a\r\nb"), b"-ERR a  b\r\n", b"-ERR a  b\r\n"),
+    (Map([(b"id", 1), (b"payload", b"x")]),
+     b"*4\r\n$2\r\nid\r\n:1\r\n$7\r\npayload\r\n$1\r\nx\r\n",
+     b"%2\r\n$2\r\nid\r\n:1\r\n$7\r\npayload\r\n$1\r\nx\r\n"),
+    (Map({b"k": None}), b"*2\r\n$1\r\nk\r\n$-1\r\n", b"%1\r\n$1\r\nk\r\n_\r\n"),
+    (Map([]), b"*0\r\n", b"%0\r\n"),
+    (Verbatim(b"hello"), b"$5\r\nhello\r\n", b"=9\r\ntxt:hello\r\n"),
+    (Verbatim(b""), b"$0\r\n\r\n", b"=4\r\ntxt:\r\n"),
+    (Push([b"message", b"q", 3]), b"*3\r\n$7\r\nmessage\r\n$1\r\nq\r\n:3\r\n",
+     b">3\r\n$7\r\nmessage\r\n$1\r\nq\r\n:3\r\n"),
+    ([Map([(b"a", [None, NULL_ARRAY])])],
+     b"*1\r\n*2\r\n$1\r\na\r\n*2\r\n$-1\r\n*-1\r\n",
+     b"*1\r\n%1\r\n$1\r\na\r\n*2\r\n_\r\n_\r\n"),
+])
+def test_encode_gives_exact_bytes_in_resp2_and_resp3(value, resp2, resp3):
+    assert encode(value, resp3=False) == resp2
+    assert encode(value, resp3=True) == resp3
+
+
+@pytest.mark.parametrize("value", ["OK", True, False, 1.5, {b"a": 1}, object(), [b"ok", "nested str"],
+                                   Map([(b"k", True)])])
+@pytest.mark.parametrize("resp3", [False, True])
+def test_encode_refuses_values_that_are_not_reply_types(value, resp3):
+    with pytest.raises(TypeError):
+        encode(value, resp3)

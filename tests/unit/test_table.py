@@ -1,0 +1,91 @@
+"""The command table, the docs and the config file agree with each other."""
+
+import pathlib
+import re
+
+import pytest
+
+from leaseq.commands import errors
+from leaseq.commands.table import TABLE, command_docs, command_info, render_markdown
+from leaseq.daemon import config
+from leaseq.daemon.resp import encode
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_commands_doc_is_generated_from_the_table():
+    committed = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert committed == render_markdown(), "docs/commands.md is stale: run `leaseq docs`"
+
+
+def test_every_command_has_a_section_in_the_doc():
+    doc = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    for name in TABLE:
+        assert f"### {name.decode().upper()}\n" in doc
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_table_entry_is_complete(name):
+    c = TABLE[name]
+    assert c.arity != 0
+    assert c.summary and c.group
+    assert callable(c.handler) or "transaction" in c.flags
+    assert c.flags <= {"write", "readonly", "denyoom", "blocking", "fast", "admin", "noauth", "loading",
+                       "no-multi", "transaction"}
+    assert not ({"write", "readonly"} <= c.flags)
+
+
+@pytest.mark.parametrize("resp3", [False, True])
+def test_command_info_and_docs_encode(resp3):
+    for c in TABLE.values():
+        info = command_info(c)
+        assert info[0] == c.name.encode() and info[1] == c.arity and len(info) == 10
+        assert encode(info, resp3)
+        assert encode(command_docs(c), resp3).startswith(b"%" if resp3 else b"*")
+
+
+def test_qpush_syntax_reads_like_the_spec():
+    assert TABLE[b"qpush"].syntax() == "QPUSH queue payload [PRIORITY p] [DELAY ms | AT ms-epoch]"
+    assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms]"
+
+
+def test_every_error_code_is_documented():
+    doc = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    for code in errors.CODES:
+        assert f"`{code}`" in doc, f"docs/errors.md does not describe {code}"
+
+
+def test_config_file_documents_every_setting():
+    text = (ROOT / "conf" / "leaseq.conf").read_text(encoding="utf-8")
+    for name in config.FIELDS:
+        assert re.search(rf"^(# )?{re.escape(name)} ", text, re.M), f"conf/leaseq.conf lacks {name}"
+
+
+def test_config_file_loads_to_the_defaults():
+    assert config.load(str(ROOT / "conf" / "leaseq.conf"), environ={}) == config.Settings()
+
+
+def test_config_errors_name_file_line_and_setting(tmp_path):
+    bad = tmp_path / "bad.conf"
+    bad.write_text("port 6479\nfsync-interval soon\n")
+    with pytest.raises(config.ConfigError, match=r"bad.conf:2: 'fsync-interval' must be an integer"):
+        config.load(str(bad), environ={})
+    bad.write_text("no-such-setting 1\n")
+    with pytest.raises(config.ConfigError, match=r"bad.conf:1: unknown setting 'no-such-setting'"):
+        config.load(str(bad), environ={})
+
+
+def test_config_precedence_is_file_then_env_then_flags(tmp_path):
+    f = tmp_path / "l.conf"
+    f.write_text("port 7000\nmax-payload 1mb\nauto-create no\n")
+    s = config.load(str(f), {"port": 7002}, environ={"LEASEQ_PORT": "7001", "LEASEQ_MAX_PAYLOAD": "2kb"})
+    assert (s.port, s.max_payload, s.auto_create) == (7002, 2048, False)
+    with pytest.raises(config.ConfigError, match="LEASEQ_DEFAULT_DURABILITY"):
+        config.load(None, environ={"LEASEQ_DEFAULT_DURABILITY": "sometimes"})
+
+
+def test_docs_and_info_flags_are_status_replies_as_redis_cli_requires():
+    # redis-cli asserts REDIS_REPLY_STATUS for argument flags (it aborted on bulk strings)
+    docs = encode(command_docs(TABLE[b"qpush"]), False)
+    assert b"+optional\r\n" in docs and b"$8\r\noptional" not in docs
+    assert b"+write\r\n" in encode(command_info(TABLE[b"qpush"]), False)
