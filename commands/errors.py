@@ -25,9 +25,7 @@ CODES = {
     "NOPROTO": "HELLO asked for a protocol version other than 2 or 3",
     "NOAUTH": "authentication is required first",
     "WRONGPASS": "wrong user name or password",
-    "MISCONF": "the write-ahead log cannot be written; write commands are refused",
     "OOM": "maxmemory is exceeded; pushes are refused",
-    "BUSY": "the operation conflicts with work in progress",
     "CLOSED": "the queue was dropped while the command was waiting on it",
 }
 
@@ -56,7 +54,6 @@ AUTH_NOT_CONFIGURED = err(
 )
 BAD_CLIENT_NAME = err("Client names cannot contain spaces, newlines or special characters.")
 NO_SUCH_CLIENT = err("No such client")
-MISCONF = Error("MISCONF", "Errors writing to the write-ahead log; write commands are disabled. See the server log.")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:

@@ -145,7 +145,12 @@ class Shape:
 
 
 class Record:
-    """A map reply with a fixed ``Shape``; ``values`` in the shape's key order."""
+    """A map reply with a fixed ``Shape``; ``values`` in the shape's key order.
+
+    The fast path trusts the shape: an ``int`` field must hold an ``int`` and a
+    ``bulk`` field ``bytes`` (the encoder checks neither, to keep a claimed job
+    at one format operation).  Build records only in the command modules.
+    """
 
     __slots__ = ("shape", "values")
 

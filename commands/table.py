@@ -44,6 +44,8 @@ class Arg:
             text = self.token
         elif self.type == "oneof":
             text = " | ".join(a.syntax() for a in self.args)
+            if self.token:
+                text = f"{self.token} {text}"
         elif self.type == "block":
             text = " ".join(a.syntax() for a in self.args)
             if self.token:
@@ -137,7 +139,9 @@ _COMMANDS = [
     # -- queues --------------------------------------------------------------------------------
     _c("qcreate", queues.qcreate, -2, "write denyoom", "queue",
        "Create a queue with options; idempotent for the same configuration",
-       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration"),
+       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration",
+       notes="Every option is validated and stored; MAXDELIVERIES, DEADLETTER, EXPIRE, RETAIN-COMPLETED, "
+             "RETAIN-DEAD and WINDOW take effect in a later release (see docs/operations.md)."),
     _c("qalter", queues.qalter, -2, "write", "queue", "Change options of an existing queue",
        (QUEUE,) + QUEUE_OPTIONS, reply="+OK",
        notes="DURABILITY cannot change between memory and fsync/async."),
@@ -226,7 +230,7 @@ _COMMANDS = [
     _c("time", server.time_cmd, 1, "fast loading", "server", "The server's time",
        reply="array: seconds, microseconds"),
     _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer"),
-    _c("shutdown", server.shutdown, -1, "admin loading noauth no-multi", "server",
+    _c("shutdown", server.shutdown, -1, "admin loading no-multi", "server",
        "Stop gracefully: answer what was received, fsync, exit",
        (Arg("mode", optional=True),), reply="nothing: the connection closes"),
 ]

@@ -84,7 +84,8 @@ class Blocking:
         self._answer(w, w.wait.expired())
 
     def _answer(self, w: Waiter, reply) -> None:
-        self.server.store.sync_needed = False
+        store = self.server.store
+        store.write_needed = store.sync_needed = False
         w.conn.unblock(reply)
 
     def serve(self, queue) -> None:
@@ -100,7 +101,7 @@ class Blocking:
             for w, share in zip(batch, deal(available, [w.wait.count for w in batch])):
                 if not share or w.conn.closed:
                     continue
-                store.sync_needed = False
+                store.write_needed = store.sync_needed = False
                 jobs = w.wait.take(share)
                 if not jobs:
                     break

@@ -27,7 +27,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--port", type=int, help="TCP port (default 6479; 0 picks a free one).")
+@click.option("--port", type=click.IntRange(0, 65535), help="TCP port (default 6479; 0 picks a free one).")
 @click.option("--bind", help="Address to listen on (default 127.0.0.1).")
 @click.option("--dir", "data_dir", help="Data directory for the log (default ./data).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),

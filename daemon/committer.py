@@ -3,8 +3,9 @@
 ``touch()`` schedules ``end_of_turn`` once per turn (``call_soon`` runs after
 the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
 blocked claimers take the jobs this turn made ready, then writes the log
-buffer with one ``write``; if any record written needs fsync before its reply,
-it starts an ``fdatasync`` in the worker thread.  While that runs the loop
+buffer with one ``write`` and releases the replies that waited only for
+that; if any record written needs fsync before its reply, it starts an
+``fdatasync`` in the worker thread.  While that runs the loop
 keeps reading, parsing and running commands; a later turn's records are
 written and covered by the next ``fdatasync``, which starts as soon as the
 running one ends.  When one ends, connections holding replies up to that
@@ -62,6 +63,7 @@ class Committer:
         if wal.wants_sync:
             wal.wants_sync = False
             self.start_sync()
+        self._release()
 
     def start_sync(self) -> None:
         if self.syncing:
@@ -84,12 +86,18 @@ class Committer:
         self.last_fsync_ms = int(time.time() * 1000)
         self.wal.durable_gen = target
         self.wal.last_fsync_ms = int((time.monotonic() - started) * 1000)
-        done = [c for c in self.waiters if c.closed or c.release(target)]
-        for c in done:
-            self.waiters.discard(c)
+        self._release()
         if self.again:
             self.again = False
             self.start_sync()
+
+    def _release(self) -> None:
+        """Connections write the replies whose records are now written/durable."""
+        if self.waiters:
+            written, durable = self.wal.written_gen, self.wal.durable_gen
+            done = [c for c in self.waiters if c.closed or c.release(written, durable)]
+            for c in done:
+                self.waiters.discard(c)
 
     def sync_interval_tick(self) -> None:
         """Async queues: fsync what was written, at least every fsync-interval."""
@@ -103,10 +111,7 @@ class Committer:
         self.wal.flush()
         self.wal.sync()
         self.wal.durable_gen = self.wal.written_gen
-        for c in list(self.waiters):
-            if not c.closed:
-                c.release(self.wal.durable_gen)
-        self.waiters.clear()
+        self._release()
         self.executor.shutdown(wait=True)
 
     def _fatal(self, message: str) -> None:

@@ -4,10 +4,11 @@ Bytes in → ``RequestParser`` → commands run in order by ``dispatch.execute``
 → replies encoded for this connection's protocol (RESP2 or RESP3).  All the
 replies of one read are written with one ``write``.
 
-Replies stay in order.  A reply whose command changed an ``fsync`` queue is
-*held* until the log generation holding its record is durable (group commit,
-see ``daemon.committer``); every reply after it on this connection waits
-behind it.  A blocked QCLAIM stops the processing of commands pipelined
+Replies stay in order.  A reply whose command appended log records is
+*held* until the generation holding them is written (end of the event-loop
+turn), and for changes that must be fsynced until it is durable (group
+commit, see ``daemon.committer``); every reply after it on this connection
+waits behind it.  So no reply ever gets ahead of its record.  A blocked QCLAIM stops the processing of commands pipelined
 after it until it is answered, as in Redis.
 
 Flow control: when the transport's write buffer is over its high-water mark
@@ -56,7 +57,7 @@ class Connection(asyncio.Protocol):
         # processing state
         self.pending: deque = deque()
         self.out: list[bytes] = []
-        self.held: deque = deque()         # (generation, reply bytes) waiting for fsync
+        self.held: deque = deque()         # (generation, needs fsync, reply bytes) waiting for the log
         self.waiting = None                # the blocking.Waiter while a QCLAIM is parked
         self.protocol_error = None
         self.quitting = False
@@ -125,7 +126,7 @@ class Connection(asyncio.Protocol):
         if server.committer.closed:      # shut down: nothing more runs
             pending.clear()
         while pending and self.waiting is None and not self.quitting and not self.closed:
-            store.sync_needed = False
+            store.write_needed = store.sync_needed = False
             reply = execute(self, pending.popleft())
             if type(reply) is ClaimWait:
                 if server.stopping:
@@ -141,16 +142,20 @@ class Connection(asyncio.Protocol):
         server.committer.touch()
 
     def answer(self, reply) -> None:
-        """Queue the reply of the command just run (see the module docstring)."""
+        """Queue the reply of the command just run (see the module docstring).
+
+        A command that appended log records is answered only after they are
+        written (end of this turn), or fsynced when its queue needs that; a
+        reply behind a held one waits too, to keep the order."""
         if reply is NO_REPLY:
             return
         data = encode(reply, self.resp3)
-        server = self.server
-        if server.store.sync_needed:
-            self.held.append((server.store.wal.next_gen, data))
-            server.committer.wait(self)
+        store = self.server.store
+        if store.write_needed:
+            self.held.append((store.wal.next_gen, store.sync_needed, data))
+            self.server.committer.wait(self)
         elif self.held:
-            self.held.append((0, data))
+            self.held.append((0, False, data))
         else:
             self.out.append(data)
 
@@ -171,12 +176,17 @@ class Connection(asyncio.Protocol):
         if self.quitting and not self.held and not self.closed:
             self.transport.close()
 
-    def release(self, durable_gen: int) -> bool:
-        """Write the held replies that are now durable; True when none are left."""
+    def release(self, written_gen: int, durable_gen: int) -> bool:
+        """Write the held replies whose records are now written (or fsynced,
+        for those that need it); True when none are left."""
         held = self.held
         chunks = []
-        while held and held[0][0] <= durable_gen:
-            chunks.append(held.popleft()[1])
+        while held:
+            gen, sync, data = held[0]
+            if gen > (durable_gen if sync else written_gen):
+                break
+            chunks.append(data)
+            held.popleft()
         if chunks and not self.closed:
             self.transport.write(b"".join(chunks))
             self._check_output()

@@ -32,6 +32,7 @@ import hiredis
 from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
+TAIL_MAX = 64 * 1024  # partial commands up to this size are re-parsed whole with the next read
 
 
 class ProtocolError(Exception):
@@ -54,12 +55,13 @@ def wire_size(args: list) -> int:
 class RequestParser:
     """Incremental request parser for one connection."""
 
-    __slots__ = ("_reader", "_carry", "_inline", "max_inline", "max_args", "max_bulk", "max_buffer")
+    __slots__ = ("_reader", "_carry", "_tail", "_inline", "max_inline", "max_args", "max_bulk", "max_buffer")
 
     def __init__(self, max_inline: int = 64 * 1024, max_args: int = 1024 * 1024,
                  max_bulk: int = 512 * 1024 * 1024, max_buffer: int = 1024 * 1024 * 1024) -> None:
         self._reader = hiredis.Reader()
-        self._carry = 0          # bytes of a partial multibulk command inside the reader
+        self._carry = 0          # bytes of a big partial multibulk command inside the reader
+        self._tail = b""         # a small partial multibulk command, held by us
         self._inline = b""       # partial inline line (held by us, not by hiredis)
         self.max_inline = max_inline
         self.max_args = max_args
@@ -69,22 +71,20 @@ class RequestParser:
     @property
     def pending(self) -> int:
         """Bytes received that do not yet form a complete command."""
-        return self._carry + len(self._inline)
+        return self._carry + len(self._tail) + len(self._inline)
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         out: list[list[bytes]] = []
-        if self._inline:
-            data = self._inline + data
-            self._inline = b""
+        if self._tail or self._inline:    # a partial command held by us (never both)
+            data = self._tail + self._inline + data
+            self._tail = self._inline = b""
         pos = 0
         end = len(data)
         while pos < end:
             if self._carry == 0 and data[pos] != ASTERISK:
                 pos = self._parse_inline(data, pos, out)
-                if pos < 0:
-                    break
-                continue
-            pos = self._parse_multibulk(data, pos, out)
+            else:
+                pos = self._parse_multibulk(data, pos, out)
             if pos < 0:
                 break
         return out
@@ -93,7 +93,13 @@ class RequestParser:
 
     def _parse_multibulk(self, data: bytes, pos: int, out: list) -> int:
         """Feed data[pos:] to hiredis; return the offset of an inline command
-        that follows, or -1 when everything was consumed."""
+        that follows, or -1 when everything was consumed.
+
+        Every command that starts in ``data`` is walked to check its elements
+        and find its end exactly.  An incomplete command of at most TAIL_MAX
+        bytes is kept by us (``_tail``) and re-fed whole with the next bytes, so
+        it too starts in ``data`` next time; a bigger one stays inside hiredis
+        (``_carry``) and its end is computed from its arguments."""
         reader = self._reader
         start_carry = self._carry
         reader.feed(data, pos) if pos else reader.feed(data)
@@ -106,22 +112,85 @@ class RequestParser:
             except hiredis.ProtocolError as e:
                 raise ProtocolError(_redis_wording(str(e)), out) from None
             if cmd is False:
-                self._carry = end - off
-                if self._carry > self.max_buffer:
+                if end - off > self.max_buffer:
                     raise ProtocolError("too big request (client query buffer limit)", out)
+                if off >= pos:
+                    self._check_headers(data, off, out)
+                    if end - off <= TAIL_MAX:
+                        self._tail = data[off:]
+                        self._reader = hiredis.Reader()
+                        self._carry = 0
+                        return -1
+                self._carry = end - off
                 return -1
+            if cmd is None:           # *-1: a null request, ignored as Redis does
+                cmd = []
             self._check(cmd, check_bulk, out)
+            if off >= pos:
+                off = self._walk(data, off, cmd, out)
+            else:                     # began in an earlier read, held by hiredis
+                off += wire_size(cmd)
+                if not pos <= off <= end or data[off - 2:off] != b"\r\n":
+                    raise ProtocolError("expected '$', got something else", out)
             if cmd:
                 out.append(cmd)
             if not reader.has_data():
                 self._carry = 0
                 return -1
-            off += wire_size(cmd)
+            if off >= end:
+                raise ProtocolError("expected '$', got something else", out)
             if data[off] != ASTERISK:
                 # an inline command follows: hiredis would reject it, so start afresh
                 self._reader = hiredis.Reader()
                 self._carry = 0
                 return off
+
+    @staticmethod
+    def _walk(data: bytes, start: int, cmd: list, out: list) -> int:
+        """End offset of ``cmd``, which starts at ``data[start]``, checking that
+        every element was a bulk string (hiredis returns ``+OK`` as bytes too)."""
+        end = len(data)
+        find = data.find
+        pos = find(b"\n", start) + 1
+        for a in cmd:
+            if pos >= end:
+                raise ProtocolError("expected '$', got something else", out)
+            if data[pos] != 0x24:
+                raise ProtocolError(f"expected '$', got '{chr(data[pos])}'", out)
+            pos = find(b"\n", pos) + 3 + len(a)
+        if pos > end:
+            raise ProtocolError("expected '$', got something else", out)
+        return pos
+
+    def _check_headers(self, data: bytes, start: int, out: list) -> None:
+        """Limits of a partial command, checked on its headers as they arrive
+        (as Redis does), so a client cannot make us buffer what we would refuse.
+        Bodies are skipped by arithmetic; malformed numbers are left to hiredis."""
+        end = len(data)
+        find = data.find
+        nl = find(b"\r\n", start)
+        if nl < 0:
+            return
+        try:
+            count = int(data[start + 1:nl])
+        except ValueError:
+            return
+        if count > self.max_args:
+            raise ProtocolError("invalid multibulk length", out)
+        pos = nl + 2
+        while pos < end:
+            if data[pos] != 0x24:
+                raise ProtocolError(f"expected '$', got '{chr(data[pos])}'", out)
+            nl = find(b"\r\n", pos)
+            if nl < 0:
+                return
+            try:
+                size = int(data[pos + 1:nl])
+            except ValueError:
+                return
+            if size > self.max_bulk:
+                raise ProtocolError("invalid bulk length", out)
+            pos = nl + 4 + size
 
     def _check(self, cmd, check_bulk: bool, out: list) -> None:
         if type(cmd) is not list:
@@ -130,6 +199,8 @@ class RequestParser:
             raise ProtocolError("invalid multibulk length", out)
         for a in cmd:
             if type(a) is not bytes:
+                if a is None:        # $-1 inside a request
+                    raise ProtocolError("invalid bulk length", out)
                 raise ProtocolError(f"expected '$', got '{_type_byte(a)}'", out)
         if check_bulk and any(len(a) > self.max_bulk for a in cmd):
             raise ProtocolError("invalid bulk length", out)
@@ -161,12 +232,11 @@ class RequestParser:
 
 
 def _type_byte(value) -> str:
-    if isinstance(value, list):
-        return "*"
-    if isinstance(value, int):
-        return ":"
-    if value is None:
-        return "$"  # a null bulk inside a request ($-1)
+    """The RESP type byte of an element hiredis decoded (for the error message)."""
+    for kind, byte in ((bool, "#"), (int, ":"), (float, ","), (list, "*"), (dict, "%"),
+                       ((set, frozenset), "~"), (Exception, "-")):
+        if isinstance(value, kind):
+            return byte
     return "?"
 
 

@@ -78,8 +78,12 @@ class Server:
                 changes[config.attr_name(name)] = config.parse_value(name, text)
             except config.ConfigError as e:
                 raise errors.config_invalid(name, str(e)) from None
-        self.settings = self.settings.replace(**changes)
-        self.store.lease_sync = self.settings.lease_durability == "fsync"
+        self.settings = s = self.settings.replace(**changes)
+        self.store.lease_sync = s.lease_durability == "fsync"
+        self.store.wal.segment_size = s.segment_size
+        for c in self.clients.values():
+            c.parser.max_args = s.max_args
+            c.parser.max_bulk = s.proto_max_bulk_len
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(self.settings.loglevel.upper())
 
@@ -89,7 +93,8 @@ class Server:
         self.stats.connections += 1
         if len(self.clients) >= self.settings.maxclients or self.stopping:
             self.stats.rejected += 1
-            conn.transport.write(b"-ERR max number of clients reached\r\n")
+            conn.transport.write(b"-ERR leaseq is shutting down\r\n" if self.stopping
+                                 else b"-ERR max number of clients reached\r\n")
             conn.transport.close()
             conn.closed = True
             return
@@ -126,8 +131,12 @@ class Server:
         return self.committer.fsyncs if self.committer else 0
 
     @property
-    def last_fsync_ms(self) -> int:
+    def last_fsync_time_ms(self) -> int:
         return self.committer.last_fsync_ms if self.committer else 0
+
+    @property
+    def last_fsync_duration_ms(self) -> int:
+        return self.store.wal.last_fsync_ms if self.store.wal else 0
 
     # -- running --------------------------------------------------------------------------------
 
@@ -143,13 +152,19 @@ class Server:
         self.port = self._listener.sockets[0].getsockname()[1]
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
-        self._tasks.append(loop.create_task(self._every(s.fsync_interval / 1000.0,
-                                                        self.committer.sync_interval_tick)))
+        self._tasks.append(loop.create_task(self._fsync_ticker()))
         self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
         if s.bind not in ("127.0.0.1", "::1", "localhost") and not s.requirepass:
             log.warning("listening on %s without requirepass: any host that reaches this port can use "
                         "every queue. Set requirepass or bind 127.0.0.1.", s.bind)
         log.info("leaseq ready to accept connections on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+
+    async def _fsync_ticker(self) -> None:
+        """Async queues: fsync at least every fsync-interval (read each time,
+        so CONFIG SET applies at once)."""
+        while True:
+            await asyncio.sleep(max(self.settings.fsync_interval, 1) / 1000.0)
+            self.committer.sync_interval_tick()
 
     async def _every(self, seconds: float, fn) -> None:
         while True:

@@ -18,8 +18,10 @@ CLAIM, NACK, EXTEND    written *    written     not written
 =====================  ===========  ==========  ===========================
 
 (*) wait too with ``lease-durability fsync``.  "Written" records reach the
-file at the end of the event-loop turn (they survive a crash of the process)
-and are fsynced within ``fsync-interval``.
+file at the end of the event-loop turn, before their replies are sent (so
+they survive a crash of the process), and are fsynced within
+``fsync-interval``.  ``write_needed`` / ``sync_needed`` tell the daemon which
+of the two the command just run must wait for.
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ class Store:
         self.queues: dict[bytes, Queue] = {}
         self.by_qid: dict[int, Queue] = {}
         self.next_qid = 1
+        self.dropped_marks: dict[bytes, int] = {}   # name -> first id a re-created queue may use
         self.epoch = 0
         self.lease_seq = 0
         self.wal: WriteAheadLog | None = None
         self.lock_fd = -1
         self.replaying = False
         self.lease_sync = False
-        self.sync_needed = False     # a record appended since the last reset needs fsync before replying
+        self.write_needed = False    # a record was appended since the last reset: reply after it is written
+        self.sync_needed = False     # ... and it needs fsync before replying
         self.woken: set[Queue] = set()   # queues that got ready jobs (blocked claimers may be served)
         self.report: RecoveryReport | None = None
         self.recovery_seconds = 0.0
@@ -132,6 +136,7 @@ class Store:
             self._txn_sync = self._txn_sync or sync
             return
         self.wal.append(rtype, body, sync)
+        self.write_needed = True
         if sync:
             self.sync_needed = True
 
@@ -163,6 +168,7 @@ class Store:
             qid = self.next_qid
         self.next_qid = max(self.next_qid, qid + 1)
         q = Queue(qid, name, config)
+        q.next_id = q.id_mark = self.dropped_marks.pop(name, 1)
         _set_durability(q)
         self.queues[name] = q
         self.by_qid[qid] = q
@@ -178,6 +184,8 @@ class Store:
         del self.queues[q.name]
         del self.by_qid[q.qid]
         q.dropped = True
+        # a queue re-created under this name continues above every id handed out
+        self.dropped_marks[q.name] = max(q.next_id, q.id_mark)
         self.woken.discard(q)
         self._log_meta(records.DROP, records.drop(q.qid, ts))
         return q.remove_all()

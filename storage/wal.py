@@ -131,7 +131,15 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
         offset = records.SEGMENT_HEADER_SIZE
         while True:
             for offset, rtype, body in records.iter_frames(data, offset):
-                apply(rtype, body)
+                try:
+                    apply(rtype, body)
+                except records.FormatError as e:
+                    # the checksum matched, so the bytes are as written: a bug or a newer format
+                    if not repair:
+                        raise CorruptLog(path, offset, str(e)) from None
+                    log.error("--repair: skipping an undecodable %s record of %s at offset %d: %s",
+                              records.NAMES.get(rtype, rtype), path, offset, e)
+                    report.skipped.append((path, offset, records.FRAME_SIZE + len(body)))
                 report.records += 1
                 offset += records.FRAME_SIZE + len(body)
             if offset >= len(data):

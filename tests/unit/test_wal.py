@@ -1,0 +1,412 @@
+"""Segment files: writing, rotation, locking and recovery reads (leaseq.storage.wal)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from leaseq.storage import records
+from leaseq.storage.wal import (
+    CorruptLog,
+    DirectoryLocked,
+    WriteAheadLog,
+    list_segments,
+    lock_directory,
+    read_log,
+    segment_name,
+)
+
+HEADER = records.SEGMENT_HEADER_SIZE
+
+
+def rec(n: int) -> tuple[int, bytes]:
+    """A small, distinct record."""
+    return records.IDMARK, records.idmark(1, n)
+
+
+def framed(*recs) -> bytes:
+    return b"".join(records.frame(t, b) for t, b in recs)
+
+
+def write_segment(directory, number: int, data: bytes, header: bytes | None = None) -> str:
+    path = os.path.join(directory, segment_name(number))
+    with open(path, "wb") as f:
+        f.write(records.segment_header(number) if header is None else header)
+        f.write(data)
+    return path
+
+
+def read_all(directory, repair=False):
+    got = []
+    report = read_log(str(directory), lambda t, b: got.append((t, b)), repair=repair)
+    return got, report
+
+
+def corrupt(data: bytes, at: int) -> bytes:
+    bad = bytearray(data)
+    bad[at] ^= 0xFF
+    return bytes(bad)
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def test_segment_names_sort_in_log_order():
+    names = [segment_name(n) for n in (1, 2, 9, 10, 100, 10 ** 15)]
+    assert names == sorted(names)
+    assert segment_name(42) == "seg-00000000000000000042.wal"
+
+
+def test_list_segments_sorts_by_number_and_ignores_other_files(tmp_path):
+    for n in (10, 2, 1):
+        write_segment(tmp_path, n, b"")
+    for other in ("LOCK", "seg-abc.wal", "seg-1.tmp", "snapshot-1.snap"):
+        (tmp_path / other).write_bytes(b"x")
+    assert list_segments(str(tmp_path)) == [(n, str(tmp_path / segment_name(n))) for n in (1, 2, 10)]
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+def test_new_log_starts_a_segment_with_only_a_header(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 5)
+    try:
+        path = tmp_path / segment_name(5)
+        assert path.read_bytes() == records.segment_header(5)
+        assert wal.segment_number == 5
+    finally:
+        wal.close()
+
+
+def test_append_buffers_without_writing(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    try:
+        wal.append(*rec(1), sync=False)
+        assert wal.pending
+        assert (tmp_path / segment_name(1)).stat().st_size == HEADER
+        assert wal.written_gen == 0
+    finally:
+        wal.close()
+
+
+def test_flush_writes_all_appended_records_as_one_generation(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    try:
+        assert wal.next_gen == 1
+        for n in range(3):
+            wal.append(*rec(n), sync=False)
+        assert wal.flush() == 1
+        assert not wal.pending
+        assert wal.written_gen == 1 and wal.next_gen == 2
+        assert (tmp_path / segment_name(1)).read_bytes() == records.segment_header(1) + framed(*map(rec, range(3)))
+        assert wal.bytes_written == len(framed(*map(rec, range(3))))
+    finally:
+        wal.close()
+
+
+def test_flush_with_nothing_buffered_is_not_a_new_generation(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    try:
+        assert wal.flush() == 0
+        wal.append(*rec(1), sync=False)
+        assert wal.flush() == 1
+        assert wal.flush() == 1
+    finally:
+        wal.close()
+
+
+def test_only_sync_records_ask_for_fsync(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    try:
+        wal.append(*rec(1), sync=False)
+        assert not wal.wants_sync
+        wal.append(*rec(2), sync=True)
+        assert wal.wants_sync
+    finally:
+        wal.close()
+
+
+def test_flush_then_sync_leaves_records_readable(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    wal.append(*rec(1), sync=True)
+    wal.flush()
+    assert wal.unsynced
+    wal.sync()
+    got, _ = read_all(tmp_path)
+    assert got == [rec(1)]
+    wal.close()
+
+
+def test_close_flushes_what_is_still_buffered(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    wal.append(*rec(1), sync=False)
+    wal.append(*rec(2), sync=False)
+    wal.close()
+    got, _ = read_all(tmp_path)
+    assert got == [rec(1), rec(2)]
+
+
+def test_new_log_never_appends_to_an_existing_segment(tmp_path):
+    write_segment(tmp_path, 1, framed(rec(1)))
+    with pytest.raises(FileExistsError):
+        WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    assert (tmp_path / segment_name(1)).read_bytes() == records.segment_header(1) + framed(rec(1))
+
+
+def test_segment_rotates_once_it_reaches_segment_size(tmp_path):
+    one = len(framed(rec(0)))
+    wal = WriteAheadLog(str(tmp_path), HEADER + 2 * one, 1)
+    wal.append(*rec(0), sync=False)
+    wal.flush()
+    assert wal.segment_number == 1              # below segment_size: same segment
+    wal.append(*rec(1), sync=False)
+    wal.flush()
+    assert wal.segment_number == 2              # reached segment_size: next segment
+    assert wal.segments_created == 2
+    assert (tmp_path / segment_name(1)).stat().st_size == HEADER + 2 * one
+    assert (tmp_path / segment_name(2)).read_bytes() == records.segment_header(2)
+    wal.append(*rec(2), sync=False)
+    wal.flush()
+    wal.sync()
+    wal.close()
+    assert (tmp_path / segment_name(2)).read_bytes() == records.segment_header(2) + framed(rec(2))
+    got, report = read_all(tmp_path)
+    assert got == [rec(0), rec(1), rec(2)]
+    assert report.segments == 2 and report.last_segment == 2
+
+
+def test_one_flush_is_never_split_across_segments(tmp_path):
+    one = len(framed(rec(0)))
+    wal = WriteAheadLog(str(tmp_path), HEADER + one, 1)
+    for n in range(5):
+        wal.append(*rec(n), sync=False)
+    wal.flush()
+    wal.close()
+    assert (tmp_path / segment_name(1)).stat().st_size == HEADER + 5 * one
+    assert (tmp_path / segment_name(2)).stat().st_size == HEADER
+
+
+def test_many_rotations_read_back_in_order(tmp_path):
+    one = len(framed(rec(0)))
+    wal = WriteAheadLog(str(tmp_path), HEADER + 3 * one, 1)
+    for n in range(20):
+        wal.append(*rec(n), sync=False)
+        wal.flush()
+        if n % 4 == 0:
+            wal.sync()
+    wal.close()
+    got, report = read_all(tmp_path)
+    assert got == [rec(n) for n in range(20)]
+    assert report.segments == len(list_segments(str(tmp_path))) > 5
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+def test_read_log_of_empty_directory_reports_nothing(tmp_path):
+    got, report = read_all(tmp_path)
+    assert got == []
+    assert (report.segments, report.records, report.bytes, report.truncated_bytes, report.skipped,
+            report.last_segment) == (0, 0, 0, 0, [], 0)
+
+
+def test_read_log_applies_records_of_all_segments_in_order(tmp_path):
+    write_segment(tmp_path, 2, framed(rec(3), rec(4)))
+    write_segment(tmp_path, 1, framed(rec(1), rec(2)))
+    write_segment(tmp_path, 7, b"")
+    got, report = read_all(tmp_path)
+    assert got == [rec(1), rec(2), rec(3), rec(4)]
+    assert report.records == 4
+    assert report.segments == 3
+    assert report.last_segment == 7
+    assert report.bytes == 3 * HEADER + len(framed(rec(1), rec(2), rec(3), rec(4)))
+
+
+@pytest.mark.parametrize("cut", [1, 4, records.FRAME_SIZE, records.FRAME_SIZE + 3])
+def test_torn_tail_of_newest_segment_is_truncated_and_reported(tmp_path, cut):
+    good = framed(rec(1), rec(2))
+    last = framed(rec(3))
+    path = write_segment(tmp_path, 1, good + last[:-cut])
+    got, report = read_all(tmp_path)
+    assert got == [rec(1), rec(2)]
+    assert report.truncated_bytes == len(last) - cut
+    assert os.path.getsize(path) == HEADER + len(good)
+    assert report.bytes == HEADER + len(good)
+
+
+def test_bad_checksum_at_end_of_newest_segment_is_a_torn_tail(tmp_path):
+    good = framed(rec(1))
+    bad = corrupt(framed(rec(2)), -1)
+    path = write_segment(tmp_path, 1, good + bad)
+    got, report = read_all(tmp_path)
+    assert got == [rec(1)]
+    assert report.truncated_bytes == len(bad)
+    assert os.path.getsize(path) == HEADER + len(good)
+
+
+def test_garbage_after_the_last_frame_of_newest_segment_is_truncated(tmp_path):
+    path = write_segment(tmp_path, 1, framed(rec(1)) + b"\x00" * 100)
+    got, report = read_all(tmp_path)
+    assert got == [rec(1)]
+    assert report.truncated_bytes == 100
+    assert os.path.getsize(path) == HEADER + len(framed(rec(1)))
+
+
+def test_truncated_log_reads_cleanly_the_second_time(tmp_path):
+    write_segment(tmp_path, 1, framed(rec(1)) + framed(rec(2))[:-2])
+    read_all(tmp_path)
+    got, report = read_all(tmp_path)
+    assert got == [rec(1)]
+    assert report.truncated_bytes == 0
+
+
+def test_torn_tail_only_in_newest_segment_older_ones_are_intact(tmp_path):
+    write_segment(tmp_path, 1, framed(rec(1)))
+    write_segment(tmp_path, 2, framed(rec(2)) + framed(rec(3))[:5])
+    got, report = read_all(tmp_path)
+    assert got == [rec(1), rec(2)]
+    assert report.truncated_bytes == 5
+
+
+def test_bad_frame_followed_by_a_valid_one_is_corruption_naming_file_and_offset(tmp_path):
+    first = framed(rec(1))
+    bad = corrupt(framed(rec(2)), records.FRAME_SIZE + 2)
+    path = write_segment(tmp_path, 1, first + bad + framed(rec(3)))
+    size = os.path.getsize(path)
+    applied = []
+    with pytest.raises(CorruptLog) as e:
+        read_log(str(tmp_path), lambda t, b: applied.append((t, b)))
+    offset = HEADER + len(first)
+    assert e.value.path == path
+    assert e.value.offset == offset
+    assert path in str(e.value) and f"offset {offset}" in str(e.value)
+    assert "--repair" in str(e.value)
+    assert os.path.getsize(path) == size          # nothing was truncated
+    assert applied == [rec(1)]
+
+
+def test_bad_frame_in_an_older_segment_is_corruption_even_at_its_end(tmp_path):
+    older = write_segment(tmp_path, 1, framed(rec(1)) + framed(rec(2))[:-1])
+    write_segment(tmp_path, 2, framed(rec(3)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    offset = HEADER + len(framed(rec(1)))
+    assert (e.value.path, e.value.offset) == (older, offset)
+    assert older in str(e.value) and f"offset {offset}" in str(e.value)
+    assert os.path.getsize(older) == HEADER + 2 * len(framed(rec(1))) - 1
+
+
+def test_repair_skips_a_bad_frame_and_reads_on(tmp_path):
+    first = framed(rec(1))
+    bad = corrupt(framed(rec(2)), 0)
+    path = write_segment(tmp_path, 1, first + bad + framed(rec(3), rec(4)))
+    got, report = read_all(tmp_path, repair=True)
+    assert got == [rec(1), rec(3), rec(4)]
+    assert report.skipped == [(path, HEADER + len(first), len(bad))]
+    assert report.records == 3
+
+
+def test_repair_skips_the_bad_tail_of_an_older_segment(tmp_path):
+    torn = framed(rec(2))[:-3]
+    older = write_segment(tmp_path, 1, framed(rec(1)) + torn)
+    write_segment(tmp_path, 2, framed(rec(3)))
+    got, report = read_all(tmp_path, repair=True)
+    assert got == [rec(1), rec(3)]
+    assert report.skipped == [(older, HEADER + len(framed(rec(1))), len(torn))]
+
+
+def test_repair_still_truncates_a_torn_tail_of_the_newest_segment(tmp_path):
+    path = write_segment(tmp_path, 1, framed(rec(1)) + framed(rec(2))[:-1])
+    got, report = read_all(tmp_path, repair=True)
+    assert got == [rec(1)]
+    assert report.skipped == []
+    assert report.truncated_bytes == len(framed(rec(2))) - 1
+    assert os.path.getsize(path) == HEADER + len(framed(rec(1)))
+
+
+def test_torn_header_of_newest_segment_removes_the_segment(tmp_path):
+    write_segment(tmp_path, 1, framed(rec(1)))
+    torn = write_segment(tmp_path, 2, b"", header=records.segment_header(2)[:10])
+    got, report = read_all(tmp_path)
+    assert got == [rec(1)]
+    assert not os.path.exists(torn)
+    assert report.truncated_bytes == 10
+
+
+def test_bad_header_of_an_older_segment_is_corruption_at_offset_zero(tmp_path):
+    older = write_segment(tmp_path, 1, framed(rec(1)), header=corrupt(records.segment_header(1), 0))
+    write_segment(tmp_path, 2, framed(rec(2)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert (e.value.path, e.value.offset) == (older, 0)
+    assert older in str(e.value)
+
+
+def test_segment_whose_header_names_another_number_is_corruption(tmp_path):
+    path = write_segment(tmp_path, 1, framed(rec(1)), header=records.segment_header(9))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert e.value.path == path and e.value.offset == 0
+
+
+def test_repair_skips_a_segment_with_a_bad_header(tmp_path):
+    data = framed(rec(1))
+    older = write_segment(tmp_path, 1, data, header=corrupt(records.segment_header(1), 3))
+    write_segment(tmp_path, 2, framed(rec(2)))
+    got, report = read_all(tmp_path, repair=True)
+    assert got == [rec(2)]
+    assert report.skipped == [(older, 0, HEADER + len(data))]
+
+
+def test_log_written_by_write_ahead_log_reads_back_through_read_log(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
+    recs = [(records.BOOT, records.boot(1, 2)), (records.ACK, records.ack(1, 2, [1, 2])),
+            (records.TXN, records.txn([rec(5)]))]
+    for r in recs:
+        wal.append(*r, sync=True)
+    wal.close()
+    got, report = read_all(tmp_path)
+    assert got == recs
+    assert report.truncated_bytes == 0 and report.skipped == []
+
+
+# -- locking ------------------------------------------------------------------------------------------
+
+def test_second_lock_on_the_same_directory_is_refused(tmp_path):
+    fd = lock_directory(str(tmp_path))
+    try:
+        with pytest.raises(DirectoryLocked) as e:
+            lock_directory(str(tmp_path))
+        assert str(tmp_path) in str(e.value)
+        assert f"pid {os.getpid()}" in str(e.value)
+    finally:
+        os.close(fd)
+
+
+def test_lock_file_holds_the_owner_pid(tmp_path):
+    fd = lock_directory(str(tmp_path))
+    try:
+        assert (tmp_path / "LOCK").read_text() == f"{os.getpid()}\n"
+    finally:
+        os.close(fd)
+
+
+def test_lock_can_be_taken_again_once_released(tmp_path):
+    os.close(lock_directory(str(tmp_path)))
+    fd = lock_directory(str(tmp_path))
+    try:
+        with pytest.raises(DirectoryLocked):
+            lock_directory(str(tmp_path))
+    finally:
+        os.close(fd)
+
+
+def test_locks_on_different_directories_are_independent(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fa = lock_directory(str(tmp_path / "a"))
+    try:
+        fb = lock_directory(str(tmp_path / "b"))
+        os.close(fb)
+        with pytest.raises(DirectoryLocked):
+            lock_directory(str(tmp_path / "a"))
+    finally:
+        os.close(fa)
