@@ -57,7 +57,7 @@ NO_SUCH_CLIENT = err("No such client")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:
-    shown = " ".join(f"'{_show(a)}'" for a in args[:8])
+    shown = "".join(f"'{_show(a)}' " for a in args[:8])   # Redis leaves a space after each
     return err(f"unknown command '{_show(name)}', with args beginning with: {shown}")
 
 

@@ -17,6 +17,7 @@ name, ``-N`` at least N.  Flags:
 ``loading``   allowed while the log is being recovered
 ``no-multi``  not allowed inside MULTI
 ``transaction``  MULTI/EXEC/DISCARD: run by the dispatcher itself
+``direct``    runs at once even inside MULTI (QUIT, RESET), as in Redis
 """
 
 from __future__ import annotations
@@ -199,9 +200,9 @@ _COMMANDS = [
        (Arg("username", optional=True), Arg("password")), reply="+OK or -WRONGPASS"),
     _c("select", connection.select, 2, "fast loading", "connection", "Select database 0 (the only one)",
        (Arg("index", "integer"),), reply="+OK for 0, an error otherwise"),
-    _c("quit", connection.quit_, -1, "fast noauth loading", "connection", "Close the connection", (),
+    _c("quit", connection.quit_, -1, "fast noauth loading direct", "connection", "Close the connection", (),
        reply="+OK, then the server closes the connection"),
-    _c("reset", connection.reset, 1, "fast noauth loading no-multi", "connection",
+    _c("reset", connection.reset, 1, "fast noauth loading direct", "connection",
        "Reset the connection: RESP2, no name, unauthenticated, no transaction", reply="+RESET"),
     _c("client", connection.client_cmd, -2, "loading", "connection",
        "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, HELP",

@@ -4,8 +4,9 @@ Each queue keeps its waiters in arrival order and has at most one timer,
 armed for the queue's next due moment (the earliest delayed job or lease
 deadline), only while someone waits.  Waiters are served:
 
-* at the end of an event-loop turn in which the queue got ready jobs
-  (a push, a nack without delay) — so a QPUSHMANY's jobs are divided at once;
+* at the end of an event-loop turn in which the queue got ready jobs or its
+  next due moment moved (a push, a nack, an extend) — so a QPUSHMANY's jobs
+  are divided at once, and the timer is re-armed;
 * when the queue's timer fires (a lease expired, a delayed job became due);
 * with an empty reply at their own BLOCK timeout, or with an error when the
   queue is dropped.

@@ -34,7 +34,7 @@ def execute(client, args: list):
     if server.auth_required and not client.authenticated and "noauth" not in cmd.flags:
         return _refuse(client, errors.NOAUTH)
     client.last_command = cmd.name
-    if client.multi is not None:
+    if client.multi is not None and "direct" not in cmd.flags:
         if "transaction" in cmd.flags:
             return _transaction(client, name)
         if "no-multi" in cmd.flags:

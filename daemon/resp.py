@@ -107,6 +107,9 @@ class RequestParser:
         end = len(data)
         check_bulk = start_carry + end - pos > self.max_bulk
         while True:
+            if off >= pos:
+                # hiredis allocates the whole array at the header: check the count first
+                self._check_count(data, off, out)
             try:
                 cmd = reader.gets()
             except hiredis.ProtocolError as e:
@@ -161,6 +164,19 @@ class RequestParser:
         if pos > end:
             raise ProtocolError("expected '$', got something else", out)
         return pos
+
+    def _check_count(self, data: bytes, start: int, out: list) -> None:
+        nl = data.find(b"\r\n", start, start + 24)
+        if nl < 0:
+            if len(data) - start >= 24:
+                raise ProtocolError("invalid multibulk length", out)
+            return
+        try:
+            count = int(data[start + 1:nl])
+        except ValueError:
+            return              # hiredis words the error
+        if count > self.max_args:
+            raise ProtocolError("invalid multibulk length", out)
 
     def _check_headers(self, data: bytes, start: int, out: list) -> None:
         """Limits of a partial command, checked on its headers as they arrive

@@ -61,7 +61,7 @@ class Store:
         self.lease_sync = False
         self.write_needed = False    # a record was appended since the last reset: reply after it is written
         self.sync_needed = False     # ... and it needs fsync before replying
-        self.woken: set[Queue] = set()   # queues that got ready jobs (blocked claimers may be served)
+        self.woken: set[Queue] = set()   # queues whose ready jobs or next due moment changed
         self.report: RecoveryReport | None = None
         self.recovery_seconds = 0.0
         self._txn: list | None = None
@@ -234,14 +234,14 @@ class Store:
             q.release(job, visible_at, ts, error, error is not None)
         self._log(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs]),
                   lease_record=True)
-        if visible_at <= ts:
-            self.woken.add(q)
+        self.woken.add(q)
 
     def extend(self, q: Queue, jobs: list[Job], deadline: int, ts: int) -> None:
         for job in jobs:
             q.extend(job, deadline)
         self._log(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
                   lease_record=True)
+        self.woken.add(q)   # a shortened lease moves the moment blocked claimers wake
 
     # -- replay -----------------------------------------------------------------------------
 
