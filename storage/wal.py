@@ -108,8 +108,12 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
     """Call ``apply(rtype, body)`` for every record, in log order."""
     report = RecoveryReport()
     segments = list_segments(directory)
+    # A torn tail can only be in the last segment that holds records: segments
+    # after it are empty or header-only (a rotation just before the crash).
+    with_records = [i for i, (_n, p) in enumerate(segments) if os.path.getsize(p) > records.SEGMENT_HEADER_SIZE]
+    last_with_records = with_records[-1] if with_records else len(segments) - 1
     for i, (number, path) in enumerate(segments):
-        newest = i == len(segments) - 1
+        newest = i >= last_with_records
         with open(path, "rb") as f:
             data = f.read()
         report.segments += 1
@@ -127,6 +131,10 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
             if not repair:
                 raise CorruptLog(path, 0, str(e)) from None
             report.skipped.append((path, 0, len(data)))
+            os.replace(path, path + ".corrupt")
+            fsync_directory(directory)
+            log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
+                      path, e, path)
             continue
         offset = records.SEGMENT_HEADER_SIZE
         while True:
@@ -162,8 +170,32 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
             if resume is None:
                 break
             offset = resume
+        if repair:
+            data = _rewrite_without_skipped(path, data, [s for s in report.skipped if s[0] == path])
         report.bytes += len(data)
     return report
+
+
+def _rewrite_without_skipped(path: str, data: bytes, skipped: list) -> bytes:
+    """--repair: replace the segment by its readable records, atomically, so
+    the next start needs no repair (the dropped ranges are in the log)."""
+    if not skipped:
+        return data
+    keep, at = [], 0
+    for _path, start, length in sorted(skipped, key=lambda s: s[1]):
+        keep.append(data[at:start])
+        at = start + length
+    keep.append(data[at:])
+    clean = b"".join(keep)
+    tmp = path + ".repair"
+    with open(tmp, "wb") as f:
+        f.write(clean)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path) or ".")
+    log.warning("--repair: rewrote %s without the %d unreadable bytes", path, len(data) - len(clean))
+    return clean
 
 
 def _next_valid_frame(data: bytes, start: int):
