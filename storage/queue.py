@@ -4,14 +4,14 @@ Plain objects, no I/O and no clock: every function that depends on time takes
 ``now`` (ms epoch) as an argument, so live commands, log replay and tests
 drive the same code.
 
-Indexes (sortedcontainers ``SortedList`` of ints, so keys are total and
-immutable; the job id is the tie-breaker in the low 64 bits):
+Indexes (sortedcontainers, with total, immutable keys; the job id breaks ties):
 
-* ``ready``   key = (9 - priority) << 65 | fresh << 64 | id, where ``fresh`` is
-  0 for a job that became ready again (expired lease, nack) and 1 for one never
-  handed out: higher priority first, then ready-again jobs, then ascending id;
-* ``delayed`` key = visible_at << 64 | id;
-* ``leases``  key = deadline << 64 | id.
+* ``ready``   a ``SortedList`` of ints, key = (9 - priority) << 65 | fresh << 64
+  | id, where ``fresh`` is 0 for a job that became ready again (expired
+  lease, nack) and 1 for one never handed out: higher priority first, then
+  ready-again jobs, then ascending id;
+* ``delayed`` a ``TimeIndex`` by visible_at (see ``storage.index``);
+* ``leases``  a ``TimeIndex`` by lease deadline.
 
 A job sits in exactly one index, the one its ``state`` names.  Its position
 changes only through ``_move``: remove with the old key, change the fields,
@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from sortedcontainers import SortedList
+
+from .index import TimeIndex
 
 ID_MASK = (1 << 64) - 1
 
@@ -119,8 +121,8 @@ class Queue:
         self.config = config
         self.jobs: dict[int, Job] = {}
         self.ready = SortedList()
-        self.delayed = SortedList()
-        self.leases = SortedList()
+        self.delayed = TimeIndex()
+        self.leases = TimeIndex()
         self.next_id = 1
         self.id_mark = 0          # ids below this are covered by a logged IDMARK
         self.counters = Counters()
@@ -132,25 +134,23 @@ class Queue:
     def _ready_key(job: Job) -> int:
         return ((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id
 
-    def _index_for(self, job: Job):
+    def _index(self, job: Job) -> None:
         s = job.state
         if s is READY:
-            return self.ready, self._ready_key(job)
-        if s is IN_FLIGHT:
-            return self.leases, (job.deadline << 64) | job.id
-        if s is DELAYED:
-            return self.delayed, (job.visible_at << 64) | job.id
-        return None, 0
+            self.ready.add(self._ready_key(job))
+        elif s is IN_FLIGHT:
+            self.leases.add(job.deadline, job.id)
+        elif s is DELAYED:
+            self.delayed.add(job.visible_at, job.id)
 
     def _unindex(self, job: Job) -> None:
-        index, key = self._index_for(job)
-        if index is not None:
-            index.remove(key)
-
-    def _index(self, job: Job) -> None:
-        index, key = self._index_for(job)
-        if index is not None:
-            index.add(key)
+        s = job.state
+        if s is READY:
+            self.ready.remove(self._ready_key(job))
+        elif s is IN_FLIGHT:
+            self.leases.remove(job.deadline, job.id)
+        elif s is DELAYED:
+            self.delayed.remove(job.visible_at, job.id)
 
     def _move(self, job: Job, **fields) -> None:
         """The one way to change fields that position a job: remove, change, re-add."""
@@ -170,7 +170,7 @@ class Queue:
             table[job.id] = job
             if job.visible_at > now:
                 job.state = DELAYED
-                delayed_add((job.visible_at << 64) | job.id)
+                delayed_add(job.visible_at, job.id)
             else:
                 job.state = READY
                 ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
@@ -185,14 +185,13 @@ class Queue:
     def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
         """``lease`` for jobs that are exactly the first ``len(jobs)`` ready keys."""
         del self.ready[:len(jobs)]
-        add = self.leases.add
         for job, token in zip(jobs, tokens):
             job.state = IN_FLIGHT
             job.token = token
             job.deadline = deadline
             job.consumer = consumer
             job.deliveries += 1
-            add((deadline << 64) | job.id)
+        self.leases.add_many(deadline, [job.id for job in jobs])
 
     def complete(self, job: Job) -> None:
         self._unindex(job)
@@ -224,30 +223,28 @@ class Queue:
 
     def fold(self, now: int) -> None:
         """Move due delayed jobs and expired leases to ready."""
-        delayed = self.delayed
-        if delayed and (delayed[0] >> 64) <= now:
-            while delayed and (delayed[0] >> 64) <= now:
-                job = self.jobs[delayed.pop(0) & ID_MASK]
+        jobs = self.jobs
+        ready_add = self.ready.add
+        if self.delayed and self.delayed.first() <= now:
+            for jid in self.delayed.pop_due(now):
+                job = jobs[jid]
                 job.state = READY
-                self.ready.add(self._ready_key(job))
-        leases = self.leases
-        if leases and (leases[0] >> 64) <= now:
-            while leases and (leases[0] >> 64) <= now:
-                job = self.jobs[leases.pop(0) & ID_MASK]
+                ready_add(self._ready_key(job))
+        if self.leases and self.leases.first() <= now:
+            expired = self.leases.pop_due(now)
+            for jid in expired:
+                job = jobs[jid]
                 job.state = READY
                 job.requeued = True
-                self.ready.add(self._ready_key(job))
-                self.counters.lease_expired += 1
+                ready_add(self._ready_key(job))
+            self.counters.lease_expired += len(expired)
 
     def next_due(self) -> int | None:
         """The next moment (ms epoch) at which a job becomes claimable by time."""
-        due = None
-        if self.delayed:
-            due = self.delayed[0] >> 64
-        if self.leases:
-            d = self.leases[0] >> 64
-            due = d if due is None or d < due else due
-        return due
+        a, b = self.delayed.first(), self.leases.first()
+        if a is None:
+            return b
+        return a if b is None or a < b else b
 
     # -- queries -------------------------------------------------------------------------
 
