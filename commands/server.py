@@ -8,7 +8,6 @@ import time
 from fnmatch import fnmatchcase
 
 from . import errors
-from .args import to_int
 from .connection import VERSION
 from .replies import NO_REPLY, OK, Map, Verbatim
 

@@ -3,6 +3,7 @@ directory, readiness polled with a deadline, stopped by PID."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -14,6 +15,14 @@ import redis
 
 LEASEQ = [sys.executable, "-m", "leaseq.daemon.cli"]
 HOST = "127.0.0.1"
+
+
+_names = itertools.count(1)
+
+
+def unique(prefix: str = "q") -> str:
+    """A queue name no other test in this process uses (tests share daemons)."""
+    return f"{prefix}-{next(_names)}"
 
 
 def free_port() -> int:

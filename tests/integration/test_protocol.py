@@ -9,7 +9,6 @@ bytes are checked on a raw socket.
 
 from __future__ import annotations
 
-import itertools
 import random
 import socket
 import threading
@@ -21,7 +20,7 @@ from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import HOST, Daemon
+from harness import HOST, Daemon, unique
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -44,30 +43,6 @@ def make_client(port: int, mode: str, **kw) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
-_names = itertools.count(1)
-
-
-def unique(prefix: str = "q") -> str:
-    """A queue name no other test of this module uses (they share one daemon)."""
-    return f"{prefix}-{next(_names)}"
-
-
-@pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("protocol") / "data")
-    d.start()
-    yield d
-    d.kill()
-
-
-@pytest.fixture
-def daemon(shared_daemon):
-    """Tests here share one daemon and use their own queue names (``unique``);
-    tests that change server-wide state or may hurt the daemon use ``fresh``."""
-    assert shared_daemon.proc.poll() is None, "the shared daemon died in an earlier test"
-    return shared_daemon
-
-
 @pytest.fixture
 def fresh(tmp_path):
     """A daemon of the test's own."""
@@ -83,10 +58,6 @@ def fresh_r(fresh):
     yield c
     c.close()
 
-
-@pytest.fixture
-def q():
-    return unique()
 
 
 @pytest.fixture(params=list(CLIENT_MODES))

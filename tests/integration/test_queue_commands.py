@@ -10,7 +10,6 @@ is the daemon's clock too, with a few ms of slack.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 
@@ -19,52 +18,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import Daemon
+from harness import Daemon, unique
 
 # -- helpers -----------------------------------------------------------------------------------
-
-_names = itertools.count(1)
-
-
-def unique(prefix: str = "q") -> str:
-    return f"{prefix}-{next(_names)}"
-
-
-@pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("queues") / "data")
-    d.start()
-    yield d
-    d.kill()
-
-
-@pytest.fixture
-def daemon(shared_daemon):
-    """Tests here share one daemon; each uses its own queue names."""
-    assert shared_daemon.proc.poll() is None, "the shared daemon died in an earlier test"
-    return shared_daemon
-
-
-@pytest.fixture
-def q():
-    return unique()
-
-
-@pytest.fixture
-def own(tmp_path):
-    """Start a daemon of the test's own: ``own(env={...})``."""
-    started = []
-
-    def start(env: dict | None = None) -> Daemon:
-        d = Daemon(tmp_path / f"own{len(started)}", env=env)
-        d.start()
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.kill()
-
 
 @pytest.fixture
 def other(daemon):

@@ -11,33 +11,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-import pytest
 
 from harness import HOST, Daemon
 
 REDIS_CLI = shutil.which("redis-cli") or "redis-cli"
-
-
-@pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("cli") / "data")
-    d.start()
-    yield d
-    d.kill()
-
-
-@pytest.fixture
-def daemon(shared_daemon):
-    assert shared_daemon.proc.poll() is None, "the shared daemon died in an earlier test"
-    return shared_daemon
-
-
-_count = iter(range(1, 1_000_000))
-
-
-@pytest.fixture
-def q():
-    return f"cli-{next(_count)}"
 
 
 def cli(daemon: Daemon, *args: str, stdin: bytes | None = None, timeout: float = 20) -> subprocess.CompletedProcess:
