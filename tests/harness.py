@@ -25,6 +25,18 @@ def unique(prefix: str = "q") -> str:
     return f"{prefix}-{next(_names)}"
 
 
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+    """Poll ``predicate`` until it returns something true (returned), with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.005)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))

@@ -20,7 +20,7 @@ from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import HOST, Daemon, unique
+from harness import HOST, Daemon, unique, wait_for
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -210,17 +210,6 @@ def replies_before_end(conn: Raw, data: bytes, timeout: float = 5.0) -> bytes:
     conn.send(data + END)
     got = conn.read_until(END_REPLY, timeout)
     return got[:-len(END_REPLY)]
-
-
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.005)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import Daemon, unique
+from harness import Daemon, unique, wait_for
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -65,17 +65,6 @@ def error_text(r, *args) -> str:
     with pytest.raises(redis.ResponseError) as e:
         r.execute_command(*args)
     return str(e.value)
-
-
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.005)
 
 
 def wait_blocked(r, q, n: int) -> None:
