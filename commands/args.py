@@ -53,10 +53,6 @@ def queue_name(value: bytes) -> bytes:
     return value
 
 
-def keyword(value: bytes) -> bytes:
-    return value.upper()
-
-
 class OptionReader:
     """Walks ``args[start:]`` as ``KEYWORD [values...]`` options.
 

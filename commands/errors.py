@@ -38,7 +38,6 @@ def err(message: str) -> Error:
 
 SYNTAX = err("syntax error")
 NOT_INTEGER = err("value is not an integer or out of range")
-NOT_OPTION_VALUE = err("value is not an integer or out of range")
 DB_RANGE = err("DB index is out of range")
 NESTED_MULTI = err("MULTI calls can not be nested")
 EXEC_WITHOUT_MULTI = err("EXEC without MULTI")
@@ -75,10 +74,6 @@ def not_allowed_in_multi(name: str) -> Error:
 
 def out_of_range(what: str, low: int, high: int) -> Error:
     return err(f"{what} must be between {low} and {high}")
-
-
-def bad_option_value(option: str, expected: str) -> Error:
-    return err(f"{option} {expected}")
 
 
 def config_unknown(name: str) -> Error:
@@ -129,10 +124,6 @@ def durability_change(name: bytes) -> Error:
 
 def deadletter_self(name: bytes) -> Error:
     return err(f"DEADLETTER of queue '{_show(name)}' must be another queue")
-
-
-def no_auto_create(name: bytes) -> Error:
-    return no_queue(name)
 
 
 def _show(b: bytes) -> str:

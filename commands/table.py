@@ -100,9 +100,6 @@ class Command:
     notes: str = ""
     subcommands: tuple = field(default=())
 
-    def has(self, flag: str) -> bool:
-        return flag in self.flags
-
     def syntax(self) -> str:
         return " ".join([self.name.upper()] + [a.syntax() for a in self.args])
 

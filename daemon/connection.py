@@ -62,7 +62,6 @@ class Connection(asyncio.Protocol):
         self.protocol_error = None
         self.quitting = False
         self.closed = False
-        self.paused = False
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -109,11 +108,9 @@ class Connection(asyncio.Protocol):
         self.server.unregister(self)
 
     def pause_writing(self) -> None:
-        self.paused = True
         self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.paused = False
         if not self.closed and self.protocol_error is None:
             self.transport.resume_reading()
 

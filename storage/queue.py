@@ -43,7 +43,6 @@ FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
 DURABILITIES = (FSYNC, ASYNC, MEMORY)
 
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
-MAX_DELAY = 86_400_000 * 365 * 100
 
 
 @dataclass(frozen=True)
@@ -264,9 +263,6 @@ class Queue:
         if job is not None and job.token == token:
             return job
         return None
-
-    def state_of(self, job: Job) -> bytes:
-        return job.state
 
     @property
     def live(self) -> int:

@@ -40,11 +40,11 @@ log = logging.getLogger(__name__)
 ID_BLOCK = 1 << 16
 
 
-def make_token(job_id: int, epoch: int, seq: int) -> bytes:
-    """Lease tokens: ``<job id>.<boot epoch>.<lease number>`` in hex.  Unique for
-    every lease ever granted (the epoch grows at every start), they name their
-    job, contain a dot so they never equal an option keyword, and are short."""
-    return b"%x.%x.%x" % (job_id, epoch, seq)
+# Lease tokens: ``<job id>.<boot epoch>.<lease number>`` in hex.  Unique for
+# every lease ever granted (the epoch grows at every start), they name their
+# job (``Queue.job_for_token``), contain a dot so they never equal an option
+# keyword, and are short.
+TOKEN = b"%x.%x.%x"
 
 
 class Store:
@@ -215,7 +215,7 @@ class Store:
             first_seq = self.lease_seq + 1
         self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
         epoch = self.epoch
-        tokens = [b"%x.%x.%x" % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
+        tokens = [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
         if front:
             q.lease_front(jobs, tokens, deadline, consumer)
         else:

@@ -220,13 +220,11 @@ class WriteAheadLog:
         self.directory = directory
         self.segment_size = segment_size
         self._buffer: list[bytes] = []
-        self._buffered = 0
         self.written_gen = 0        # generations handed to write()
         self.durable_gen = 0        # generations known to be on disk
         self.wants_sync = False     # something written needs fsync before its reply
         self.unsynced = False       # something written is not yet fsynced
         self.bytes_written = 0
-        self.segments_created = 0
         self.last_fsync_ms = 0
         self._lock = threading.Lock()
         self._retired: list[int] = []   # fds of full segments, to fsync and close
@@ -241,7 +239,6 @@ class WriteAheadLog:
     def append(self, rtype: int, body: bytes, sync: bool) -> None:
         data = records.frame(rtype, body)
         self._buffer.append(data)
-        self._buffered += len(data)
         if sync:
             self.wants_sync = True
 
@@ -260,7 +257,6 @@ class WriteAheadLog:
             return self.written_gen
         data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
-        self._buffered = 0
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)
@@ -284,7 +280,6 @@ class WriteAheadLog:
             self._dir_dirty = True
         self._size = records.SEGMENT_HEADER_SIZE
         self.segment_number = number
-        self.segments_created += 1
 
     def _rotate(self) -> None:
         self._open_segment(self.segment_number + 1)

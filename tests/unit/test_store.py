@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from leaseq.storage import records
 from leaseq.storage.queue import ASYNC, DELAYED, FSYNC, IN_FLIGHT, MEMORY, READY, Job, QueueConfig
-from leaseq.storage.store import ID_BLOCK, Store, make_token
+from leaseq.storage.store import ID_BLOCK, TOKEN, Store
 from leaseq.storage.wal import CorruptLog, DirectoryLocked, lock_directory, read_log, segment_name
 
 T0 = 1_700_000_000_000
@@ -343,8 +343,8 @@ def test_tokens_are_unique_and_name_their_job_and_epoch(store):
     assert len(seen) == 20
 
 
-def test_make_token_is_hex_id_epoch_and_lease_number():
-    assert make_token(255, 2, 16) == b"ff.2.10"
+def test_token_format_is_hex_id_epoch_and_lease_number():
+    assert TOKEN % (255, 2, 16) == b"ff.2.10"
 
 
 def test_claim_record_carries_deadline_consumer_and_ids(store, data_dir):
