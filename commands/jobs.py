@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import random
 
-from leaseq.storage.queue import LEASE_MAX, LEASE_MIN, Job, Queue
+from leaseq.storage.queue import LEASE_MAX, LEASE_MIN, SCOPE_CODES, Job, Queue
 
 from . import errors
-from .args import OptionReader, in_range, queue_name, to_int
+from .args import OptionReader, queue_name, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
-from .replies import Map, Record, Shape
+from .replies import OK, Map, Record, Shape
 
 MAX_COUNT = 1000
-NACK_KEYWORDS = (b"DELAY", b"ERROR")
+NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
+U32 = (1 << 32) - 1
 EXTEND_KEYWORDS = (b"LEASE",)
 MAX_CONSUMER = 200
 
@@ -20,12 +21,16 @@ MAX_CONSUMER = 200
 # -- producing ---------------------------------------------------------------------
 
 class PushOptions:
-    __slots__ = ("priority", "delay", "at")
+    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms")
 
     def __init__(self) -> None:
         self.priority = 5
         self.delay = None
         self.at = None
+        self.keys = None          # one dedupe key per payload (KEY, or QPUSHMANY's KEYS)
+        self.scope = b"queued"
+        self.max_deliveries = 0
+        self.expire_ms = 0
 
     def visible_at(self, now: int) -> int:
         if self.at is not None:
@@ -35,7 +40,8 @@ class PushOptions:
         return now
 
 
-def parse_push_options(args: list, start: int) -> PushOptions:
+def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOptions:
+    """QPUSH / QPUSHMANY options; ``count`` jobs (KEYS takes that many keys)."""
     opts = PushOptions()
     r = OptionReader(args, start)
     for kw in r:
@@ -46,35 +52,77 @@ def parse_push_options(args: list, start: int) -> PushOptions:
             opts.delay = r.int_in("DELAY", 0, MS_MAX)
         elif kw == b"AT" and opts.delay is None:
             opts.at = r.int_in("AT", 0, MS_MAX)
+        elif kw == b"KEY" and not many and opts.keys is None:
+            opts.keys = [r.value()]
+        elif kw == b"KEYS" and many and opts.keys is None:
+            opts.keys = [r.value() for _ in range(count)]
+        elif kw == b"WHILE" and opts.keys is not None:
+            scope = r.value().lower()
+            if scope not in SCOPE_CODES:
+                raise errors.err("WHILE must be queued, active or exists")
+            opts.scope = scope
+        elif kw == b"MAXDELIVERIES":
+            opts.max_deliveries = r.int_in("MAXDELIVERIES", 0, U32)
+        elif kw == b"EXPIRE":
+            opts.expire_ms = r.int_in("EXPIRE", 0, MS_MAX)
         else:
             r.unknown()
     return opts
 
 
-def _push(client, name: bytes, payloads: list, opts: PushOptions) -> int:
-    """Checks, then pushes all ``payloads`` as one record; returns the first id."""
+def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
+    """Checks, then pushes the new jobs as one record (all or none); returns
+    each payload's id: a new one, or the id of the job already holding its
+    dedupe key in the WHILE scope (counted in ``duplicates``)."""
     server = client.server
     limit = server.settings.max_payload
     for p in payloads:
         if len(p) > limit:
             raise errors.too_big(len(p), limit)
     q = get_or_create(server, name)
-    maxlen = q.config.maxlen
-    if maxlen and q.live + len(payloads) > maxlen:
-        raise errors.queue_full(q.name, maxlen)
     store = server.store
     now = server.now_ms()
-    visible_at = opts.visible_at(now)
-    first = store.take_ids(q, len(payloads))
-    prio = opts.priority
-    store.push(q, [Job(first + i, p, prio, now, visible_at) for i, p in enumerate(payloads)], now)
-    return first
+    fresh, keys = payloads, None
+    resolved = None      # per payload: an existing id (> 0), or ~i for the i-th new job
+    if opts.keys is not None:
+        q.fold(now)
+        fresh, keys, resolved, batch = [], [], [], {}
+        for p, key in zip(payloads, opts.keys):
+            holder = q.duplicate_of(key, opts.scope)
+            if holder is not None:
+                resolved.append(holder.id)
+            elif key in batch:                 # the same key twice in one QPUSHMANY
+                resolved.append(~batch[key])
+            else:
+                batch[key] = len(fresh)
+                resolved.append(~len(fresh))
+                fresh.append(p)
+                keys.append(key)
+    maxlen = q.config.maxlen
+    if maxlen and q.live + len(fresh) > maxlen:
+        raise errors.queue_full(q.name, maxlen)
+    first = 0
+    if fresh:
+        first = store.take_ids(q, len(fresh))
+        visible_at = opts.visible_at(now)
+        prio, maxd, expire = opts.priority, opts.max_deliveries, opts.expire_ms
+        if keys is None:
+            jobs = [Job(first + i, p, prio, now, visible_at, None, 0, maxd, expire) for i, p in enumerate(fresh)]
+        else:
+            flags = SCOPE_CODES[opts.scope]
+            jobs = [Job(first + i, p, prio, now, visible_at, k, flags, maxd, expire)
+                    for i, (p, k) in enumerate(zip(fresh, keys))]
+        store.push(q, jobs, now)
+    if resolved is None:
+        return list(range(first, first + len(fresh)))
+    q.counters.duplicates += len(payloads) - len(fresh)
+    return [first + ~r if r < 0 else r for r in resolved]
 
 
 def qpush(client, args):
     name = queue_name(args[1])
-    opts = parse_push_options(args, 3)
-    return _push(client, name, [args[2]], opts)
+    opts = parse_push_options(args, 3, 1, many=False)
+    return _push(client, name, [args[2]], opts)[0]
 
 
 def qpushmany(client, args):
@@ -84,9 +132,8 @@ def qpushmany(client, args):
         raise errors.out_of_range("count", 1, client.server.settings.max_args)
     if len(args) < 3 + count:
         raise errors.wrong_arity("qpushmany")
-    opts = parse_push_options(args, 3 + count)
-    first = _push(client, name, args[3:3 + count], opts)
-    return list(range(first, first + count))
+    opts = parse_push_options(args, 3 + count, count, many=True)
+    return _push(client, name, args[3:3 + count], opts)
 
 
 # -- claiming -----------------------------------------------------------------------
@@ -103,11 +150,14 @@ JOB_SHAPES = {
 PLAIN_JOB = JOB_SHAPES[False, False]
 
 
-def job_reply(job: Job) -> Record:
+def job_reply(job: Job):
     """A claimed job: id, payload, lease (the token), deadline, deliveries,
-    priority, enqueued_at, then key and last_error when the job has them."""
+    priority, enqueued_at, then key, last_error and dead-letter provenance
+    when the job has them."""
     values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
     key, error = job.key, job.last_error
+    if job.origin is not None:
+        return Map(list(zip(PLAIN_JOB.keys, values)) + _optional_items(job))
     if key is None and error is None:
         return Record(PLAIN_JOB, values)
     if key is not None:
@@ -117,32 +167,59 @@ def job_reply(job: Job) -> Record:
     return Record(JOB_SHAPES[key is not None, error is not None], values)
 
 
-def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int) -> list:
+def _optional_items(job: Job) -> list:
+    items = []
+    if job.key is not None:
+        items.append((b"key", job.key))
+    if job.last_error is not None:
+        items.append((b"last_error", job.last_error))
+    o = job.origin
+    if o is not None:
+        items += [(b"dead_letter_from", o.source), (b"dead_letter_src_id", o.src_id),
+                  (b"dead_letter_deliveries", o.deliveries), (b"dead_letter_reason", o.reason)]
+    return items
+
+
+def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None) -> list:
+    """Lease up to ``count`` jobs now (dead-lettering any that must not be
+    delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
     now = server.now_ms()
-    jobs = q.claimable(now, count)
+    store = server.store
+    jobs = store.take_claimable(q, now, count)
     if not jobs:
         return []
-    server.store.claim(q, jobs, now + lease_ms, consumer, now, front=True)
+    store.claim(q, jobs, now + lease_ms, consumer, now, front=True)
+    if holder is not None:
+        for job in jobs:
+            holder.hold(q, job)
     return [job_reply(j) for j in jobs]
 
 
 class ClaimWait:
-    """A QCLAIM ... BLOCK that found nothing: the daemon parks it on its queue
-    and calls ``take`` when jobs may be claimable, or ``expired`` at its timeout."""
+    """A QCLAIM the daemon must park on its queue: one that found nothing and
+    may BLOCK, or one that found jobs on a queue with a WINDOW (``cohort``),
+    which waits for the window to close and then gets its share.  The daemon
+    calls ``take`` when jobs may be claimable and ``expired`` at its timeout.
+    ``timeout_ms`` None: not blocking (a cohort claim that gets nothing
+    answers an empty array)."""
 
-    __slots__ = ("server", "queue", "consumer", "count", "lease_ms", "timeout_ms")
+    __slots__ = ("server", "queue", "consumer", "count", "lease_ms", "timeout_ms", "holder", "cohort")
 
-    def __init__(self, server, queue: Queue, consumer: bytes, count: int, lease_ms: int, timeout_ms: int):
+    def __init__(self, server, queue: Queue, consumer: bytes, count: int, lease_ms: int, timeout_ms,
+                 holder=None, cohort: bool = False):
         self.server = server
         self.queue = queue
         self.consumer = consumer
         self.count = count
         self.lease_ms = lease_ms
         self.timeout_ms = timeout_ms
+        self.holder = holder
+        self.cohort = cohort
 
     def take(self, limit: int) -> list:
         """Claim up to ``min(limit, count)`` jobs; an empty list means none."""
-        return claim_now(self.server, self.queue, self.consumer, min(limit, self.count), self.lease_ms)
+        return claim_now(self.server, self.queue, self.consumer, min(limit, self.count), self.lease_ms,
+                         self.holder)
 
     def expired(self) -> list:
         return []
@@ -151,31 +228,77 @@ class ClaimWait:
         return errors.queue_dropped(self.queue.name)
 
 
-def qclaim(client, args):
-    server = client.server
-    name = queue_name(args[1])
-    consumer = args[2]
-    if not 1 <= len(consumer) <= MAX_CONSUMER:
-        raise errors.err(f"consumer name must be 1-{MAX_CONSUMER} bytes")
-    count, lease_ms, block = 1, None, None
-    r = OptionReader(args, 3)
+def _claim_options(args: list, start: int, block_ok: bool):
+    count, lease_ms, block, session = 1, None, None, False
+    r = OptionReader(args, start)
     for kw in r:
         r.once(kw)
         if kw == b"COUNT":
             count = r.int_in("COUNT", 1, MAX_COUNT)
         elif kw == b"LEASE":
             lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
-        elif kw == b"BLOCK":
+        elif kw == b"BLOCK" and block_ok:
             block = r.int_in("BLOCK", 0, MS_MAX)
+        elif kw == b"SESSION":
+            session = True
         else:
             r.unknown()
+    return count, lease_ms, block, session
+
+
+def _consumer(value: bytes) -> bytes:
+    if not 1 <= len(value) <= MAX_CONSUMER:
+        raise errors.err(f"consumer name must be 1-{MAX_CONSUMER} bytes")
+    return value
+
+
+def qclaim(client, args):
+    server = client.server
+    name = queue_name(args[1])
+    consumer = _consumer(args[2])
+    count, lease_ms, block, session = _claim_options(args, 3, block_ok=True)
     q = get_or_create(server, name)
     if lease_ms is None:
         lease_ms = q.config.lease
-    jobs = claim_now(server, q, consumer, count, lease_ms)
+    holder = client.session() if session else None
+    if q.config.window and not client.in_exec and q.claimable(server.now_ms(), 1):
+        # jobs are waiting: gather a cohort for WINDOW ms, then divide evenly
+        return ClaimWait(server, q, consumer, count, lease_ms, block, holder, cohort=True)
+    jobs = claim_now(server, q, consumer, count, lease_ms, holder)
     if jobs or block is None or client.in_exec:
         return jobs
-    return ClaimWait(server, q, consumer, count, lease_ms, block)
+    return ClaimWait(server, q, consumer, count, lease_ms, block, holder)
+
+
+class WorkRequest:
+    """QWORK: the daemon keeps up to ``max`` jobs of ``queue`` leased to this
+    connection and sends each as a push message ``["job", queue, job]``."""
+
+    __slots__ = ("queue", "consumer", "max", "lease_ms")
+
+    def __init__(self, queue: Queue, consumer: bytes, max_jobs: int, lease_ms: int) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.max = max_jobs
+        self.lease_ms = lease_ms
+
+
+def qwork(client, args):
+    server = client.server
+    q = get_or_create(server, queue_name(args[1]))
+    consumer = _consumer(args[2])
+    max_jobs, lease_ms = 1, q.config.lease
+    r = OptionReader(args, 3)
+    for kw in r:
+        r.once(kw)
+        if kw == b"MAX":
+            max_jobs = r.int_in("MAX", 1, MAX_COUNT)
+        elif kw == b"LEASE":
+            lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
+        else:
+            r.unknown()
+    client.start_work(WorkRequest(q, consumer, max_jobs, lease_ms))
+    return OK
 
 
 # -- completing ------------------------------------------------------------------------
@@ -224,7 +347,7 @@ def qnack(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
     end = _split_tokens(args, NACK_KEYWORDS)
-    delay, error = None, None
+    delay, error, dead = None, None, False
     r = OptionReader(args, end)
     for kw in r:
         r.once(kw)
@@ -232,23 +355,31 @@ def qnack(client, args):
             delay = r.int_in("DELAY", 0, MS_MAX)
         elif kw == b"ERROR":
             error = r.value()
+        elif kw == b"DEAD":
+            dead = True
         else:
             r.unknown()
+    if dead and delay is not None:
+        raise errors.err("DELAY and DEAD cannot be combined")
     jobs = _live_jobs(q, args[2:end])
     if not jobs:
         return 0
     store = server.store
     now = server.now_ms()
-    if delay is not None:
-        store.nack(q, jobs, now + delay, error, now)
-        return len(jobs)
-    groups: dict[int, list] = {}
-    for job in jobs:
-        groups.setdefault(now + backoff_delay(q, job), []).append(job)
     store.begin()
     try:
-        for visible_at, group in groups.items():
-            store.nack(q, group, visible_at, error, now)
+        if dead:
+            # release with the error (so last_error is logged), then dead-letter: one record
+            store.nack(q, jobs, now, error, now)
+            store.dead_letter(q, jobs, b"nack", now)
+        elif delay is not None:
+            store.nack(q, jobs, now + delay, error, now)
+        else:
+            groups: dict[int, list] = {}
+            for job in jobs:
+                groups.setdefault(now + backoff_delay(q, job), []).append(job)
+            for visible_at, group in groups.items():
+                store.nack(q, group, visible_at, error, now)
     finally:
         store.commit()
     return len(jobs)
@@ -273,34 +404,3 @@ def qextend(client, args):
     if jobs:
         server.store.extend(q, jobs, deadline, now)
     return [deadline if q.job_for_token(t) is not None else None for t in tokens]
-
-
-# -- inspecting --------------------------------------------------------------------------
-
-def inspect_reply(job: Job) -> Map:
-    items = [
-        (b"id", job.id),
-        (b"state", job.state),
-        (b"payload", job.payload),
-        (b"priority", job.priority),
-        (b"enqueued_at", job.enqueued_at),
-        (b"visible_at", job.visible_at),
-        (b"deliveries", job.deliveries),
-    ]
-    if job.deadline and job.token is not None:
-        items.append((b"deadline", job.deadline))
-        items.append((b"consumer", job.consumer))
-    if job.key is not None:
-        items.append((b"key", job.key))
-    if job.last_error is not None:
-        items.append((b"last_error", job.last_error))
-    return Map(items)
-
-
-def qget(client, args):
-    server = client.server
-    q = lookup(server, queue_name(args[1]))
-    job_id = in_range(args[2], "id", 0, (1 << 63) - 1)
-    q.fold(server.now_ms())
-    job = q.jobs.get(job_id)
-    return None if job is None else inspect_reply(job)

@@ -33,7 +33,9 @@ def get_or_create(server, name: bytes) -> Queue:
 
 
 def default_config(server) -> QueueConfig:
-    return QueueConfig(durability=server.settings.default_durability)
+    """Options of queues created without any (the server keeps it in step
+    with ``default-durability``)."""
+    return server.store.default_config
 
 
 def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> QueueConfig:
@@ -173,8 +175,8 @@ def qinfo(client, args):
         (b"ready", len(q.ready)),
         (b"delayed", len(q.delayed)),
         (b"in_flight", len(q.leases)),
-        (b"dead", 0),
-        (b"completed", 0),
+        (b"dead", len(q.dead)),
+        (b"completed", len(q.completed)),
         (b"pushed", c.pushed),
         (b"acked", c.acked),
         (b"nacked", c.nacked),

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import connection, jobs, queues, server
+from . import connection, debug, inspect, jobs, queues, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -51,9 +51,11 @@ class Arg:
             text = " ".join(a.syntax() for a in self.args)
             if self.token:
                 text = f"{self.token} {text}"
+        elif self.token and self.multiple:
+            text = f"{self.token} {self.name} [{self.name} ...]"
         else:
             text = f"{self.token} {self.name}" if self.token else self.name
-        if self.multiple:
+        if self.multiple and not self.token:
             text = f"{text} [{text} ...]"
         if self.optional:
             text = f"[{text}]"
@@ -127,19 +129,23 @@ QUEUE_OPTIONS = (
               Arg("memory", "pure-token", token="memory"))),
 )
 
-PUSH_OPTIONS = (
-    opt("PRIORITY", "p"),
-    Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DELAY"),
-                                              Arg("ms-epoch", "integer", token="AT"))),
-)
+WHEN = Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DELAY"),
+                                                 Arg("ms-epoch", "integer", token="AT")))
+SCOPE = Arg("scope", "oneof", token="WHILE", optional=True,
+            args=(Arg("queued", "pure-token", token="queued"), Arg("active", "pure-token", token="active"),
+                  Arg("exists", "pure-token", token="exists")))
+JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"))
+PUSH_OPTIONS = (opt("PRIORITY", "p"), WHEN,
+                Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE))) + JOB_LIMITS
+PUSHMANY_OPTIONS = (opt("PRIORITY", "p"), WHEN,
+                    Arg("dedupe", "block", optional=True,
+                        args=(Arg("key", token="KEYS", multiple=True), SCOPE))) + JOB_LIMITS
 
 _COMMANDS = [
     # -- queues --------------------------------------------------------------------------------
     _c("qcreate", queues.qcreate, -2, "write denyoom", "queue",
        "Create a queue with options; idempotent for the same configuration",
-       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration",
-       notes="Every option is validated and stored; MAXDELIVERIES, DEADLETTER, EXPIRE, RETAIN-COMPLETED, "
-             "RETAIN-DEAD and WINDOW take effect in a later release (see docs/operations.md)."),
+       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration"),
     _c("qalter", queues.qalter, -2, "write", "queue", "Change options of an existing queue",
        (QUEUE,) + QUEUE_OPTIONS, reply="+OK",
        notes="DURABILITY cannot change between memory and fsync/async."),
@@ -158,28 +164,58 @@ _COMMANDS = [
     # -- jobs ---------------------------------------------------------------------------------------
     _c("qpush", jobs.qpush, -3, "write denyoom fast", "job", "Push a job onto a queue",
        (QUEUE, Arg("payload")) + PUSH_OPTIONS, "O(log N)",
-       reply="integer: the job id; -FULL at MAXLEN; -TOOBIG above max-payload",
-       notes="Creates the queue when auto-create is yes."),
+       reply="integer: the job id (with KEY, the id of the job already holding the key in the WHILE scope); "
+             "-FULL at MAXLEN; -TOOBIG above max-payload",
+       notes="WHILE defaults to queued. Creates the queue when auto-create is yes."),
     _c("qpushmany", jobs.qpushmany, -4, "write denyoom", "job",
        "Push several jobs at once, all or none, in one log write",
-       (QUEUE, Arg("count", "integer"), Arg("payload", multiple=True)) + PUSH_OPTIONS, "O(M log N)",
-       reply="array of job ids"),
+       (QUEUE, Arg("count", "integer"), Arg("payload", multiple=True)) + PUSHMANY_OPTIONS, "O(M log N)",
+       reply="array of job ids, one per payload (existing ids for dedupe keys already held)",
+       notes="KEYS takes exactly count keys, one per payload."),
     _c("qclaim", jobs.qclaim, -3, "write blocking", "job", "Claim jobs under a lease, optionally waiting",
-       (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms")), "O(M log N)",
+       (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms"), opt("SESSION")),
+       "O(M log N)",
        reply="array of job maps (id, payload, lease, deadline, deliveries, priority, enqueued_at, "
-             "key, last_error); empty when nothing was claimable",
-       notes="BLOCK 0 waits forever. Creates the queue when auto-create is yes."),
+             "key, last_error, dead_letter_* provenance); empty when nothing was claimable",
+       notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "
+             "With a queue WINDOW, a claim that finds jobs waits up to WINDOW ms to share them with the "
+             "claims that arrive meanwhile. Creates the queue when auto-create is yes."),
+    _c("qwork", jobs.qwork, -3, "write", "job",
+       "Push mode: keep up to MAX jobs leased to this connection, sent as push messages",
+       (QUEUE, Arg("consumer"), opt("MAX", "n"), opt("LEASE", "ms")), "O(M log N)",
+       reply="+OK; then each job arrives as a push message [\"job\", queue, job map] (RESP3 push, RESP2 array)",
+       notes="QACK/QNACK (here or on another connection) make room for the next job. The leases go back to "
+             "ready when this connection closes."),
     _c("qack", jobs.qack, -3, "write fast", "job", "Complete jobs by their lease tokens",
        (QUEUE, TOKENS), "O(M log N)", reply="integer: jobs completed; stale tokens are skipped"),
     _c("qnack", jobs.qnack, -3, "write", "job", "Release jobs back to the queue, after a delay",
-       (QUEUE, TOKENS, opt("DELAY", "ms"), opt("ERROR", "message", "string")), "O(M log N)",
-       reply="integer: jobs released",
-       notes="Without DELAY the queue's BACKOFF applies; DELAY 0 makes them ready at once."),
+       (QUEUE, TOKENS, opt("DELAY", "ms"), opt("ERROR", "message", "string"), opt("DEAD")), "O(M log N)",
+       reply="integer: jobs released (or, with DEAD, dead-lettered)",
+       notes="Without DELAY the queue's BACKOFF applies; DELAY 0 makes them ready at once; DEAD dead-letters "
+             "them now (reason nack)."),
     _c("qextend", jobs.qextend, -3, "write fast", "job", "Set a new lease deadline: now + LEASE",
        (QUEUE, TOKENS, opt("LEASE", "ms")), "O(M log N)",
        reply="array: per token, the new deadline (ms epoch) or nil if the token is stale"),
-    _c("qget", jobs.qget, 3, "readonly fast", "job", "Inspect one job by id", (QUEUE, Arg("id", "integer")),
-       reply="job map with state, or nil"),
+    # -- inspection and repair ---------------------------------------------------------------------
+    _c("qget", inspect.qget, 3, "readonly fast", "inspect", "Inspect one job by id", (QUEUE, Arg("id", "integer")),
+       reply="job map with state (delayed, ready, in_flight, dead, completed), or nil"),
+    _c("qpeek", inspect.qpeek, -2, "readonly", "inspect", "The next ready jobs in claim order, not leased",
+       (QUEUE, opt("COUNT", "n")), "O(M log N)", reply="array of job maps (COUNT default 1, max 1000)"),
+    _c("qscan", inspect.qscan, -3, "readonly", "inspect", "Iterate over every job, SCAN style",
+       (QUEUE, Arg("cursor", "integer"), opt("STATE", "state", "string"), opt("COUNT", "n")), "O(COUNT)",
+       reply="[next cursor, [job map ...]]; cursor 0 starts and ends the scan",
+       notes="Every job present for the whole scan is returned exactly once; COUNT (default 10) is how many "
+             "jobs are looked at per call."),
+    _c("qdel", inspect.qdel, -3, "write", "inspect", "Remove jobs by id, whatever their state",
+       (QUEUE, Arg("id", "integer", multiple=True)), "O(M log N)",
+       reply="integer: jobs removed (their leases become stale)"),
+    _c("qpurge", inspect.qpurge, -2, "write", "inspect", "Remove the jobs in the given states",
+       (QUEUE, opt("READY"), opt("DELAYED"), opt("DEAD"), opt("COMPLETED"), opt("ALL")), "O(N)",
+       reply="integer: jobs removed", notes="No state means READY and DELAYED; in-flight jobs only with ALL."),
+    _c("qredrive", inspect.qredrive, -2, "write", "inspect",
+       "Dead jobs back to ready; a dead-letter queue's jobs back to their source queues",
+       (QUEUE, opt("COUNT", "n")), "O(M log N)",
+       reply="integer: jobs moved (deliveries reset to 0)", notes="Without COUNT, all of them."),
     # -- connection -----------------------------------------------------------------------------
     _c("ping", connection.ping, -1, "fast noauth loading", "connection", "Ping the server",
        (Arg("message", optional=True),), reply="+PONG, or the message"),
@@ -228,6 +264,10 @@ _COMMANDS = [
     _c("time", server.time_cmd, 1, "fast loading", "server", "The server's time",
        reply="array: seconds, microseconds"),
     _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer"),
+    _c("debug", debug.debug, -2, "admin", "server",
+       "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME]",
+       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)),
+       reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes."),
     _c("shutdown", server.shutdown, -1, "admin loading no-multi", "server",
        "Stop gracefully: answer what was received, fsync, exit",
        (Arg("mode", optional=True),), reply="nothing: the connection closes"),
@@ -253,7 +293,7 @@ def command_docs(c: Command) -> Map:
     return Map(items)
 
 
-GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("connection", "Connection"),
+GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("inspect", "Inspection and repair"), ("connection", "Connection"),
           ("transactions", "Transactions"), ("server", "Server")]
 
 

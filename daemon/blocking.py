@@ -1,24 +1,36 @@
-"""Blocked claimers: QCLAIM ... BLOCK that found nothing to claim.
+"""Claimers that wait, and connections that hold leases.
 
-Each queue keeps its waiters in arrival order and has at most one timer,
-armed for the queue's next due moment (the earliest delayed job or lease
-deadline), only while someone waits.  Waiters are served:
+Per queue the daemon keeps, in arrival order:
 
-* at the end of an event-loop turn in which the queue got ready jobs or its
-  next due moment moved (a push, a nack, an extend) — so a QPUSHMANY's jobs
-  are divided at once, and the timer is re-armed;
-* when the queue's timer fires (a lease expired, a delayed job became due);
-* with an empty reply at their own BLOCK timeout, or with an error when the
-  queue is dropped.
+* *waiters*: one QCLAIM each, parked because it found nothing and may BLOCK,
+  or because the queue has a WINDOW and it joined a cohort (see below);
+* *workers*: QWORK streams, each wanting up to MAX jobs leased at any time.
 
-The jobs available are divided among all waiters in proportion to their
-COUNT (``deal``), not first-come-takes-all.  A connection that closes while
-blocked is removed before anything can be leased to it.
+and at most one timer, armed for the queue's next due moment (the earliest
+delayed job or lease deadline) while anyone waits, so an expiring lease or a
+due delayed job wakes them at that moment, not at a poll.
+
+A queue is *served* at the end of an event-loop turn in which its ready jobs
+or its next due moment changed (a push, a nack, an extend, a freed worker
+slot), when its timer fires, and when a cohort window closes.  Serving
+divides the claimable jobs among everyone waiting in proportion to what they
+asked for (COUNT, or a worker's free slots; ``deal``), not first-come-takes-
+all.  A claim that *finds* jobs waiting is served at once (greedy), unless
+the queue has a WINDOW: then it joins a cohort that is served in one pass
+when the window closes.
+
+*Holders*: a SESSION claim or a QWORK stream holds its leases; when its
+connection closes they go back to ready at once (no deliveries bump until the
+next claim).  The store calls ``lease_ended`` when a held lease ends any
+other way (ack, nack, claimed again after expiry, removal).
 """
 
 from __future__ import annotations
 
 import logging
+
+from leaseq.commands.jobs import claim_now
+from leaseq.commands.replies import Push
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +45,7 @@ class Waiter:
 
 
 def deal(available: int, counts: list[int]) -> list[int]:
-    """Split ``available`` jobs over waiters asking ``counts``: proportional
+    """Split ``available`` jobs over claimers asking ``counts``: proportional
     shares, the remainder one by one in waiting order, nobody above its count."""
     total = sum(counts)
     if available >= total:
@@ -49,25 +61,85 @@ def deal(available: int, counts: list[int]) -> list[int]:
     return shares
 
 
+class Session:
+    """The leases a connection holds through SESSION claims."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.held: dict = {}          # job -> queue
+
+    def hold(self, queue, job) -> None:
+        job.holder = self
+        self.held[job] = queue
+
+    def lease_ended(self, job) -> None:
+        self.held.pop(job, None)
+
+    def release_all(self, store, now: int) -> None:
+        """The connection closed: its leases go back to ready now."""
+        by_queue: dict = {}
+        for job, queue in self.held.items():
+            if not queue.dropped and job.holder is self:
+                by_queue.setdefault(queue, []).append(job)
+        self.held = {}
+        for queue, jobs in by_queue.items():
+            store.nack(queue, jobs, now, None, now, closed=True)
+
+
+class Worker(Session):
+    """A QWORK stream: keeps up to ``max`` jobs of one queue leased to its
+    connection, each sent as a push message ``["job", queue, job]``."""
+
+    def __init__(self, conn, request) -> None:
+        super().__init__(conn)
+        self.queue = request.queue
+        self.consumer = request.consumer
+        self.max = request.max
+        self.lease_ms = request.lease_ms
+
+    @property
+    def room(self) -> int:
+        return max(0, self.max - len(self.held))
+
+    def lease_ended(self, job) -> None:
+        super().lease_ended(job)
+        self.conn.server.store.woken.add(self.queue)     # a free slot: serve the queue again
+
+    def take(self, limit: int) -> int:
+        jobs = claim_now(self.conn.server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+        name = self.queue.name
+        for job in jobs:
+            self.conn.answer(Push([b"job", name, job]))
+        self.conn.flush()
+        return len(jobs)
+
+
 class Blocking:
     def __init__(self, server, loop) -> None:
         self.server = server
         self.loop = loop
         self.by_queue: dict = {}     # Queue -> [Waiter]
+        self.workers: dict = {}      # Queue -> [Worker]
         self.timers: dict = {}       # Queue -> (due_ms, TimerHandle)
+        self.cohorts: dict = {}      # Queue -> TimerHandle of the open WINDOW
 
     def count(self, queue=None) -> int:
         if queue is not None:
             return len(self.by_queue.get(queue, ()))
         return sum(len(w) for w in self.by_queue.values())
 
+    # -- waiters ----------------------------------------------------------------------------
+
     def park(self, conn, wait) -> None:
         w = Waiter(conn, wait)
         conn.waiting = w
-        self.by_queue.setdefault(wait.queue, []).append(w)
+        queue = wait.queue
+        self.by_queue.setdefault(queue, []).append(w)
         if wait.timeout_ms:
             w.timer = self.loop.call_later(wait.timeout_ms / 1000.0, self._timed_out, w)
-        self._arm(wait.queue)
+        if wait.cohort and queue not in self.cohorts:
+            self.cohorts[queue] = self.loop.call_later(queue.config.window / 1000.0, self._window_closed, queue)
+        self._arm(queue)
 
     def cancel(self, w: Waiter) -> None:
         if w.timer is not None:
@@ -76,8 +148,7 @@ class Blocking:
         waiters = self.by_queue.get(w.wait.queue)
         if waiters and w in waiters:
             waiters.remove(w)
-            if not waiters:
-                self._forget(w.wait.queue)
+            self._forget(w.wait.queue)
 
     def _timed_out(self, w: Waiter) -> None:
         w.timer = None
@@ -89,25 +160,69 @@ class Blocking:
         store.write_needed = store.sync_needed = False
         w.conn.unblock(reply)
 
-    def serve(self, queue) -> None:
-        """Give claimable jobs of ``queue`` to its waiters."""
-        waiters = self.by_queue.get(queue)
-        if not waiters:
-            return
-        queue.fold(self.server.now_ms())
-        available = len(queue.ready)
-        if available:
-            store = self.server.store
-            batch = list(waiters)
-            for w, share in zip(batch, deal(available, [w.wait.count for w in batch])):
-                if not share or w.conn.closed:
-                    continue
-                store.write_needed = store.sync_needed = False
-                jobs = w.wait.take(share)
-                if not jobs:
-                    break
-                self.cancel(w)
-                w.conn.unblock(jobs)
+    def _window_closed(self, queue) -> None:
+        self.cohorts.pop(queue, None)
+        self.serve(queue, closing_window=True)
+        self.server.committer.touch()
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def add_worker(self, conn, request) -> None:
+        for worker in self.workers.get(request.queue, ()):
+            if worker.conn is conn:            # QWORK again on the same queue: new settings
+                worker.max, worker.lease_ms, worker.consumer = request.max, request.lease_ms, request.consumer
+                break
+        else:
+            worker = Worker(conn, request)
+            conn.workers.append(worker)
+            self.workers.setdefault(request.queue, []).append(worker)
+        self.server.store.woken.add(request.queue)
+
+    def remove_worker(self, worker: Worker) -> None:
+        workers = self.workers.get(worker.queue)
+        if workers and worker in workers:
+            workers.remove(worker)
+            if not workers:
+                del self.workers[worker.queue]
+            self._forget(worker.queue)
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def serve(self, queue, closing_window: bool = False) -> None:
+        """Give the claimable jobs of ``queue`` to its waiters and workers."""
+        waiters = self.by_queue.get(queue, [])
+        if closing_window:
+            for w in waiters:
+                w.wait.cohort = False
+        elif queue in self.cohorts:
+            waiters = [w for w in waiters if not w.wait.cohort]   # the cohort waits for its window
+        workers = [k for k in self.workers.get(queue, ()) if k.room and not k.conn.closed]
+        waiters = [w for w in waiters if not w.conn.closed]
+        if waiters or workers:
+            queue.fold(self.server.now_ms())
+            available = len(queue.ready)
+            if available:
+                store = self.server.store
+                takers = waiters + workers
+                asks = [w.wait.count for w in waiters] + [k.room for k in workers]
+                for taker, share in zip(takers, deal(available, asks)):
+                    if not share:
+                        continue
+                    store.write_needed = store.sync_needed = False
+                    if isinstance(taker, Worker):
+                        taker.take(share)
+                        continue
+                    jobs = taker.wait.take(share)
+                    if not jobs:
+                        break
+                    self.cancel(taker)
+                    taker.conn.unblock(jobs)
+        if closing_window:
+            # a cohort claim without BLOCK that got nothing answers empty
+            for w in list(self.by_queue.get(queue, [])):
+                if w.wait.timeout_ms is None:
+                    self.cancel(w)
+                    self._answer(w, w.wait.expired())
         self._arm(queue)
 
     def serve_woken(self) -> None:
@@ -116,11 +231,21 @@ class Blocking:
             woken = store.woken
             store.woken = set()
             for q in woken:
-                if q in self.by_queue:
+                if q in self.by_queue or q in self.workers:
                     self.serve(q)
+
+    def time_moved(self) -> None:
+        """The clock jumped (DEBUG): timers were set for the old time."""
+        for queue in set(self.by_queue) | set(self.workers):
+            timer = self.timers.pop(queue, None)
+            if timer is not None:
+                timer[1].cancel()
+            self.serve(queue)
 
     def queue_dropped(self, queue) -> None:
         waiters = self.by_queue.pop(queue, [])
+        for worker in self.workers.pop(queue, []):
+            worker.held = {}
         self._forget(queue)
         for w in waiters:
             if w.timer is not None:
@@ -137,7 +262,7 @@ class Blocking:
     # -- the per-queue timer -----------------------------------------------------------------
 
     def _arm(self, queue) -> None:
-        if not self.by_queue.get(queue):
+        if not self.by_queue.get(queue) and not self.workers.get(queue):
             self._forget(queue)
             return
         due = queue.next_due()
@@ -160,10 +285,13 @@ class Blocking:
         self.server.committer.touch()
 
     def _forget(self, queue) -> None:
-        """Drop the queue's entry and timer once nobody waits on it."""
-        if self.by_queue.get(queue):
+        """Drop the queue's entries and timers once nobody waits on it."""
+        if self.by_queue.get(queue) or self.workers.get(queue):
             return
         self.by_queue.pop(queue, None)
         timer = self.timers.pop(queue, None)
         if timer is not None:
             timer[1].cancel()
+        cohort = self.cohorts.pop(queue, None)
+        if cohort is not None:
+            cohort.cancel()

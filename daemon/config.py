@@ -48,6 +48,8 @@ class Settings:
     client_output_buffer_limit: int = _s(
         64 << 20, "bytes", "a client whose unread replies exceed this is disconnected (0 = no limit)")
     maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, pushes get -OOM (0 = no limit)")
+    enable_debug_command: bool = _s(False, "bool", "allow DEBUG (moves the daemon's clock; for tests only)",
+                                    mutable=False)
 
     # -- access by setting name ------------------------------------------------------
 

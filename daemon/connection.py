@@ -28,6 +28,7 @@ import asyncio
 from leaseq.commands.jobs import ClaimWait
 from leaseq.commands.replies import NO_REPLY, Error
 
+from .blocking import Session
 from .dispatch import execute
 from .resp import ProtocolError, RequestParser, encode
 
@@ -62,6 +63,8 @@ class Connection(asyncio.Protocol):
         self.protocol_error = None
         self.quitting = False
         self.closed = False
+        self._session = None               # SESSION leases (blocking.Session)
+        self.workers: list = []            # QWORK streams (blocking.Worker)
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -105,7 +108,23 @@ class Connection(asyncio.Protocol):
         if self.waiting is not None:
             self.server.blocking.cancel(self.waiting)
             self.waiting = None
+        self._release_holdings()
         self.server.unregister(self)
+
+    def _release_holdings(self) -> None:
+        """SESSION and QWORK leases go back to ready the moment we let go."""
+        server = self.server
+        if server.committer is None or server.committer.closed:
+            return
+        now = server.now_ms()
+        if self._session is not None:
+            self._session.release_all(server.store, now)
+            self._session = None
+        for worker in self.workers:
+            server.blocking.remove_worker(worker)
+            worker.release_all(server.store, now)
+        self.workers = []
+        server.committer.touch()
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -207,7 +226,17 @@ class Connection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.abort()
 
+    def session(self):
+        """The holder of this connection's SESSION leases."""
+        if self._session is None:
+            self._session = Session(self)
+        return self._session
+
+    def start_work(self, request) -> None:
+        self.server.blocking.add_worker(self, request)
+
     def reset(self) -> None:
+        self._release_holdings()
         self.resp3 = False
         self.name = None
         self.multi = None

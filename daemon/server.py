@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from leaseq.commands import errors
 from leaseq.commands.server import rss_bytes
+from leaseq.storage.queue import QueueConfig
 
 from . import config
 from .blocking import Blocking
@@ -23,6 +24,39 @@ from .committer import Committer
 from .connection import Connection
 
 log = logging.getLogger(__name__)
+
+
+class Clock:
+    """The daemon's time in ms since the epoch: real time plus an offset, or
+    frozen (DEBUG CLOCK).  Its state is logged (CLOCK record) so it survives
+    restarts; it only moves forward."""
+
+    def __init__(self, server, offset: int, frozen: bool, frozen_at: int) -> None:
+        self.server = server
+        self.offset = offset
+        self.frozen = frozen
+        self.frozen_at = frozen_at
+
+    def now(self) -> int:
+        return self.frozen_at if self.frozen else int(time.time() * 1000) + self.offset
+
+    def advance(self, ms: int) -> None:
+        if self.frozen:
+            self._set(self.offset, True, self.frozen_at + ms)
+        else:
+            self._set(self.offset + ms, False, 0)
+
+    def freeze(self, at: int) -> None:
+        self._set(self.offset, True, at)
+
+    def resume(self) -> None:
+        if self.frozen:
+            self._set(self.frozen_at - int(time.time() * 1000), False, 0)
+
+    def _set(self, offset: int, frozen: bool, frozen_at: int) -> None:
+        self.offset, self.frozen, self.frozen_at = offset, frozen, frozen_at
+        self.server.store.set_clock(offset, frozen, frozen_at)
+        self.server.time_moved()
 
 
 @dataclass
@@ -45,7 +79,9 @@ class Server:
         self.port = settings.port
         self.oom = False
         self.stopping = False
-        self.clock_offset_ms = 0
+        self.clock = Clock(self, *store.clock)
+        self.now_ms = self.clock.now
+        store.default_config = QueueConfig(durability=settings.default_durability)
         self._ops_samples: deque = deque(maxlen=16)
         self._stopped: asyncio.Event | None = None
         self._listener = None
@@ -56,8 +92,10 @@ class Server:
 
     # -- clock and settings --------------------------------------------------------------
 
-    def now_ms(self) -> int:
-        return int(time.time() * 1000) + self.clock_offset_ms
+    def time_moved(self) -> None:
+        """DEBUG moved the clock: fold and re-arm every queue someone waits on."""
+        if self.blocking is not None:
+            self.blocking.time_moved()
 
     @property
     def auth_required(self) -> bool:
@@ -80,6 +118,7 @@ class Server:
                 raise errors.config_invalid(name, str(e)) from None
         self.settings = s = self.settings.replace(**changes)
         self.store.lease_sync = s.lease_durability == "fsync"
+        self.store.default_config = QueueConfig(durability=s.default_durability)
         self.store.wal.segment_size = s.segment_size
         for c in self.clients.values():
             c.parser.max_args = s.max_args

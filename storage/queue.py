@@ -13,9 +13,24 @@ Indexes (sortedcontainers, with total, immutable keys; the job id breaks ties):
 * ``delayed`` a ``TimeIndex`` by visible_at (see ``storage.index``);
 * ``leases``  a ``TimeIndex`` by lease deadline.
 
+* ``dead``      a ``TimeIndex`` of jobs dead in their own queue (no
+  DEADLETTER), by the moment RETAIN-DEAD lets them go;
+* ``completed`` a ``TimeIndex`` of acked jobs kept by RETAIN-COMPLETED, by the
+  moment they go.
+
 A job sits in exactly one index, the one its ``state`` names.  Its position
 changes only through ``_move``: remove with the old key, change the fields,
 add with the new key.
+
+Besides the indexes: ``keys`` maps dedupe keys to job ids, and ``order`` is
+every id ever added in ascending order (ids only grow, so appending keeps it
+sorted; ids of removed jobs are skipped and compacted away), which QSCAN
+walks with a cursor.
+
+A lease may have a *holder*: the connection whose SESSION claim or QWORK
+stream holds it.  Whenever a lease ends (ack, nack, claim by someone else,
+removal) the holder's ``lease_ended(queue, job)`` is called; holders live in
+the daemon, the queue only calls them.
 
 Expiry is lazy: ``fold(now)`` moves due delayed jobs and expired leases to
 ``ready`` when someone looks (a claim, an inspection).  A job whose lease
@@ -25,6 +40,7 @@ ack it; a new claim replaces the token and the old one becomes stale.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, replace
 
 from sortedcontainers import SortedList
@@ -78,10 +94,22 @@ class QueueConfig:
         return replace(self, **changes)
 
 
+class Provenance:
+    """Where a dead-lettered job came from (SPEC 1)."""
+
+    __slots__ = ("source", "src_id", "deliveries", "reason")
+
+    def __init__(self, source: bytes, src_id: int, deliveries: int, reason: bytes) -> None:
+        self.source = source
+        self.src_id = src_id
+        self.deliveries = deliveries
+        self.reason = reason
+
+
 class Job:
     __slots__ = ("id", "payload", "priority", "enqueued_at", "visible_at", "deliveries", "key", "flags",
                  "max_deliveries", "expire_ms", "last_error", "state", "token", "deadline", "consumer",
-                 "requeued")
+                 "requeued", "origin", "retain_until", "dead_reason", "holder")
 
     def __init__(self, id: int, payload: bytes, priority: int, enqueued_at: int, visible_at: int,
                  key: bytes | None = None, flags: int = 0, max_deliveries: int = 0, expire_ms: int = 0) -> None:
@@ -101,6 +129,10 @@ class Job:
         self.deadline = 0
         self.consumer = None
         self.requeued = False
+        self.origin = None
+        self.retain_until = 0
+        self.dead_reason = None
+        self.holder = None
 
 
 @dataclass
@@ -113,6 +145,15 @@ class Counters:
     duplicates: int = 0
 
 
+# dedupe scopes (SPEC 3.2): the states in which an existing job with the key counts
+SCOPES = {
+    b"queued": (DELAYED, READY),
+    b"active": (DELAYED, READY, IN_FLIGHT),
+    b"exists": (DELAYED, READY, IN_FLIGHT, DEAD, COMPLETED),
+}
+SCOPE_CODES = {b"queued": 0, b"active": 1, b"exists": 2}
+
+
 class Queue:
     def __init__(self, qid: int, name: bytes, config: QueueConfig) -> None:
         self.qid = qid
@@ -122,6 +163,10 @@ class Queue:
         self.ready = SortedList()
         self.delayed = TimeIndex()
         self.leases = TimeIndex()
+        self.dead = TimeIndex()
+        self.completed = TimeIndex()
+        self.keys: dict[bytes, int] = {}
+        self.order: list[int] = []
         self.next_id = 1
         self.id_mark = 0          # ids below this are covered by a logged IDMARK
         self.counters = Counters()
@@ -141,6 +186,10 @@ class Queue:
             self.leases.add(job.deadline, job.id)
         elif s is DELAYED:
             self.delayed.add(job.visible_at, job.id)
+        elif s is DEAD:
+            self.dead.add(job.retain_until, job.id)
+        elif s is COMPLETED:
+            self.completed.add(job.retain_until, job.id)
 
     def _unindex(self, job: Job) -> None:
         s = job.state
@@ -150,6 +199,10 @@ class Queue:
             self.leases.remove(job.deadline, job.id)
         elif s is DELAYED:
             self.delayed.remove(job.visible_at, job.id)
+        elif s is DEAD:
+            self.dead.remove(job.retain_until, job.id)
+        elif s is COMPLETED:
+            self.completed.remove(job.retain_until, job.id)
 
     def _move(self, job: Job, **fields) -> None:
         """The one way to change fields that position a job: remove, change, re-add."""
@@ -158,13 +211,24 @@ class Queue:
             setattr(job, name, value)
         self._index(job)
 
+    @staticmethod
+    def _end_lease(job: Job) -> None:
+        """The job's current lease is over: drop the token, tell its holder."""
+        job.token = None
+        holder = job.holder
+        if holder is not None:
+            job.holder = None
+            holder.lease_ended(job)
+
     # -- transitions (called by Store, live and during replay) ------------------------
 
     def add_many(self, jobs: list[Job], now: int) -> None:
-        """New jobs (ascending ids): ready now, or delayed until visible_at."""
+        """New jobs (ascending ids, above every id so far): ready now, or delayed
+        until visible_at."""
         table = self.jobs
         ready_add = self.ready.add
         delayed_add = self.delayed.add
+        keys = self.keys
         for job in jobs:
             table[job.id] = job
             if job.visible_at > now:
@@ -173,11 +237,15 @@ class Queue:
             else:
                 job.state = READY
                 ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
+            if job.key is not None:
+                keys[job.key] = job.id
+        self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
-        self.counters.pushed += len(jobs)
 
     def lease(self, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
+        if job.token is not None:
+            self._end_lease(job)
         self._move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)
         job.deliveries += 1
 
@@ -185,6 +253,8 @@ class Queue:
         """``lease`` for jobs that are exactly the first ``len(jobs)`` ready keys."""
         del self.ready[:len(jobs)]
         for job, token in zip(jobs, tokens):
+            if job.token is not None:         # an expired lease, now replaced
+                self._end_lease(job)
             job.state = IN_FLIGHT
             job.token = token
             job.deadline = deadline
@@ -192,36 +262,73 @@ class Queue:
             job.deliveries += 1
         self.leases.add_many(deadline, [job.id for job in jobs])
 
-    def complete(self, job: Job) -> None:
-        self._unindex(job)
-        job.state = None
-        job.token = None
-        del self.jobs[job.id]
+    def complete(self, job: Job, now: int) -> None:
+        """Acked: gone, or kept as completed for RETAIN-COMPLETED."""
+        self._end_lease(job)
+        retain = self.config.retain_completed
+        if retain:
+            self._move(job, state=COMPLETED, retain_until=now + retain, deadline=0)
+        else:
+            self.remove(job)
         self.counters.acked += 1
 
-    def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool) -> None:
+    def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool,
+                closed: bool = False) -> None:
+        """Back to ready (or delayed until ``visible_at``), to be claimed again."""
+        self._end_lease(job)
         state = DELAYED if visible_at > now else READY
         self._move(job, state=state, visible_at=visible_at if state is DELAYED else job.visible_at,
-                   token=None, deadline=0, requeued=True)
+                   deadline=0, requeued=True)
         if has_error:
             job.last_error = error
-        self.counters.nacked += 1
+        if not closed:
+            self.counters.nacked += 1
 
     def extend(self, job: Job, deadline: int) -> None:
         self._move(job, state=IN_FLIGHT, deadline=deadline)
 
+    def bury(self, job: Job, reason: bytes, now: int) -> None:
+        """Dead in this queue (no DEADLETTER), kept for RETAIN-DEAD."""
+        self._end_lease(job)
+        self._move(job, state=DEAD, retain_until=now + self.config.retain_dead, dead_reason=reason,
+                   deadline=0)
+        self.counters.dead_lettered += 1
+
+    def revive(self, job: Job) -> None:
+        """A dead job back to ready, its deliveries forgotten (QREDRIVE)."""
+        self._move(job, state=READY, deliveries=0, requeued=True, dead_reason=None, retain_until=0)
+
+    def remove(self, job: Job) -> None:
+        """Gone, whatever its state (ack, QDEL, dead-lettered elsewhere, retention over)."""
+        self._end_lease(job)
+        self._unindex(job)
+        job.state = None
+        del self.jobs[job.id]
+        if job.key is not None and self.keys.get(job.key) == job.id:
+            del self.keys[job.key]
+        if len(self.order) > 2 * len(self.jobs) + 4096:
+            self.order = list(self.jobs)      # dict order is ascending id order
+
     def remove_all(self) -> int:
         n = len(self.jobs)
+        for job in self.jobs.values():
+            if job.token is not None:
+                self._end_lease(job)
         self.jobs.clear()
         self.ready.clear()
         self.delayed.clear()
         self.leases.clear()
+        self.dead.clear()
+        self.completed.clear()
+        self.keys.clear()
+        self.order.clear()
         return n
 
     # -- lazy expiry -----------------------------------------------------------------------
 
     def fold(self, now: int) -> None:
-        """Move due delayed jobs and expired leases to ready."""
+        """Move due delayed jobs and expired leases to ready; let go of dead and
+        completed jobs whose retention is over."""
         jobs = self.jobs
         ready_add = self.ready.add
         if self.delayed and self.delayed.first() <= now:
@@ -237,6 +344,12 @@ class Queue:
                 job.requeued = True
                 ready_add(self._ready_key(job))
             self.counters.lease_expired += len(expired)
+        for index in (self.dead, self.completed):
+            if index and index.first() <= now:
+                for jid in index.pop_due(now):
+                    job = jobs[jid]
+                    job.state = None              # already out of its index
+                    self.remove(job)
 
     def next_due(self) -> int | None:
         """The next moment (ms epoch) at which a job becomes claimable by time."""
@@ -253,6 +366,17 @@ class Queue:
         jobs = self.jobs
         return [jobs[k & ID_MASK] for k in self.ready.islice(0, count)]
 
+    def death_reason(self, job: Job, now: int) -> bytes | None:
+        """Why ``job`` must not be delivered again now, or None (SPEC 1: on the
+        MAXDELIVERIES+1-th delivery, or when older than EXPIRE)."""
+        limit = job.max_deliveries or self.config.maxdeliveries
+        if limit and job.deliveries >= limit:
+            return b"max-deliveries"
+        expire = job.expire_ms or self.config.expire
+        if expire and now - job.enqueued_at > expire:
+            return b"expired"
+        return None
+
     def job_for_token(self, token: bytes) -> Job | None:
         """The job a token's lease is on, if that lease has not ended (else None)."""
         head, _, _ = token.partition(b".")
@@ -263,6 +387,28 @@ class Queue:
         if job is not None and job.token == token:
             return job
         return None
+
+    def duplicate_of(self, key: bytes, scope: bytes) -> Job | None:
+        """The job holding dedupe ``key`` in ``scope`` (after ``fold``), if any."""
+        jid = self.keys.get(key)
+        if jid is None:
+            return None
+        job = self.jobs.get(jid)
+        return job if job is not None and job.state in SCOPES[scope] else None
+
+    def scan(self, cursor: int, count: int, state: bytes | None) -> tuple[int, list[Job]]:
+        """Jobs with id > ``cursor`` in ascending id order, at most ``count``
+        looked at; returns (next cursor, jobs), next cursor 0 at the end."""
+        order = self.order
+        i = bisect_right(order, cursor)
+        jobs = self.jobs
+        found: list[Job] = []
+        end = min(i + count, len(order))
+        for jid in order[i:end]:
+            job = jobs.get(jid)
+            if job is not None and (state is None or job.state is state):
+                found.append(job)
+        return (order[end - 1] if end < len(order) else 0), found
 
     @property
     def live(self) -> int:

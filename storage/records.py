@@ -58,7 +58,8 @@ not repeated in every record); ``ts`` is when the change happened.
 7 NACK     ``qid u32, ts u64, visible_at u64, flags u8, count u32,
            error_len u32, error, ids u64 x count``: leases released; the jobs
            are ready again at ``visible_at``.  ``flags`` bit 0: ``error`` is
-           set (an empty error is a real value).
+           set (an empty error is a real value); bit 1: released because the
+           connection holding a SESSION or QWORK lease closed (not a nack).
 8 EXTEND   ``qid u32, ts u64, deadline u64, count u32, ids u64 x count``:
            leases get a new deadline.
 9 IDMARK   ``qid u32, next_id u64``: ids below ``next_id`` may have been
@@ -68,6 +69,22 @@ not repeated in every record); ``ts`` is when the change happened.
 10 TXN     ``count u32`` then ``count`` inner records, each
            ``type u8, length u32, body``: applied all or none (MULTI/EXEC).
            The frame's CRC covers them all; inner records carry none.
+11 DEAD    ``qid u32, ts u64, reason u8, target u32, count u32, pairs``:
+           jobs that must not be delivered again (reason 1 max-deliveries,
+           2 nack, 3 expired).  ``target`` 0: they stay in their queue in
+           state dead.  Otherwise they move to queue ``target`` (the
+           DEADLETTER queue) with provenance; ``pairs`` is ``count`` x
+           ``(id u64, new id u64)``, the new id in the target (0 when target
+           is 0).
+12 REDRIVE ``qid u32, ts u64, count u32, ids u64 x count``: dead jobs back to
+           ready in their own queue, deliveries reset to 0.
+13 MOVE    ``qid u32, ts u64, target u32, count u32, pairs`` (as DEAD): ready
+           jobs of a dead-letter queue back to their source queue ``target``
+           as new ready jobs (provenance dropped, deliveries 0).
+14 DEL     ``qid u32, ts u64, count u32, ids u64 x count``: jobs removed
+           whatever their state (QDEL, QPURGE).
+15 CLOCK   ``offset i64, frozen u8, frozen_at u64``: the DEBUG clock (only
+           with enable-debug-command), so a restart keeps test time.
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -90,9 +107,13 @@ FRAME = struct.Struct("<IIB")
 FRAME_SIZE = FRAME.size
 _LEN_TYPE = struct.Struct("<IB")
 
-BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN = range(1, 11)
+BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK = range(1, 16)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
-         NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN"}
+         NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
+         MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK"}
+NACK_ERROR, NACK_CLOSED = 1, 2
+REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
+REASON_CODES = {v: k for k, v in REASONS.items()}
 
 _BOOT = struct.Struct("<IQ")
 _QUEUE = struct.Struct("<IQB")
@@ -104,6 +125,9 @@ _ACK = struct.Struct("<IQI")
 _NACK = struct.Struct("<IQQBII")
 _EXTEND = struct.Struct("<IQQI")
 _IDMARK = struct.Struct("<IQ")
+_DEAD = struct.Struct("<IQBII")
+_MOVE = struct.Struct("<IQII")
+_CLOCK = struct.Struct("<qBQ")
 _INNER = struct.Struct("<BI")
 
 
@@ -197,11 +221,34 @@ def ack(qid: int, ts: int, ids) -> bytes:
     return _ACK.pack(qid, ts, n) + struct.pack("<%dQ" % n, *ids)
 
 
-def nack(qid: int, ts: int, visible_at: int, error: bytes | None, ids) -> bytes:
+def nack(qid: int, ts: int, visible_at: int, error: bytes | None, ids, closed: bool = False) -> bytes:
     n = len(ids)
     err = error or b""
-    return (_NACK.pack(qid, ts, visible_at, 1 if error is not None else 0, n, len(err)) + err
+    flags = (NACK_ERROR if error is not None else 0) | (NACK_CLOSED if closed else 0)
+    return (_NACK.pack(qid, ts, visible_at, flags, n, len(err)) + err
             + struct.pack("<%dQ" % n, *ids))
+
+
+def dead(qid: int, ts: int, reason: int, target: int, pairs) -> bytes:
+    n = len(pairs)
+    return _DEAD.pack(qid, ts, reason, target, n) + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p))
+
+
+def redrive(qid: int, ts: int, ids) -> bytes:
+    return ack(qid, ts, ids)          # same layout as ACK
+
+
+def move(qid: int, ts: int, target: int, pairs) -> bytes:
+    n = len(pairs)
+    return _MOVE.pack(qid, ts, target, n) + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p))
+
+
+def delete(qid: int, ts: int, ids) -> bytes:
+    return ack(qid, ts, ids)          # same layout as ACK
+
+
+def clock(offset: int, frozen: bool, frozen_at: int) -> bytes:
+    return _CLOCK.pack(offset, 1 if frozen else 0, frozen_at)
 
 
 def extend(qid: int, ts: int, deadline: int, ids) -> bytes:
@@ -310,8 +357,32 @@ def _d_ack(b):
 def _d_nack(b):
     qid, ts, visible_at, flags, count, elen = _NACK.unpack_from(b)
     off = _NACK.size
-    error = b[off:off + elen] if flags & 1 else None
-    return qid, ts, visible_at, error, _ids(b, off + elen, count)
+    error = b[off:off + elen] if flags & NACK_ERROR else None
+    return qid, ts, visible_at, error, _ids(b, off + elen, count), bool(flags & NACK_CLOSED)
+
+
+def _pairs(b: bytes, offset: int, count: int) -> list:
+    flat = _ids(b, offset, 2 * count)
+    return list(zip(flat[::2], flat[1::2]))
+
+
+def _d_dead(b):
+    qid, ts, reason, target, count = _DEAD.unpack_from(b)
+    if reason not in REASONS:
+        raise FormatError(f"DEAD record has unknown reason {reason}")
+    return qid, ts, reason, target, _pairs(b, _DEAD.size, count)
+
+
+def _d_move(b):
+    qid, ts, target, count = _MOVE.unpack_from(b)
+    return qid, ts, target, _pairs(b, _MOVE.size, count)
+
+
+def _d_clock(b):
+    if len(b) != _CLOCK.size:
+        raise FormatError("CLOCK record has the wrong size")
+    offset, frozen, frozen_at = _CLOCK.unpack(b)
+    return offset, bool(frozen), frozen_at
 
 
 def _d_extend(b):
@@ -340,7 +411,8 @@ def _d_txn(b):
 
 
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
-             ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn}
+             ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
+             DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

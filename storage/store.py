@@ -9,13 +9,14 @@ decodes the same records and calls the same transitions with logging off
 
 What is logged, and whether a reply waits for fsync:
 
-=====================  ===========  ==========  ===========================
-record                 fsync queue  async queue memory queue
-=====================  ===========  ==========  ===========================
-QUEUE, DROP, IDMARK    wait         wait        wait (queues and ids survive)
-PUSH, ACK              wait         written     not written
-CLAIM, NACK, EXTEND    written *    written     not written
-=====================  ===========  ==========  ===========================
+=========================  ===========  ==========  =========================
+record                     fsync queue  async queue memory queue
+=========================  ===========  ==========  =========================
+QUEUE, DROP, IDMARK, CLOCK wait         wait        wait (queues, ids survive)
+PUSH, ACK, DEAD, REDRIVE,  wait         written     not written
+MOVE, DEL
+CLAIM, NACK, EXTEND        written *    written     not written
+=========================  ===========  ==========  =========================
 
 (*) wait too with ``lease-durability fsync``.  "Written" records reach the
 file at the end of the event-loop turn, before their replies are sent (so
@@ -31,7 +32,7 @@ import os
 import time
 
 from . import records
-from .queue import ASYNC, FSYNC, MEMORY, Job, Queue, QueueConfig
+from .queue import ASYNC, FSYNC, MEMORY, Job, Provenance, Queue, QueueConfig
 from .wal import RecoveryReport, WriteAheadLog, lock_directory, read_log
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ class Store:
         self.sync_needed = False     # ... and it needs fsync before replying
         self.woken: set[Queue] = set()   # queues whose ready jobs or next due moment changed
         self.report: RecoveryReport | None = None
+        self.default_config = QueueConfig()     # for dead-letter queues created on demand
+        self.clock = (0, False, 0)              # DEBUG clock: offset ms, frozen, frozen at
         self.recovery_seconds = 0.0
         self._txn: list | None = None
         self._txn_sync = False
@@ -204,6 +207,7 @@ class Store:
 
     def push(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.add_many(jobs, ts)
+        q.counters.pushed += len(jobs)
         self._log(q, records.PUSH, records.push(q.qid, ts, jobs))
         self.woken.add(q)
 
@@ -226,13 +230,15 @@ class Store:
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         for job in jobs:
-            q.complete(job)
+            q.complete(job, ts)
         self._log(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
 
-    def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int) -> None:
+    def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
+             closed: bool = False) -> None:
+        """Release leases (``closed``: because the holding connection closed)."""
         for job in jobs:
-            q.release(job, visible_at, ts, error, error is not None)
-        self._log(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs]),
+            q.release(job, visible_at, ts, error, error is not None, closed)
+        self._log(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs], closed),
                   lease_record=True)
         self.woken.add(q)
 
@@ -242,6 +248,97 @@ class Store:
         self._log(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
                   lease_record=True)
         self.woken.add(q)   # a shortened lease moves the moment blocked claimers wake
+
+    # -- dead jobs, redrive, deletion ----------------------------------------------------
+
+    def take_claimable(self, q: Queue, now: int, count: int) -> list[Job]:
+        """The next ``count`` jobs that may be delivered, in claim order.  A job
+        that would be delivered one time too many, or is older than EXPIRE, is
+        dead-lettered on the way instead (SPEC 1) and the next one is taken."""
+        while True:
+            jobs = q.claimable(now, count)
+            doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
+            if not doomed:
+                return jobs
+            self.begin()
+            try:
+                for reason in {r for _, r in doomed}:
+                    self.dead_letter(q, [j for j, r in doomed if r == reason], reason, now)
+            finally:
+                self.commit()
+
+    def dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> None:
+        """Jobs that must not be delivered again: to the DEADLETTER queue (created
+        with defaults if missing) with provenance, or dead in their own queue."""
+        target = None
+        if q.config.deadletter:
+            name = q.config.deadletter.encode()
+            target = self.queues.get(name) or self.create_queue(name, self.default_config, ts)
+            first = self.take_ids(target, len(jobs))
+            pairs = [(job.id, first + i) for i, job in enumerate(jobs)]
+        else:
+            pairs = [(job.id, 0) for job in jobs]
+        self._apply_dead(q, ts, reason, target, pairs)
+        self._log(q, records.DEAD, records.dead(q.qid, ts, records.REASON_CODES[reason],
+                                                target.qid if target else 0, pairs))
+
+    def _apply_dead(self, q: Queue, ts: int, reason: bytes, target: Queue | None, pairs) -> None:
+        jobs = q.jobs
+        if target is None:
+            for jid, _ in pairs:
+                q.bury(jobs[jid], reason, ts)
+            return
+        moved = []
+        for jid, new_id in pairs:
+            job = jobs[jid]
+            copy = Job(new_id, job.payload, job.priority, ts, ts)
+            copy.last_error = job.last_error
+            copy.origin = Provenance(q.name, job.id, job.deliveries, reason)
+            moved.append(copy)
+            q.remove(job)
+            q.counters.dead_lettered += 1
+        if not (self.replaying and target.durability is MEMORY):
+            target.add_many(moved, ts)
+            self.woken.add(target)
+
+    def redrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        """Dead jobs of ``q`` back to ready, deliveries reset to 0."""
+        for job in jobs:
+            q.revive(job)
+        self._log(q, records.REDRIVE, records.redrive(q.qid, ts, [j.id for j in jobs]))
+        self.woken.add(q)
+
+    def move_back(self, q: Queue, jobs: list[Job], source: Queue, ts: int) -> None:
+        """Ready jobs of dead-letter queue ``q`` back to ``source`` as new ready jobs."""
+        first = self.take_ids(source, len(jobs))
+        pairs = [(job.id, first + i) for i, job in enumerate(jobs)]
+        self._apply_move(q, ts, source, pairs)
+        self._log(q, records.MOVE, records.move(q.qid, ts, source.qid, pairs))
+
+    def _apply_move(self, q: Queue, ts: int, source: Queue, pairs) -> None:
+        jobs = q.jobs
+        back = []
+        for jid, new_id in pairs:
+            job = jobs[jid]
+            copy = Job(new_id, job.payload, job.priority, ts, ts)
+            copy.last_error = job.last_error
+            copy.requeued = True
+            back.append(copy)
+            q.remove(job)
+        if not (self.replaying and source.durability is MEMORY):
+            source.add_many(back, ts)
+            self.woken.add(source)
+
+    def delete(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        """Jobs removed whatever their state (QDEL, QPURGE); leases become stale."""
+        for job in jobs:
+            q.remove(job)
+        self._log(q, records.DEL, records.delete(q.qid, ts, [j.id for j in jobs]))
+
+    def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
+        """The DEBUG clock, logged so a restart keeps the test's time."""
+        self.clock = (offset, frozen, frozen_at)
+        self._log_meta(records.CLOCK, records.clock(offset, frozen, frozen_at))
 
     # -- replay -----------------------------------------------------------------------------
 
@@ -256,6 +353,9 @@ class Store:
         if rtype == records.BOOT:
             self.epoch, _ts = fields
             self.lease_seq = 0
+            return
+        if rtype == records.CLOCK:
+            self.clock = fields
             return
         if rtype == records.QUEUE:
             qid, ts, name, config = fields
@@ -280,13 +380,37 @@ class Store:
             _qid, ts, ids = fields
             self.ack(q, _jobs(q, ids), ts)
         elif rtype == records.NACK:
-            _qid, ts, visible_at, error, ids = fields
-            self.nack(q, _jobs(q, ids), visible_at, error, ts)
+            _qid, ts, visible_at, error, ids, closed = fields
+            self.nack(q, _jobs(q, ids), visible_at, error, ts, closed)
         elif rtype == records.EXTEND:
             _qid, ts, deadline, ids = fields
             self.extend(q, _jobs(q, ids), deadline, ts)
         elif rtype == records.IDMARK:
             q.id_mark = fields[1]
+        elif rtype == records.DEAD:
+            _qid, ts, reason, target_qid, pairs = fields
+            target = self.by_qid.get(target_qid) if target_qid else None
+            pairs = [p for p in pairs if p[0] in q.jobs]
+            if target_qid and target is None:       # only after --repair dropped its QUEUE record
+                for jid, _ in pairs:
+                    q.remove(q.jobs[jid])
+                return
+            self._apply_dead(q, ts, records.REASONS[reason], target, pairs)
+        elif rtype == records.REDRIVE:
+            _qid, ts, ids = fields
+            self.redrive(q, _jobs(q, ids), ts)
+        elif rtype == records.MOVE:
+            _qid, ts, target_qid, pairs = fields
+            source = self.by_qid.get(target_qid)
+            pairs = [p for p in pairs if p[0] in q.jobs]
+            if source is None:
+                for jid, _ in pairs:
+                    q.remove(q.jobs[jid])
+                return
+            self._apply_move(q, ts, source, pairs)
+        elif rtype == records.DEL:
+            _qid, ts, ids = fields
+            self.delete(q, _jobs(q, ids), ts)
         elif rtype == records.DROP:
             self.drop_queue(q, fields[1])
         else:

@@ -98,7 +98,30 @@ def test_ack_round_trip(ids):
 @pytest.mark.parametrize("error", [None, b"", b"boom", b"\x00\r\n" * 50])
 def test_nack_round_trip_keeps_error_none_and_empty_apart(error):
     body = records.nack(5, 100, 2100, error, [8, 9])
-    assert records.decode(records.NACK, body) == (5, 100, 2100, error, (8, 9))
+    assert records.decode(records.NACK, body) == (5, 100, 2100, error, (8, 9), False)
+
+
+def test_nack_of_a_closed_connection_is_flagged():
+    body = records.nack(5, 100, 100, None, [8], closed=True)
+    assert records.decode(records.NACK, body) == (5, 100, 100, None, (8,), True)
+
+
+def test_dead_round_trip_with_and_without_target():
+    assert records.decode(records.DEAD, records.dead(1, 9, 2, 4, [(5, 50), (6, 51)])) == \
+        (1, 9, 2, 4, [(5, 50), (6, 51)])
+    assert records.decode(records.DEAD, records.dead(1, 9, 3, 0, [(5, 0)])) == (1, 9, 3, 0, [(5, 0)])
+
+
+def test_dead_with_unknown_reason_is_format_error():
+    with pytest.raises(FormatError, match="unknown reason"):
+        records.decode(records.DEAD, records.dead(1, 9, 7, 0, [(5, 0)]))
+
+
+def test_redrive_move_del_and_clock_round_trip():
+    assert records.decode(records.REDRIVE, records.redrive(2, 3, [4, 5])) == (2, 3, (4, 5))
+    assert records.decode(records.MOVE, records.move(2, 3, 7, [(4, 40)])) == (2, 3, 7, [(4, 40)])
+    assert records.decode(records.DEL, records.delete(2, 3, [9])) == (2, 3, (9,))
+    assert records.decode(records.CLOCK, records.clock(-25, True, 1234)) == (-25, True, 1234)
 
 
 def test_extend_round_trip():
@@ -124,13 +147,14 @@ def test_empty_txn_round_trips():
 
 def test_record_type_numbers_are_the_documented_ones():
     assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
-            records.NACK, records.EXTEND, records.IDMARK, records.TXN) == tuple(range(1, 11))
-    assert set(records.NAMES) == set(range(1, 11))
+            records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
+            records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
+    assert set(records.NAMES) == set(range(1, 16))
 
 
 # -- malformed bodies ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("rtype", [0, 11, 99, 255])
+@pytest.mark.parametrize("rtype", [0, 16, 99, 255])
 def test_unknown_record_type_is_format_error(rtype):
     with pytest.raises(FormatError, match="unknown record type"):
         records.decode(rtype, b"\x00" * 16)

@@ -45,8 +45,12 @@ def test_command_info_and_docs_encode(resp3):
 
 
 def test_qpush_syntax_reads_like_the_spec():
-    assert TABLE[b"qpush"].syntax() == "QPUSH queue payload [PRIORITY p] [DELAY ms | AT ms-epoch]"
-    assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms]"
+    assert TABLE[b"qpush"].syntax() == ("QPUSH queue payload [PRIORITY p] [DELAY ms | AT ms-epoch] "
+                                        "[KEY key [WHILE queued | active | exists]] [MAXDELIVERIES n] [EXPIRE ms]")
+    assert TABLE[b"qpushmany"].syntax().startswith("QPUSHMANY queue count payload [payload ...] ")
+    assert "[KEYS key [key ...] [WHILE queued | active | exists]]" in TABLE[b"qpushmany"].syntax()
+    assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms] [SESSION]"
+    assert TABLE[b"qnack"].syntax() == "QNACK queue token [token ...] [DELAY ms] [ERROR message] [DEAD]"
 
 
 def test_every_error_code_is_documented():

@@ -1,0 +1,165 @@
+"""Inspection and repair: QGET, QPEEK, QSCAN, QDEL, QPURGE, QREDRIVE."""
+
+from __future__ import annotations
+
+from leaseq.storage.queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Queue
+
+from . import errors
+from .args import OptionReader, in_range, queue_name, to_int
+from .jobs import _optional_items
+from .queues import get_or_create, lookup
+from .replies import Map
+
+STATES = {b"delayed": DELAYED, b"ready": READY, b"in_flight": IN_FLIGHT, b"dead": DEAD, b"completed": COMPLETED}
+ID_MAX = (1 << 63) - 1
+
+
+def inspect_reply(job: Job) -> Map:
+    """A job as an operator sees it: its state and every field it has.  The
+    lease token is not shown (it would let anyone complete the job)."""
+    items = [
+        (b"id", job.id),
+        (b"state", job.state),
+        (b"payload", job.payload),
+        (b"priority", job.priority),
+        (b"enqueued_at", job.enqueued_at),
+        (b"visible_at", job.visible_at),
+        (b"deliveries", job.deliveries),
+    ]
+    if job.token is not None and job.deadline:
+        items += [(b"deadline", job.deadline), (b"consumer", job.consumer)]
+    if job.max_deliveries:
+        items.append((b"maxdeliveries", job.max_deliveries))
+    if job.expire_ms:
+        items.append((b"expire", job.expire_ms))
+    if job.dead_reason is not None:
+        items.append((b"dead_reason", job.dead_reason))
+    if job.retain_until:
+        items.append((b"retained_until", job.retain_until))
+    return Map(items + _optional_items(job))
+
+
+def _queue(client, args) -> Queue:
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    q.fold(server.now_ms())
+    return q
+
+
+def qget(client, args):
+    q = _queue(client, args)
+    job = q.jobs.get(in_range(args[2], "id", 0, ID_MAX))
+    return None if job is None else inspect_reply(job)
+
+
+def qpeek(client, args):
+    q = _queue(client, args)
+    count = 1
+    r = OptionReader(args, 2)
+    for kw in r:
+        r.once(kw)
+        if kw == b"COUNT":
+            count = r.int_in("COUNT", 1, 1000)
+        else:
+            r.unknown()
+    return [inspect_reply(job) for job in q.claimable(client.server.now_ms(), count)]
+
+
+def qscan(client, args):
+    """SCAN style: cursor 0 starts and ends; jobs are visited in ascending id
+    order and the cursor is the last id looked at, so a job present for the
+    whole scan is returned exactly once."""
+    q = _queue(client, args)
+    cursor = to_int(args[2])
+    if cursor < 0:
+        raise errors.err("invalid cursor")
+    count, state = 10, None
+    r = OptionReader(args, 3)
+    for kw in r:
+        r.once(kw)
+        if kw == b"COUNT":
+            count = r.int_in("COUNT", 1, 100_000)
+        elif kw == b"STATE":
+            name = r.value().lower()
+            if name not in STATES:
+                raise errors.err("STATE must be delayed, ready, in_flight, dead or completed")
+            state = STATES[name]
+        else:
+            r.unknown()
+    nxt, jobs = q.scan(cursor, count, state)
+    return [str(nxt).encode(), [inspect_reply(j) for j in jobs]]
+
+
+def qdel(client, args):
+    server = client.server
+    q = _queue(client, args)
+    ids = {in_range(a, "id", 0, ID_MAX) for a in args[2:]}
+    jobs = [q.jobs[i] for i in sorted(ids) if i in q.jobs]
+    if jobs:
+        server.store.delete(q, jobs, server.now_ms())
+    return len(jobs)
+
+
+PURGE_STATES = {b"READY": (READY,), b"DELAYED": (DELAYED,), b"DEAD": (DEAD,), b"COMPLETED": (COMPLETED,),
+                b"ALL": (READY, DELAYED, DEAD, COMPLETED, IN_FLIGHT)}
+
+
+def qpurge(client, args):
+    """QPURGE queue [READY] [DELAYED] [DEAD] [COMPLETED] [ALL]; no state
+    named means READY and DELAYED.  In-flight jobs go only with ALL."""
+    server = client.server
+    q = _queue(client, args)
+    states: set = set()
+    for a in args[2:]:
+        kw = a.upper()
+        if kw not in PURGE_STATES:
+            raise errors.SYNTAX
+        states.update(PURGE_STATES[kw])
+    if not states:
+        states = {READY, DELAYED}
+    jobs = [job for job in q.jobs.values() if job.state in states]
+    if jobs:
+        server.store.delete(q, jobs, server.now_ms())
+    return len(jobs)
+
+
+def qredrive(client, args):
+    """The dead jobs of the queue back to ready (deliveries 0); and, on a
+    dead-letter queue, its ready jobs back to their source queues."""
+    server = client.server
+    q = _queue(client, args)
+    limit = None
+    r = OptionReader(args, 2)
+    for kw in r:
+        r.once(kw)
+        if kw == b"COUNT":
+            limit = r.int_in("COUNT", 1, 1 << 62)
+        else:
+            r.unknown()
+    store = server.store
+    now = server.now_ms()
+    dead = [q.jobs[jid] for _, jid in q.dead][:limit]
+    left = None if limit is None else limit - len(dead)
+    by_source: dict[bytes, list] = {}
+    if left is None or left > 0:
+        for job in q.claimable(now, len(q.ready)):
+            if job.origin is not None:
+                by_source.setdefault(job.origin.source, []).append(job)
+                if left is not None:
+                    left -= 1
+                    if not left:
+                        break
+    by_source.pop(q.name, None)
+    # resolve (or create) every source first: a refusal must change nothing
+    sources = {name: get_or_create(server, name) for name in by_source}
+    moved = len(dead)
+    store.begin()
+    try:
+        if dead:
+            store.redrive(q, dead, now)
+        for name, jobs in by_source.items():
+            store.move_back(q, jobs, sources[name], now)
+            moved += len(jobs)
+    finally:
+        store.commit()
+    return moved
