@@ -16,6 +16,7 @@ NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
 U32 = (1 << 32) - 1
 EXTEND_KEYWORDS = (b"LEASE",)
 MAX_CONSUMER = 200
+MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 
 
 # -- producing ---------------------------------------------------------------------
@@ -53,9 +54,9 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
         elif kw == b"AT" and opts.delay is None:
             opts.at = r.int_in("AT", 0, MS_MAX)
         elif kw == b"KEY" and not many and opts.keys is None:
-            opts.keys = [r.value()]
+            opts.keys = [_key(r.value())]
         elif kw == b"KEYS" and many and opts.keys is None:
-            opts.keys = [r.value() for _ in range(count)]
+            opts.keys = [_key(r.value()) for _ in range(count)]
         elif kw == b"WHILE" and opts.keys is not None:
             scope = r.value().lower()
             if scope not in SCOPE_CODES:
@@ -68,6 +69,12 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
         else:
             r.unknown()
     return opts
+
+
+def _key(value: bytes) -> bytes:
+    if len(value) > MAX_KEY:
+        raise errors.err(f"KEY is longer than {MAX_KEY} bytes")
+    return value
 
 
 def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:

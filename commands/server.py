@@ -119,7 +119,7 @@ def info_sections(server) -> dict[str, list[tuple[str, object]]]:
         ],
         "queues": [
             (q.name.decode(), f"ready={len(q.ready)},delayed={len(q.delayed)},in_flight={len(q.leases)},"
-                              f"durability={q.config.durability}")
+                              f"dead={len(q.dead)},completed={len(q.completed)},durability={q.config.durability}")
             for q in sorted(store.queues.values(), key=lambda q: q.name)
         ],
     }

@@ -31,6 +31,7 @@ import logging
 
 from leaseq.commands.jobs import claim_now
 from leaseq.commands.replies import Push
+from leaseq.storage.queue import IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,10 @@ class Worker(Session):
 
     @property
     def room(self) -> int:
-        return max(0, self.max - len(self.held))
+        """Free slots: leases that expired (the job is claimable again, even if
+        its token still works) no longer take one.  Call after ``fold``."""
+        live = sum(1 for job in self.held if job.state is IN_FLIGHT)
+        return max(0, self.max - live)
 
     def lease_ended(self, job) -> None:
         super().lease_ended(job)
@@ -135,7 +139,7 @@ class Blocking:
         conn.waiting = w
         queue = wait.queue
         self.by_queue.setdefault(queue, []).append(w)
-        if wait.timeout_ms:
+        if wait.timeout_ms and not wait.cohort:      # a cohort's BLOCK starts when its window closes
             w.timer = self.loop.call_later(wait.timeout_ms / 1000.0, self._timed_out, w)
         if wait.cohort and queue not in self.cohorts:
             self.cohorts[queue] = self.loop.call_later(queue.config.window / 1000.0, self._window_closed, queue)
@@ -196,10 +200,12 @@ class Blocking:
                 w.wait.cohort = False
         elif queue in self.cohorts:
             waiters = [w for w in waiters if not w.wait.cohort]   # the cohort waits for its window
-        workers = [k for k in self.workers.get(queue, ()) if k.room and not k.conn.closed]
         waiters = [w for w in waiters if not w.conn.closed]
+        workers = self.workers.get(queue, ())
         if waiters or workers:
             queue.fold(self.server.now_ms())
+            workers = [k for k in workers if not k.conn.closed and k.room]
+        if waiters or workers:
             available = len(queue.ready)
             if available:
                 store = self.server.store
@@ -218,11 +224,14 @@ class Blocking:
                     self.cancel(taker)
                     taker.conn.unblock(jobs)
         if closing_window:
-            # a cohort claim without BLOCK that got nothing answers empty
+            # cohort claims that got nothing: without BLOCK they answer empty,
+            # with BLOCK they now wait like any blocked claimer
             for w in list(self.by_queue.get(queue, [])):
                 if w.wait.timeout_ms is None:
                     self.cancel(w)
                     self._answer(w, w.wait.expired())
+                elif w.wait.timeout_ms and w.timer is None:
+                    w.timer = self.loop.call_later(w.wait.timeout_ms / 1000.0, self._timed_out, w)
         self._arm(queue)
 
     def serve_woken(self) -> None:

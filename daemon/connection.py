@@ -108,10 +108,10 @@ class Connection(asyncio.Protocol):
         if self.waiting is not None:
             self.server.blocking.cancel(self.waiting)
             self.waiting = None
-        self._release_holdings()
+        self.release_holdings()
         self.server.unregister(self)
 
-    def _release_holdings(self) -> None:
+    def release_holdings(self) -> None:
         """SESSION and QWORK leases go back to ready the moment we let go."""
         server = self.server
         if server.committer is None or server.committer.closed:
@@ -236,7 +236,7 @@ class Connection(asyncio.Protocol):
         self.server.blocking.add_worker(self, request)
 
     def reset(self) -> None:
-        self._release_holdings()
+        self.release_holdings()
         self.resp3 = False
         self.name = None
         self.multi = None

@@ -81,6 +81,10 @@ class Server:
         self.stopping = False
         self.clock = Clock(self, *store.clock)
         self.now_ms = self.clock.now
+        if self.clock.frozen and not settings.enable_debug_command:
+            # a test froze time in this data directory; without DEBUG nobody could resume it
+            log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
+            self.clock.resume()
         store.default_config = QueueConfig(durability=settings.default_durability)
         self._ops_samples: deque = deque(maxlen=16)
         self._stopped: asyncio.Event | None = None
@@ -240,6 +244,8 @@ class Server:
         for task in self._tasks:
             task.cancel()
         self.blocking.release_all()
+        for c in list(self.clients.values()):
+            c.release_holdings()        # SESSION and QWORK leases end with their connections
         self.committer.flush_and_sync_now()
         for c in list(self.clients.values()):
             c.flush()

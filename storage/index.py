@@ -35,11 +35,15 @@ class TimeIndex:
         ids = self._by_time.get(when)
         if ids is None:
             self._by_time[when] = {jid}
+        elif jid in ids:
+            return
         else:
             ids.add(jid)
         self._len += 1
 
     def add_many(self, when: int, jids) -> None:
+        if not jids:
+            return
         ids = self._by_time.get(when)
         if ids is None:
             ids = self._by_time[when] = set()

@@ -22,14 +22,15 @@ A job sits in exactly one index, the one its ``state`` names.  Its position
 changes only through ``_move``: remove with the old key, change the fields,
 add with the new key.
 
-Besides the indexes: ``keys`` maps dedupe keys to job ids, and ``order`` is
+Besides the indexes: ``keys`` maps each dedupe key to the ids of the jobs
+holding it (ascending; usually one), and ``order`` is
 every id ever added in ascending order (ids only grow, so appending keeps it
 sorted; ids of removed jobs are skipped and compacted away), which QSCAN
 walks with a cursor.
 
 A lease may have a *holder*: the connection whose SESSION claim or QWORK
 stream holds it.  Whenever a lease ends (ack, nack, claim by someone else,
-removal) the holder's ``lease_ended(queue, job)`` is called; holders live in
+removal) the holder's ``lease_ended(job)`` is called; holders live in
 the daemon, the queue only calls them.
 
 Expiry is lazy: ``fold(now)`` moves due delayed jobs and expired leases to
@@ -165,7 +166,7 @@ class Queue:
         self.leases = TimeIndex()
         self.dead = TimeIndex()
         self.completed = TimeIndex()
-        self.keys: dict[bytes, int] = {}
+        self.keys: dict[bytes, list[int]] = {}
         self.order: list[int] = []
         self.next_id = 1
         self.id_mark = 0          # ids below this are covered by a logged IDMARK
@@ -238,7 +239,7 @@ class Queue:
                 job.state = READY
                 ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
             if job.key is not None:
-                keys[job.key] = job.id
+                keys.setdefault(job.key, []).append(job.id)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
@@ -294,9 +295,11 @@ class Queue:
                    deadline=0)
         self.counters.dead_lettered += 1
 
-    def revive(self, job: Job) -> None:
-        """A dead job back to ready, its deliveries forgotten (QREDRIVE)."""
-        self._move(job, state=READY, deliveries=0, requeued=True, dead_reason=None, retain_until=0)
+    def revive(self, job: Job, now: int) -> None:
+        """A dead job back to ready, its deliveries forgotten and its age
+        restarted (QREDRIVE is a new enqueue: EXPIRE counts from now)."""
+        self._move(job, state=READY, deliveries=0, requeued=True, dead_reason=None, retain_until=0,
+                   enqueued_at=now)
 
     def remove(self, job: Job) -> None:
         """Gone, whatever its state (ack, QDEL, dead-lettered elsewhere, retention over)."""
@@ -304,8 +307,12 @@ class Queue:
         self._unindex(job)
         job.state = None
         del self.jobs[job.id]
-        if job.key is not None and self.keys.get(job.key) == job.id:
-            del self.keys[job.key]
+        if job.key is not None:
+            holders = self.keys.get(job.key)
+            if holders is not None and job.id in holders:
+                holders.remove(job.id)
+                if not holders:
+                    del self.keys[job.key]
         if len(self.order) > 2 * len(self.jobs) + 4096:
             self.order = list(self.jobs)      # dict order is ascending id order
 
@@ -389,12 +396,14 @@ class Queue:
         return None
 
     def duplicate_of(self, key: bytes, scope: bytes) -> Job | None:
-        """The job holding dedupe ``key`` in ``scope`` (after ``fold``), if any."""
-        jid = self.keys.get(key)
-        if jid is None:
-            return None
-        job = self.jobs.get(jid)
-        return job if job is not None and job.state in SCOPES[scope] else None
+        """The newest job holding dedupe ``key`` whose state is in ``scope``
+        (call after ``fold``), if any."""
+        states = SCOPES[scope]
+        for jid in reversed(self.keys.get(key, ())):
+            job = self.jobs[jid]
+            if job.state in states:
+                return job
+        return None
 
     def scan(self, cursor: int, count: int, state: bytes | None) -> tuple[int, list[Job]]:
         """Jobs with id > ``cursor`` in ascending id order, at most ``count``

@@ -206,9 +206,10 @@ class Store:
     # -- jobs ----------------------------------------------------------------------------
 
     def push(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        body = records.push(q.qid, ts, jobs)     # encode first: a bad job changes nothing
         q.add_many(jobs, ts)
         q.counters.pushed += len(jobs)
-        self._log(q, records.PUSH, records.push(q.qid, ts, jobs))
+        self._log(q, records.PUSH, body)
         self.woken.add(q)
 
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
@@ -260,10 +261,13 @@ class Store:
             doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
             if not doomed:
                 return jobs
+            groups: dict[bytes, list] = {}        # by reason, in claim order
+            for job, reason in doomed:
+                groups.setdefault(reason, []).append(job)
             self.begin()
             try:
-                for reason in {r for _, r in doomed}:
-                    self.dead_letter(q, [j for j, r in doomed if r == reason], reason, now)
+                for reason, group in groups.items():
+                    self.dead_letter(q, group, reason, now)
             finally:
                 self.commit()
 
@@ -304,7 +308,7 @@ class Store:
     def redrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
         """Dead jobs of ``q`` back to ready, deliveries reset to 0."""
         for job in jobs:
-            q.revive(job)
+            q.revive(job, ts)
         self._log(q, records.REDRIVE, records.redrive(q.qid, ts, [j.id for j in jobs]))
         self.woken.add(q)
 
