@@ -235,7 +235,7 @@ class ClaimWait:
         return errors.queue_dropped(self.queue.name)
 
 
-def _claim_options(args: list, start: int, block_ok: bool):
+def _claim_options(args: list, start: int):
     count, lease_ms, block, session = 1, None, None, False
     r = OptionReader(args, start)
     for kw in r:
@@ -244,7 +244,7 @@ def _claim_options(args: list, start: int, block_ok: bool):
             count = r.int_in("COUNT", 1, MAX_COUNT)
         elif kw == b"LEASE":
             lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
-        elif kw == b"BLOCK" and block_ok:
+        elif kw == b"BLOCK":
             block = r.int_in("BLOCK", 0, MS_MAX)
         elif kw == b"SESSION":
             session = True
@@ -263,7 +263,7 @@ def qclaim(client, args):
     server = client.server
     name = queue_name(args[1])
     consumer = _consumer(args[2])
-    count, lease_ms, block, session = _claim_options(args, 3, block_ok=True)
+    count, lease_ms, block, session = _claim_options(args, 3)
     q = get_or_create(server, name)
     if lease_ms is None:
         lease_ms = q.config.lease
@@ -292,9 +292,9 @@ class WorkRequest:
 
 def qwork(client, args):
     server = client.server
-    q = get_or_create(server, queue_name(args[1]))
+    name = queue_name(args[1])
     consumer = _consumer(args[2])
-    max_jobs, lease_ms = 1, q.config.lease
+    max_jobs, lease_ms = 1, None
     r = OptionReader(args, 3)
     for kw in r:
         r.once(kw)
@@ -304,7 +304,8 @@ def qwork(client, args):
             lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
         else:
             r.unknown()
-    client.start_work(WorkRequest(q, consumer, max_jobs, lease_ms))
+    q = get_or_create(server, name)          # only once the arguments are known good
+    client.start_work(WorkRequest(q, consumer, max_jobs, q.config.lease if lease_ms is None else lease_ms))
     return OK
 
 

@@ -1134,3 +1134,16 @@ def test_restart_loses_memory_queue_jobs_but_keeps_the_queue(own):
     assert all(qget(c, "volatile", i) is None for i in ids)
     assert c.execute_command("QPUSH", "volatile", "new") > max(ids)   # ids never reused
     c.close()
+
+
+@pytest.mark.parametrize("command", [
+    ("QPUSH", "{q}", "x", "PRIORITY", "10"),
+    ("QPUSHMANY", "{q}", "2", "a", "b", "NOSUCH"),
+    ("QCLAIM", "{q}", "w", "COUNT", "0"),
+    ("QWORK", "{q}", "w", "MAX", "0"),
+    ("QWORK", "{q}", "w", "NOSUCH"),
+])
+def test_bad_arguments_never_auto_create_the_queue(r, q, command):
+    with pytest.raises(redis.ResponseError):
+        r.execute_command(*[a.format(q=q) for a in command])
+    assert q.encode() not in r.execute_command("QLIST", "COUNT", 1000)
