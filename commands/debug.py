@@ -47,8 +47,9 @@ def debug(client, args):
     if action == b"ADVANCE" and n == 4:
         clock.advance(in_range(args[3], "ms", 0, MS_MAX))
     elif action == b"FREEZE" and n in (3, 4):
-        at = in_range(args[3], "ms-epoch", 0, MS_MAX) if n == 4 else server.now_ms()
-        if at < server.now_ms():
+        now = server.now_ms()          # read once: a second read may be a millisecond later
+        at = in_range(args[3], "ms-epoch", 0, MS_MAX) if n == 4 else now
+        if at < now:
             raise errors.err("the clock only moves forward")
         clock.freeze(at)
     elif action == b"RESUME" and n == 3:

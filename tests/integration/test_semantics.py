@@ -2090,3 +2090,13 @@ def test_debug_is_refused_without_enable_debug_command(own):
     q = unique("nodebug")
     jid = push(c, q, "x", "DELAY", 60_000)
     assert qget(c, q, jid)[b"state"] == b"delayed"          # the clock did not move
+
+
+def test_debug_clock_freeze_without_a_moment_never_refuses(own):
+    # it read the clock twice; a millisecond between the reads made it answer
+    # "the clock only moves forward" (about 1 in 300 tries)
+    d = own(env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"})
+    c = d.client(protocol=2)
+    for _ in range(1000):
+        assert c.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
+        assert c.execute_command("DEBUG", "CLOCK", "RESUME") == b"OK"

@@ -1,0 +1,312 @@
+"""A small pure-Python reference model of ONE leaseq queue (SPEC 1, 3, 4).
+
+No leaseq imports: this is the specification written as code, so that a
+model-based test can compare the real daemon's replies with it.
+
+What it covers:
+
+* jobs: id, payload, priority, state (delayed / ready / in_flight / dead),
+  enqueued_at, visible_at, deliveries, the current lease (token, deadline,
+  consumer), last_error, per-job MAXDELIVERIES;
+* claim order: higher priority first, then jobs that were handed out before
+  (expired lease, nack) before never-delivered ones, then ascending id;
+* lazy expiry: a job whose lease deadline is <= now is claimable again, but
+  its token keeps working (ack / nack / extend) until someone claims the job
+  again; QACK / QNACK / QEXTEND skip stale tokens;
+* ``deliveries`` counts distinct leases; a job that would be delivered for
+  the MAXDELIVERIES+1-th time is dead-lettered instead (no DEADLETTER queue:
+  it stays here in state ``dead`` for RETAIN-DEAD ms);
+* QNACK with DELAY, with the queue's BACKOFF (jitter 0, so deterministic),
+  with ERROR, with DEAD;
+* the QINFO counters pushed / acked / nacked / lease_expired / dead_lettered.
+
+Time is a number the test moves (the daemon's frozen DEBUG clock).  The
+model folds eagerly (at every operation); the daemon folds lazily when
+something looks, which is indistinguishable because every observation
+(QCLAIM, QINFO, QGET, QPEEK, QLEN) folds first and ack / nack / extend treat
+an expired-but-unclaimed lease exactly like a live one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DELAYED = "delayed"
+READY = "ready"
+IN_FLIGHT = "in_flight"
+DEAD = "dead"
+
+LEASE_MIN, LEASE_MAX = 100, 86_400_000
+DELAY_CAP = 86_400_000          # BACKOFF never waits longer than a day
+ID_BLOCK = 1 << 16              # docs/operations.md "Job ids": a crash may skip up to this many ids
+
+
+class _Pending:
+    """Placeholder token between a claim and the moment the test tells the
+    model which token the daemon handed out (compares unequal to any bytes)."""
+
+    def __repr__(self) -> str:
+        return "<pending token>"
+
+
+@dataclass(eq=False)
+class RefJob:
+    id: int
+    payload: bytes
+    priority: int
+    enqueued_at: int
+    visible_at: int
+    state: str
+    max_deliveries: int = 0
+    deliveries: int = 0
+    token: object = None          # bytes of the job's latest lease while that lease has not ended
+    deadline: int = 0
+    consumer: bytes | None = None
+    last_error: bytes | None = None
+    requeued: bool = False        # handed out before: served before never-delivered jobs
+    dead_reason: str | None = None
+    retain_until: int = 0
+
+    def order_key(self) -> tuple:
+        return (-self.priority, 0 if self.requeued else 1, self.id)
+
+
+def clamp_lease(ms: int) -> int:
+    return min(max(ms, LEASE_MIN), LEASE_MAX)
+
+
+class RefQueue:
+    def __init__(self, now: int, lease: int = 30_000, maxdeliveries: int = 0,
+                 backoff: tuple = (1000, 2.0, 0), retain_dead: int = 604_800_000) -> None:
+        assert backoff[2] == 0, "the model needs BACKOFF jitter 0 to be deterministic"
+        self.now = now
+        self.lease = clamp_lease(lease)
+        self.maxdeliveries = maxdeliveries
+        self.backoff = backoff
+        self.retain_dead = retain_dead
+        self.jobs: dict[int, RefJob] = {}
+        self.next_id: int | None = 1          # None: unknown (after a crash, until re-synced)
+        self.max_id_seen = 0
+        self.removed: list[int] = []          # ids once handed out that are gone now
+        self.issued: set[bytes] = set()       # every token ever handed out
+        self.pushed = self.acked = self.nacked = self.lease_expired = self.dead_lettered = 0
+
+    # -- time and lazy expiry -------------------------------------------------------
+
+    def advance(self, ms: int) -> None:
+        assert ms >= 0
+        self.now += ms
+        self.fold()
+
+    def fold(self) -> None:
+        now = self.now
+        for job in list(self.jobs.values()):
+            if job.state == DELAYED and job.visible_at <= now:
+                job.state = READY
+            elif job.state == IN_FLIGHT and job.deadline <= now:
+                job.state = READY               # claimable again, the token still works
+                job.requeued = True
+                self.lease_expired += 1
+            elif job.state == DEAD and job.retain_until <= now:
+                self._remove(job)
+
+    def _remove(self, job: RefJob) -> None:
+        del self.jobs[job.id]
+        self.removed.append(job.id)
+
+    # -- views ------------------------------------------------------------------------
+
+    def ready_order(self) -> list[RefJob]:
+        self.fold()
+        return sorted((j for j in self.jobs.values() if j.state == READY), key=RefJob.order_key)
+
+    def counts(self) -> dict:
+        self.fold()
+        c = {DELAYED: 0, READY: 0, IN_FLIGHT: 0, DEAD: 0}
+        for j in self.jobs.values():
+            c[j.state] += 1
+        return c
+
+    def oldest_ready_age(self) -> int:
+        ready = [j for j in self.jobs.values() if j.state == READY]
+        if not ready:
+            return 0
+        return max(0, self.now - min(ready, key=lambda j: j.id).enqueued_at)
+
+    def upcoming(self) -> list[int]:
+        """The moments at which a job changes state by time alone."""
+        self.fold()
+        out = []
+        for j in self.jobs.values():
+            if j.state == IN_FLIGHT:
+                out.append(j.deadline)
+            elif j.state == DELAYED:
+                out.append(j.visible_at)
+            elif j.state == DEAD:
+                out.append(j.retain_until)
+        return out
+
+    def job_for_token(self, token: bytes) -> RefJob | None:
+        for job in self.jobs.values():
+            if job.token == token:
+                return job
+        return None
+
+    def live_tokens(self) -> list[bytes]:
+        return [j.token for j in self.jobs.values() if isinstance(j.token, bytes)]
+
+    # -- producing --------------------------------------------------------------------
+
+    def push(self, ids: list[int], payloads: list[bytes], priority: int = 5, delay: int | None = None,
+             at: int | None = None, max_deliveries: int = 0) -> None:
+        """New jobs with the ids the daemon gave them (checked by ``check_new_ids``)."""
+        self.check_new_ids(ids, len(payloads))
+        if at is not None:
+            visible_at = max(at, self.now)
+        elif delay:
+            visible_at = self.now + delay
+        else:
+            visible_at = self.now
+        for jid, payload in zip(ids, payloads):
+            state = DELAYED if visible_at > self.now else READY
+            self.jobs[jid] = RefJob(jid, payload, priority, self.now, visible_at, state, max_deliveries)
+        self.pushed += len(ids)
+        self.max_id_seen = ids[-1]
+        self.next_id = ids[-1] + 1
+
+    def check_new_ids(self, ids: list[int], n: int) -> None:
+        """Ids of one push: n consecutive ids, above every id so far, and exactly
+        the next id when it is known (it is not only right after a crash)."""
+        assert len(ids) == n, f"{n} jobs pushed but {len(ids)} ids returned: {ids}"
+        assert ids == list(range(ids[0], ids[0] + n)), f"ids of one push are not consecutive: {ids}"
+        assert ids[0] > self.max_id_seen, f"id {ids[0]} not above every earlier id ({self.max_id_seen})"
+        if self.next_id is not None:
+            assert ids[0] == self.next_id, f"expected id {self.next_id}, daemon gave {ids[0]}"
+
+    # -- claiming ---------------------------------------------------------------------
+
+    def death_reason(self, job: RefJob) -> str | None:
+        limit = job.max_deliveries or self.maxdeliveries
+        if limit and job.deliveries >= limit:
+            return "max-deliveries"
+        return None
+
+    def claim(self, count: int, lease_ms: int | None, consumer: bytes) -> list[RefJob]:
+        """Lease up to ``count`` jobs in claim order; a job that would be delivered
+        one time too many is dead-lettered on the way and the next one taken.
+        The jobs get pending tokens: call ``bind_tokens`` with the daemon's."""
+        lease_ms = self.lease if lease_ms is None else clamp_lease(lease_ms)
+        taken: list[RefJob] = []
+        for job in self.ready_order():
+            if len(taken) == count:
+                break
+            reason = self.death_reason(job)
+            if reason is not None:
+                self._bury(job, reason)
+                continue
+            taken.append(job)
+        deadline = self.now + lease_ms
+        for job in taken:
+            job.state = IN_FLIGHT
+            job.token = _Pending()             # the old token (if any) is stale from now on
+            job.deadline = deadline
+            job.consumer = consumer
+            job.deliveries += 1
+        return taken
+
+    def bind_tokens(self, jobs: list[RefJob], tokens: list[bytes]) -> None:
+        for job, token in zip(jobs, tokens):
+            assert isinstance(job.token, _Pending)
+            assert token not in self.issued, f"token {token!r} handed out twice"
+            self.issued.add(token)
+            job.token = token
+
+    # -- completing -------------------------------------------------------------------
+
+    def _live(self, tokens: list[bytes]) -> list[RefJob]:
+        jobs, seen = [], set()
+        for t in tokens:
+            job = self.job_for_token(t)
+            if job is not None and job.id not in seen:
+                seen.add(job.id)
+                jobs.append(job)
+        return jobs
+
+    def ack(self, tokens: list[bytes]) -> int:
+        self.fold()
+        jobs = self._live(tokens)
+        for job in jobs:
+            self._remove(job)
+            self.acked += 1
+        return len(jobs)
+
+    def backoff_delay(self, job: RefJob) -> int:
+        base, exponent, _jitter = self.backoff
+        return int(min(base * (max(job.deliveries, 1) ** exponent), DELAY_CAP))
+
+    def _release(self, job: RefJob, visible_at: int, error: bytes | None) -> None:
+        job.token = None
+        job.deadline = 0
+        job.requeued = True
+        if visible_at > self.now:
+            job.state = DELAYED
+            job.visible_at = visible_at
+        else:
+            job.state = READY                  # visible_at keeps its old value
+        if error is not None:
+            job.last_error = error
+        self.nacked += 1
+
+    def _bury(self, job: RefJob, reason: str) -> None:
+        job.token = None
+        job.deadline = 0
+        job.state = DEAD
+        job.dead_reason = reason
+        job.retain_until = self.now + self.retain_dead
+        self.dead_lettered += 1
+
+    def nack(self, tokens: list[bytes], delay: int | None = None, error: bytes | None = None,
+             dead: bool = False) -> int:
+        """``delay`` None: the queue's BACKOFF per job; ``dead``: dead-letter now."""
+        assert not (dead and delay is not None)
+        self.fold()
+        jobs = self._live(tokens)
+        for job in jobs:
+            if dead:
+                self._release(job, self.now, error)
+                self._bury(job, "nack")
+            elif delay is not None:
+                self._release(job, self.now + delay, error)
+            else:
+                self._release(job, self.now + self.backoff_delay(job), error)
+        return len(jobs)
+
+    def extend(self, tokens: list[bytes], lease_ms: int | None = None) -> list[int | None]:
+        """deadline = now + LEASE for every live token (an expired lease not yet
+        claimed again goes back to in_flight, deliveries unchanged)."""
+        self.fold()
+        lease_ms = self.lease if lease_ms is None else clamp_lease(lease_ms)
+        deadline = self.now + lease_ms
+        for job in self._live(tokens):
+            job.state = IN_FLIGHT
+            job.deadline = deadline
+        return [deadline if self.job_for_token(t) is not None else None for t in tokens]
+
+    # -- restarts ---------------------------------------------------------------------
+
+    def restarted(self, crashed: bool) -> None:
+        """Every replied change survives (fsync queue, lease-durability fsync).
+        ``lease_expired`` counts since the last start: the replayed log holds the
+        expired-but-unclaimed leases as in flight again, so they are counted
+        anew when the daemon next looks.  After a crash the next id may jump
+        ahead (ids are reserved in blocks): unknown until ``resync_next_id``."""
+        self.fold()
+        self.lease_expired = sum(1 for j in self.jobs.values() if j.state == READY and j.token is not None)
+        if crashed:
+            self.next_id = None
+
+    def resync_next_id(self, next_id: int) -> None:
+        floor = self.max_id_seen + 1
+        assert floor <= next_id <= floor + ID_BLOCK, \
+            f"next id {next_id} after a crash: expected {floor}..{floor + ID_BLOCK}"
+        self.next_id = next_id

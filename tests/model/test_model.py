@@ -1,0 +1,389 @@
+"""Model-based test: hypothesis drives the real daemon and the reference model
+(tests/model/reference.py) with the same commands and compares every reply.
+
+One daemon per example, started with ``LEASEQ_ENABLE_DEBUG_COMMAND=yes`` and
+``LEASEQ_LEASE_DURABILITY=fsync``; its clock is frozen (``DEBUG CLOCK FREEZE``)
+and only moves by ``DEBUG CLOCK ADVANCE``, so the daemon is deterministic and
+the model exact.  The queue is created with ``DURABILITY fsync`` and BACKOFF
+jitter 0, so every replied change survives SIGKILL and a restart leaves the
+model unchanged (except that the next job id may jump after a SIGKILL).
+
+The number of steps run over all examples is printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
+    run_state_machine_as_test
+
+from harness import Daemon
+
+from .reference import READY, RefJob, RefQueue
+
+Q = "model"
+LEASE = 1000                       # the queue's LEASE and the usual claim LEASE
+ADVANCES = [0, 1, 999, 1000, 1001, 5000]
+MAX_RESTARTS = 2                   # per example: restarts cost a daemon start
+BOGUS_TOKENS = [b"ffff.1.1", b"1.0.0", b"nothex", b"0.1.1"]
+TOKEN_RE = re.compile(rb"^([0-9a-f]+)\.([0-9a-f]+)\.([0-9a-f]+)$")
+ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes", "LEASEQ_LEASE_DURABILITY": "fsync"}
+
+STEPS = 0                          # rules run, over every example of the run
+EXAMPLES = 0
+RESTARTS = {"kill": 0, "term": 0}
+EVENTS: Counter = Counter()         # what the steps exercised, printed with the step count
+
+
+def seen(what: str) -> None:
+    EVENTS[what] += 1
+    event(what)
+
+
+payloads = st.binary(max_size=6)
+priorities = st.integers(0, 9)
+errors_ = st.sampled_from([None, None, b"", b"boom", b"timeout after 3 s", "\u00e9chec".encode()])
+
+
+def claim_view(job: RefJob) -> dict:
+    """What QCLAIM answers for a job (SPEC 3.3), without the token."""
+    m = {b"id": job.id, b"payload": job.payload, b"deadline": job.deadline, b"deliveries": job.deliveries,
+         b"priority": job.priority, b"enqueued_at": job.enqueued_at}
+    if job.last_error is not None:
+        m[b"last_error"] = job.last_error
+    return m
+
+
+def inspect_view(job: RefJob) -> dict:
+    """What QGET / QPEEK answer for a job (docs/semantics.md, Replies)."""
+    m = {b"id": job.id, b"state": job.state.encode(), b"payload": job.payload, b"priority": job.priority,
+         b"enqueued_at": job.enqueued_at, b"visible_at": job.visible_at, b"deliveries": job.deliveries}
+    if job.token is not None and job.deadline:
+        m[b"deadline"] = job.deadline
+        m[b"consumer"] = job.consumer
+    if job.max_deliveries:
+        m[b"maxdeliveries"] = job.max_deliveries
+    if job.dead_reason is not None:
+        m[b"dead_reason"] = job.dead_reason.encode()
+    if job.retain_until:
+        m[b"retained_until"] = job.retain_until
+    if job.last_error is not None:
+        m[b"last_error"] = job.last_error
+    return m
+
+
+class LeaseqMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        global EXAMPLES
+        EXAMPLES += 1
+        self.base = tempfile.mkdtemp(prefix="leaseq-model-")
+        self.daemon = Daemon(os.path.join(self.base, "data"), env=ENV)
+        self.daemon.start()
+        self.r = self.daemon.client(protocol=3)
+        self.model: RefQueue | None = None
+        self.all_tokens: list[bytes] = []
+        self.lease_seq = 0             # leases granted since the daemon's last start
+        self.restarts = 0
+
+    def teardown(self) -> None:
+        try:
+            self.r.close()
+        finally:
+            self.daemon.kill()
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def cmd(self, *args):
+        return self.r.execute_command(*args)
+
+    def step(self, rule_name: str) -> None:
+        global STEPS
+        STEPS += 1
+        seen("rule: " + rule_name)
+
+    def draw_tokens(self, data) -> list[bytes]:
+        live = self.model.live_tokens()
+        choices = []
+        if live:
+            choices += [st.sampled_from(live)] * 3
+        if self.all_tokens:
+            choices.append(st.sampled_from(self.all_tokens))
+        choices.append(st.sampled_from(BOGUS_TOKENS))
+        tokens = data.draw(st.lists(st.one_of(*choices), min_size=1, max_size=3), label="tokens")
+        for t in tokens:
+            job = self.model.job_for_token(t)
+            if job is not None:
+                seen("token: live, lease expired, not claimed again" if job.state == READY else "token: live")
+            else:
+                seen("token: stale" if t in self.model.issued else "token: never issued")
+        return tokens
+
+    # -- set-up -------------------------------------------------------------------------
+
+    @initialize(maxdeliveries=st.sampled_from([0, 1, 2, 3]),
+                backoff=st.sampled_from([(0, 1.0), (700, 1.0), (500, 2.0)]),
+                retain_dead=st.sampled_from([0, 2500, 604_800_000]))
+    def create_queue(self, maxdeliveries, backoff, retain_dead):
+        self.step("create_queue")
+        # FREEZE at an explicit moment a second ahead: a bare "DEBUG CLOCK FREEZE" on a running
+        # clock reads the clock twice (commands/debug.py) and fails with "the clock only moves
+        # forward" when a millisecond ticks in between (about 1 call in 300)
+        running = self.cmd("DEBUG", "CLOCK")
+        assert running[b"frozen"] == 0
+        assert self.cmd("DEBUG", "CLOCK", "FREEZE", running[b"now"] + 1000) == b"OK"
+        clock = self.cmd("DEBUG", "CLOCK")
+        assert clock[b"frozen"] == 1 and clock[b"now"] == running[b"now"] + 1000, clock
+        self.config = {b"lease": LEASE, b"maxdeliveries": maxdeliveries, b"backoff_base": backoff[0],
+                       b"backoff_exponent": repr(float(backoff[1])).encode(), b"backoff_jitter": 0,
+                       b"retain_dead": retain_dead, b"deadletter": None, b"durability": b"fsync"}
+        reply = self.cmd("QCREATE", Q, "LEASE", LEASE, "MAXDELIVERIES", maxdeliveries,
+                         "BACKOFF", backoff[0], repr(float(backoff[1])), 0, "RETAIN-DEAD", retain_dead,
+                         "DURABILITY", "fsync")
+        assert reply == b"OK"
+        self.model = RefQueue(clock[b"now"], lease=LEASE, maxdeliveries=maxdeliveries,
+                              backoff=(backoff[0], float(backoff[1]), 0), retain_dead=retain_dead)
+
+    # -- producing ------------------------------------------------------------------------
+
+    def when_args(self, when) -> tuple[list, dict]:
+        if when is None:
+            return [], {}
+        kind, value = when
+        if kind == "DELAY":
+            return ["DELAY", value], {"delay": value}
+        at = self.model.now + value
+        return ["AT", at], {"at": at}
+
+    @rule(payload=payloads, priority=priorities,
+          when=st.one_of(st.none(), st.tuples(st.just("DELAY"), st.sampled_from([0, 1, 1000, 2500])),
+                         st.tuples(st.just("AT"), st.sampled_from([-1000, 0, 1, 1000]))),
+          maxd=st.sampled_from([0, 0, 0, 1, 2]))
+    def push(self, payload, priority, when, maxd):
+        self.step("push")
+        args, kw = self.when_args(when)
+        if maxd:
+            args += ["MAXDELIVERIES", maxd]
+        jid = self.cmd("QPUSH", Q, payload, "PRIORITY", priority, *args)
+        assert isinstance(jid, int), jid
+        self.model.push([jid], [payload], priority, max_deliveries=maxd, **kw)
+
+    @rule(batch=st.lists(payloads, min_size=1, max_size=4), priority=priorities,
+          when=st.one_of(st.none(), st.tuples(st.just("DELAY"), st.sampled_from([0, 999, 1000]))),
+          maxd=st.sampled_from([0, 0, 1, 2]))
+    def pushmany(self, batch, priority, when, maxd):
+        self.step("pushmany")
+        args, kw = self.when_args(when)
+        if maxd:
+            args += ["MAXDELIVERIES", maxd]
+        ids = self.cmd("QPUSHMANY", Q, len(batch), *batch, "PRIORITY", priority, *args)
+        assert isinstance(ids, list) and all(isinstance(i, int) for i in ids), ids
+        self.model.push(ids, batch, priority, max_deliveries=maxd, **kw)
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    @rule(count=st.integers(1, 5), lease=st.sampled_from([None, LEASE, LEASE, 50, 2000]),
+          consumer=st.sampled_from([b"w1", b"w2"]))
+    def claim(self, count, lease, consumer):
+        self.step("claim")
+        args = ["COUNT", count] + ([] if lease is None else ["LEASE", lease])
+        reply = self.cmd("QCLAIM", Q, consumer, *args)
+        dead_before = self.model.dead_lettered
+        jobs = self.model.claim(count, lease, consumer)
+        seen("claim: got jobs" if jobs else "claim: got none")
+        if self.model.dead_lettered > dead_before:
+            seen("claim: dead-lettered at MAXDELIVERIES+1")
+        if any(j.deliveries > 1 for j in jobs):
+            seen("claim: a job delivered again")
+        assert isinstance(reply, list), reply
+        got = [{k: v for k, v in j.items() if k != b"lease"} for j in reply]
+        want = [claim_view(j) for j in jobs]
+        assert got == want, f"QCLAIM COUNT {count}: daemon {got}\nmodel {want}"
+        tokens = [j[b"lease"] for j in reply]
+        for job, token in zip(jobs, tokens):
+            m = TOKEN_RE.match(token)
+            assert m, f"token {token!r} is not <id>.<epoch>.<n> in hex"
+            assert int(m.group(1), 16) == job.id, f"token {token!r} does not name job {job.id}"
+            # docs/semantics.md: the boot epoch grows by one at every start; the lease number
+            # counts the leases granted since that start, from 1
+            self.lease_seq += 1
+            assert (int(m.group(2), 16), int(m.group(3), 16)) == (1 + self.restarts, self.lease_seq), \
+                f"token {token!r}: expected epoch {1 + self.restarts:x}, lease number {self.lease_seq:x}"
+        self.model.bind_tokens(jobs, tokens)
+        self.all_tokens += tokens
+
+    # -- completing -------------------------------------------------------------------------
+
+    @precondition(lambda self: self.all_tokens)
+    @rule(data=st.data())
+    def ack(self, data):
+        self.step("ack")
+        tokens = self.draw_tokens(data)
+        got = self.cmd("QACK", Q, *tokens)
+        want = self.model.ack(tokens)
+        assert got == want, f"QACK {tokens}: daemon {got}, model {want}"
+
+    @precondition(lambda self: self.all_tokens)
+    @rule(data=st.data(), delay=st.sampled_from([None, 0, 0, 1, 1000, 2500, "DEAD"]), error=errors_)
+    def nack(self, data, delay, error):
+        self.step("nack")
+        tokens = self.draw_tokens(data)
+        args = []
+        if delay == "DEAD":
+            args.append("DEAD")
+        elif delay is not None:
+            args += ["DELAY", delay]
+        if error is not None:
+            args += ["ERROR", error]
+        got = self.cmd("QNACK", Q, *tokens, *args)
+        want = self.model.nack(tokens, delay=None if delay == "DEAD" else delay, error=error,
+                               dead=delay == "DEAD")
+        assert got == want, f"QNACK {tokens} {args}: daemon {got}, model {want}"
+
+    @precondition(lambda self: self.all_tokens)
+    @rule(data=st.data(), lease=st.sampled_from([None, None, 50, 1000, 3000]))
+    def extend(self, data, lease):
+        self.step("extend")
+        tokens = self.draw_tokens(data)
+        args = [] if lease is None else ["LEASE", lease]
+        got = self.cmd("QEXTEND", Q, *tokens, *args)
+        want = self.model.extend(tokens, lease)
+        assert got == want, f"QEXTEND {tokens} {args}: daemon {got}, model {want}"
+
+    # -- time and restarts ---------------------------------------------------------------------
+
+    @rule(ms=st.sampled_from(ADVANCES))
+    def advance(self, ms):
+        self.step("advance")
+        assert self.cmd("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
+        self.model.advance(ms)
+        assert self.cmd("DEBUG", "CLOCK")[b"now"] == self.model.now
+
+    def moments(self) -> list[int]:
+        """Future moments at which the queue changes by time: lease deadlines,
+        delayed jobs' visible_at, dead jobs' end of retention."""
+        m = self.model
+        return sorted({t for t in m.upcoming() if t > m.now})
+
+    @precondition(lambda self: self.model is not None and self.moments())
+    @rule(data=st.data(), off=st.sampled_from([-1, 0, 0, 1]))
+    def advance_to_moment(self, data, off):
+        """Move the clock to just before, at or just after a deadline, so every
+        boundary (deadline <= now is expired; visible_at <= now is ready) is hit."""
+        self.step("advance_to_moment")
+        moment = data.draw(st.sampled_from(self.moments()), label="moment")
+        ms = moment + off - self.model.now
+        assert ms >= 0
+        assert self.cmd("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
+        self.model.advance(ms)
+        assert self.cmd("DEBUG", "CLOCK")[b"now"] == self.model.now
+
+    @precondition(lambda self: self.restarts < MAX_RESTARTS)
+    @rule(how=st.sampled_from(["kill", "term"]))
+    def restart(self, how):
+        """SIGKILL or SIGTERM, then a restart on the same directory and port."""
+        self.step("restart")
+        self.restarts += 1
+        self.lease_seq = 0
+        RESTARTS[how] += 1
+        self.r.close()
+        if how == "kill":
+            self.daemon.kill()
+        else:
+            assert self.daemon.stop() == 0, self.daemon.log()[-2000:]
+        self.daemon.restart()
+        self.r = self.daemon.client(protocol=3)
+        self.model.restarted(crashed=how == "kill")
+        clock = self.cmd("DEBUG", "CLOCK")
+        assert clock[b"frozen"] == 1 and clock[b"now"] == self.model.now, \
+            f"clock after restart {clock}, model now {self.model.now}"
+        info = self.cmd("QINFO", Q)
+        for k, v in self.config.items():
+            assert info[k] == v, f"QINFO {k!r} after restart: {info[k]!r}, created with {v!r}"
+        if how == "kill":
+            self.model.resync_next_id(info[b"next_id"])
+        else:
+            assert info[b"next_id"] == self.model.next_id, \
+                f"next_id after SIGTERM {info[b'next_id']}, model {self.model.next_id}"
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def state_matches(self):
+        if self.model is None:
+            return
+        m = self.model
+        m.fold()
+        jobs = sorted(m.jobs)
+        gone = m.removed[-5:]
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("QINFO", Q)
+        p.execute_command("QLEN", Q)
+        p.execute_command("QPEEK", Q, "COUNT", 5)
+        p.execute_command("DEBUG", "CLOCK")
+        for jid in jobs + gone:
+            p.execute_command("QGET", Q, jid)
+        info, qlen, peek, clock, *got = p.execute()
+
+        assert clock[b"now"] == m.now and clock[b"frozen"] == 1, clock
+        c = m.counts()
+        want = {b"ready": c[READY], b"delayed": c["delayed"], b"in_flight": c["in_flight"], b"dead": c["dead"],
+                b"completed": 0, b"pushed": m.pushed, b"acked": m.acked, b"nacked": m.nacked,
+                b"lease_expired": m.lease_expired, b"dead_lettered": m.dead_lettered, b"duplicates": 0,
+                b"oldest_ready_age_ms": m.oldest_ready_age(), b"consumers_blocked": 0}
+        if m.next_id is not None:
+            want[b"next_id"] = m.next_id
+        have = {k: info[k] for k in want}
+        assert have == want, f"QINFO: daemon {have}\nmodel  {want}"
+        assert qlen == c[READY], f"QLEN {qlen}, model {c[READY]}"
+        want_peek = [inspect_view(j) for j in m.ready_order()[:5]]
+        assert peek == want_peek, f"QPEEK COUNT 5: daemon {peek}\nmodel  {want_peek}"
+        for jid, reply in zip(jobs + gone, got):
+            want_job = inspect_view(m.jobs[jid]) if jid in m.jobs else None
+            assert reply == want_job, f"QGET {jid}: daemon {reply}\nmodel  {want_job}"
+
+
+class _Summary:
+    """Prints the step count in pytest's terminal summary (shown with -q too)."""
+
+    def __init__(self, text: str, events: dict) -> None:
+        self.text = text
+        self.events = events
+
+    def pytest_terminal_summary(self, terminalreporter):
+        terminalreporter.write_line(self.text)
+        for what, n in sorted(self.events.items()):
+            terminalreporter.write_line(f"    {n:6d}  {what}")
+
+
+# a passing run takes well under the suite's 300 s; a failing one shrinks (restarting daemons) for
+# up to hypothesis's own five minutes, which must not be cut short by pytest-timeout
+@pytest.mark.timeout(900)
+def test_daemon_matches_reference_model(request):
+    global STEPS, EXAMPLES
+    STEPS = EXAMPLES = 0
+    RESTARTS.update(kill=0, term=0)
+    EVENTS.clear()
+    outcome = "without divergence"
+    try:
+        run_state_machine_as_test(
+            LeaseqMachine,
+            settings=settings(max_examples=100, stateful_step_count=40, deadline=None, database=None,
+                              suppress_health_check=[HealthCheck.too_slow]))
+    except BaseException:
+        outcome = "run (a divergence was found; see the failure above)"
+        raise
+    finally:
+        text = (f"leaseq model test: {STEPS} hypothesis steps {outcome} "
+                f"({EXAMPLES} examples, restarts: {RESTARTS['kill']} SIGKILL, {RESTARTS['term']} SIGTERM)")
+        print(text)
+        request.config.pluginmanager.register(_Summary(text, dict(EVENTS)), "leaseq-model-summary")
