@@ -321,22 +321,10 @@ def _split_tokens(args: list, keywords: tuple) -> int:
     return i
 
 
-def _live_jobs(q: Queue, tokens) -> list[Job]:
-    """The jobs whose leases these tokens still hold; stale tokens are skipped."""
-    jobs = []
-    seen = set()
-    for token in tokens:
-        job = q.job_for_token(token)
-        if job is not None and job.id not in seen:
-            seen.add(job.id)
-            jobs.append(job)
-    return jobs
-
-
 def qack(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
-    jobs = _live_jobs(q, args[2:])
+    jobs = q.jobs_for_tokens(args[2:])
     if jobs:
         server.store.ack(q, jobs, server.now_ms())
     return len(jobs)
@@ -369,7 +357,7 @@ def qnack(client, args):
             r.unknown()
     if dead and delay is not None:
         raise errors.err("DELAY and DEAD cannot be combined")
-    jobs = _live_jobs(q, args[2:end])
+    jobs = q.jobs_for_tokens(args[2:end])
     if not jobs:
         return 0
     store = server.store
@@ -408,7 +396,7 @@ def qextend(client, args):
     tokens = args[2:end]
     now = server.now_ms()
     deadline = now + lease_ms
-    jobs = _live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         server.store.extend(q, jobs, deadline, now)
     return [deadline if q.job_for_token(t) is not None else None for t in tokens]

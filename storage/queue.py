@@ -395,6 +395,17 @@ class Queue:
             return job
         return None
 
+    def jobs_for_tokens(self, tokens) -> list[Job]:
+        """The jobs whose leases these tokens still hold, each once, in token
+        order; stale and unknown tokens are skipped (SPEC 4 rule 8)."""
+        jobs, seen = [], set()
+        for token in tokens:
+            job = self.job_for_token(token)
+            if job is not None and job.id not in seen:
+                seen.add(job.id)
+                jobs.append(job)
+        return jobs
+
     def duplicate_of(self, key: bytes, scope: bytes) -> Job | None:
         """The newest job holding dedupe ``key`` whose state is in ``scope``
         (call after ``fold``), if any."""

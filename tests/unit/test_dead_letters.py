@@ -66,25 +66,15 @@ def ids(jobs):
     return [j.id for j in jobs]
 
 
-def live_jobs(q, tokens):
-    jobs, seen = [], set()
-    for t in tokens:
-        j = q.job_for_token(t)
-        if j is not None and j.id not in seen:
-            seen.add(j.id)
-            jobs.append(j)
-    return jobs
-
-
 def ack(store, q, tokens, now):
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.ack(q, jobs, now)
     return len(jobs)
 
 
 def nack(store, q, tokens, now, delay=0, error=None, closed=False):
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.nack(q, jobs, now + delay, error, now, closed)
     return len(jobs)
@@ -92,7 +82,7 @@ def nack(store, q, tokens, now, delay=0, error=None, closed=False):
 
 def nack_dead(store, q, tokens, now, error=None):
     """QNACK ... DEAD: release with the error, then dead-letter: one record."""
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.begin()
         try:
@@ -104,7 +94,7 @@ def nack_dead(store, q, tokens, now, error=None):
 
 
 def extend(store, q, tokens, now, lease=LEASE):
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.extend(q, jobs, now + lease, now)
     return len(jobs)

@@ -46,33 +46,23 @@ def claim_ids(store, q, now, count=1, lease=LEASE):
     return [j.id for j in claim(store, q, now, count, lease)]
 
 
-def live_jobs(q, tokens):
-    jobs, seen = [], set()
-    for t in tokens:
-        j = q.job_for_token(t)
-        if j is not None and j.id not in seen:
-            seen.add(j.id)
-            jobs.append(j)
-    return jobs
-
-
 def ack(store, q, tokens, now):
     """QACK: stale tokens are skipped; returns how many jobs were completed."""
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.ack(q, jobs, now)
     return len(jobs)
 
 
 def nack(store, q, tokens, now, delay=0, error=None):
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.nack(q, jobs, now + delay, error, now)
     return len(jobs)
 
 
 def extend(store, q, tokens, now, lease=LEASE):
-    jobs = live_jobs(q, tokens)
+    jobs = q.jobs_for_tokens(tokens)
     if jobs:
         store.extend(q, jobs, now + lease, now)
     return len(jobs)
