@@ -265,12 +265,12 @@ class Queue:
 
     def complete(self, job: Job, now: int) -> None:
         """Acked: gone, or kept as completed for RETAIN-COMPLETED."""
-        self._end_lease(job)
         retain = self.config.retain_completed
         if retain:
+            self._end_lease(job)
             self._move(job, state=COMPLETED, retain_until=now + retain, deadline=0)
         else:
-            self.remove(job)
+            self.remove(job)            # ends the lease too
         self.counters.acked += 1
 
     def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool,

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 
+import hiredis
 import pytest
 import redis
 from redis._parsers import _RESP2Parser, _RESP3Parser
@@ -44,12 +45,9 @@ def make_client(port: int, mode: str, **kw) -> redis.Redis:
 
 
 @pytest.fixture
-def fresh(tmp_path):
+def fresh(own):
     """A daemon of the test's own."""
-    d = Daemon(tmp_path / "fresh")
-    d.start()
-    yield d
-    d.kill()
+    return own()
 
 
 @pytest.fixture
@@ -114,11 +112,7 @@ def error_text(c: redis.Redis, *args) -> str:
 
 def resp(*args) -> bytes:
     """One command encoded as a RESP multibulk request."""
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(a), a))
-    return b"".join(out)
+    return hiredis.pack_command(args)
 
 
 class Raw:

@@ -181,11 +181,7 @@ def wait_blocked(c, q, n: int) -> None:
 
 
 def encode_command(*args) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        parts.append(b"$%d\r\n%b\r\n" % (len(a), a))
-    return b"".join(parts)
+    return hiredis.pack_command(args)
 
 
 class Raw:
