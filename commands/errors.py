@@ -53,6 +53,8 @@ AUTH_NOT_CONFIGURED = err(
 )
 BAD_CLIENT_NAME = err("Client names cannot contain spaces, newlines or special characters.")
 NO_SUCH_CLIENT = err("No such client")
+OOM = Error("OOM", "command not allowed when used memory > 'maxmemory'.")
+INTERNAL = err("internal error while running the command; see the server log")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:

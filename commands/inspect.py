@@ -153,13 +153,10 @@ def qredrive(client, args):
     # resolve (or create) every source first: a refusal must change nothing
     sources = {name: get_or_create(server, name) for name in by_source}
     moved = len(dead)
-    store.begin()
-    try:
+    with store.journal.transaction():
         if dead:
             store.redrive(q, dead, now)
         for name, jobs in by_source.items():
             store.move_back(q, jobs, sources[name], now)
             moved += len(jobs)
-    finally:
-        store.commit()
     return moved

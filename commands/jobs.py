@@ -362,8 +362,7 @@ def qnack(client, args):
         return 0
     store = server.store
     now = server.now_ms()
-    store.begin()
-    try:
+    with store.journal.transaction():
         if dead:
             # release with the error (so last_error is logged), then dead-letter: one record
             store.nack(q, jobs, now, error, now)
@@ -376,8 +375,6 @@ def qnack(client, args):
                 groups.setdefault(now + backoff_delay(q, job), []).append(job)
             for visible_at, group in groups.items():
                 store.nack(q, group, visible_at, error, now)
-    finally:
-        store.commit()
     return len(jobs)
 
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import resource
 import time
 from fnmatch import fnmatchcase
 
 from . import errors
-from .connection import VERSION
 from .replies import NO_REPLY, OK, Map, Verbatim
 
 
@@ -48,93 +45,10 @@ def command_cmd(client, args):
 
 # -- INFO ----------------------------------------------------------------------------
 
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def info_sections(server) -> dict[str, list[tuple[str, object]]]:
-    s = server.settings
-    store = server.store
-    wal = store.wal
-    now = time.time()
-    uptime = int(now - server.started_at)
-    report = store.report
-    stats = server.stats
-    sections = {
-        "server": [
-            ("leaseq_version", VERSION),
-            ("leaseq_mode", "standalone"),
-            ("os", " ".join(os.uname()[i] for i in (0, 2, 4))),
-            ("process_id", os.getpid()),
-            ("tcp_port", server.port),
-            ("bind", s.bind),
-            ("uptime_in_seconds", uptime),
-            ("uptime_in_days", uptime // 86400),
-            ("executable", "leaseq"),
-        ],
-        "clients": [
-            ("connected_clients", len(server.clients)),
-            ("blocked_clients", server.blocked_count()),
-            ("maxclients", s.maxclients),
-        ],
-        "memory": [
-            ("used_memory_rss", rss_bytes()),
-            ("used_memory_peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
-            ("maxmemory", s.maxmemory),
-            ("jobs_live", sum(len(q.jobs) for q in store.queues.values())),
-        ],
-        "persistence": [
-            ("loading", 0),
-            ("dir", os.path.abspath(s.dir)),
-            ("wal_segments", len(_segments(s.dir))),
-            ("wal_current_segment", wal.segment_number if wal else 0),
-            ("wal_bytes", sum(os.path.getsize(p) for p in _segments(s.dir))),
-            ("wal_bytes_written", wal.bytes_written if wal else 0),
-            ("wal_write_generation", wal.written_gen if wal else 0),
-            ("wal_durable_generation", wal.durable_gen if wal else 0),
-            ("last_fsync_time_ms", server.last_fsync_time_ms),
-            ("last_fsync_duration_ms", server.last_fsync_duration_ms),
-            ("fsyncs", server.fsyncs),
-            ("default_durability", s.default_durability),
-            ("lease_durability", s.lease_durability),
-            ("fsync_interval_ms", s.fsync_interval),
-            ("last_snapshot", "none"),
-            ("recovery_seconds", f"{store.recovery_seconds:.3f}"),
-            ("recovery_records", report.records if report else 0),
-            ("recovery_truncated_bytes", report.truncated_bytes if report else 0),
-            ("boot_epoch", store.epoch),
-        ],
-        "stats": [
-            ("total_connections_received", stats.connections),
-            ("total_commands_processed", stats.commands),
-            ("instantaneous_ops_per_sec", server.ops_per_sec()),
-            ("total_jobs_pushed", sum(q.counters.pushed for q in store.queues.values())),
-            ("total_jobs_acked", sum(q.counters.acked for q in store.queues.values())),
-            ("rejected_connections", stats.rejected),
-            ("protocol_errors", stats.protocol_errors),
-        ],
-        "queues": [
-            (q.name.decode(), f"ready={len(q.ready)},delayed={len(q.delayed)},in_flight={len(q.leases)},"
-                              f"dead={len(q.dead)},completed={len(q.completed)},durability={q.config.durability}")
-            for q in sorted(store.queues.values(), key=lambda q: q.name)
-        ],
-    }
-    return sections
-
-
-def _segments(directory: str) -> list[str]:
-    try:
-        return [os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".wal")]
-    except OSError:
-        return []
-
-
 def info(client, args):
-    sections = info_sections(client.server)
+    """INFO [section ...]: the daemon assembles the fields where they live
+    (``server.info_sections``); this only picks sections and formats them."""
+    sections = client.server.info_sections()
     wanted = [a.decode(errors="replace").lower() for a in args[1:]]
     if not wanted or any(w in ("all", "everything", "default") for w in wanted):
         wanted = list(sections)

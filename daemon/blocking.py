@@ -107,13 +107,15 @@ class Worker(Session):
 
     def lease_ended(self, job) -> None:
         super().lease_ended(job)
-        self.conn.server.store.woken.add(self.queue)     # a free slot: serve the queue again
+        self.conn.server.blocking.wake(self.queue)       # a free slot: serve the queue again
 
     def take(self, limit: int) -> int:
-        jobs = claim_now(self.conn.server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+        server = self.conn.server
+        jobs, ticket = server.store.journal.logged(
+            claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
         name = self.queue.name
         for job in jobs:
-            self.conn.answer(Push([b"job", name, job]))
+            self.conn.answer(Push([b"job", name, job]), ticket)
         self.conn.flush()
         return len(jobs)
 
@@ -126,6 +128,7 @@ class Blocking:
         self.workers: dict = {}      # Queue -> [Worker]
         self.timers: dict = {}       # Queue -> (due_ms, TimerHandle)
         self.cohorts: dict = {}      # Queue -> TimerHandle of the open WINDOW
+        self._woken: set = set()     # queues a worker's freed slot asks to serve
 
     def count(self, queue=None) -> int:
         if queue is not None:
@@ -160,8 +163,6 @@ class Blocking:
         self._answer(w, w.wait.expired())
 
     def _answer(self, w: Waiter, reply) -> None:
-        store = self.server.store
-        store.write_needed = store.sync_needed = False
         w.conn.unblock(reply)
 
     def _window_closed(self, queue) -> None:
@@ -180,7 +181,7 @@ class Blocking:
             worker = Worker(conn, request)
             conn.workers.append(worker)
             self.workers.setdefault(request.queue, []).append(worker)
-        self.server.store.woken.add(request.queue)
+        self.wake(request.queue)
 
     def remove_worker(self, worker: Worker) -> None:
         workers = self.workers.get(worker.queue)
@@ -208,21 +209,20 @@ class Blocking:
         if waiters or workers:
             available = len(queue.ready)
             if available:
-                store = self.server.store
+                journal = self.server.store.journal
                 takers = waiters + workers
                 asks = [w.wait.count for w in waiters] + [k.room for k in workers]
                 for taker, share in zip(takers, deal(available, asks)):
                     if not share:
                         continue
-                    store.write_needed = store.sync_needed = False
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs = taker.wait.take(share)
+                    jobs, ticket = journal.logged(taker.wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)
-                    taker.conn.unblock(jobs)
+                    taker.conn.unblock(jobs, ticket)
         if closing_window:
             # cohort claims that got nothing: without BLOCK they answer empty,
             # with BLOCK they now wait like any blocked claimer
@@ -234,14 +234,20 @@ class Blocking:
                     w.timer = self.loop.call_later(w.wait.timeout_ms / 1000.0, self._timed_out, w)
         self._arm(queue)
 
+    def wake(self, queue) -> None:
+        """Serve ``queue`` at the end of this turn."""
+        self._woken.add(queue)
+
     def serve_woken(self) -> None:
-        store = self.server.store
-        if store.woken:
-            woken = store.woken
-            store.woken = set()
-            for q in woken:
-                if q in self.by_queue or q in self.workers:
-                    self.serve(q)
+        """End of a turn: serve the queues whose ready jobs or next due moment
+        changed (the store's woken set) and those ``wake`` named."""
+        woken = self.server.store.take_woken()
+        if self._woken:
+            woken |= self._woken
+            self._woken = set()
+        for q in woken:
+            if q in self.by_queue or q in self.workers:
+                self.serve(q)
 
     def time_moved(self) -> None:
         """The clock jumped (DEBUG): timers were set for the old time."""

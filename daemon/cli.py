@@ -47,15 +47,16 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
 
     import uvloop
 
-    from leaseq.storage.store import Store
-    from leaseq.storage.wal import CorruptLog, DirectoryLocked
+    from leaseq.storage.datadir import DataDir
+    from leaseq.storage.recovery import CorruptLog
+    from leaseq.storage.wal import DirectoryLocked
 
     from .server import serve as run_server
 
     import time
     try:
-        store = Store.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
-                           lease_sync=settings.lease_durability == "fsync", repair=repair)
+        datadir = DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
+                               lease_sync=settings.lease_durability == "fsync", repair=repair)
     except (CorruptLog, DirectoryLocked) as e:
         log.error("%s", e)
         sys.exit(1)
@@ -69,7 +70,7 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
     # full collections never rescan it (it is still freed by refcounting).
     gc.set_threshold(50_000, 20, 20)
     gc.freeze()
-    uvloop.run(run_server(settings, store))
+    uvloop.run(run_server(settings, datadir))
 
 
 @main.command()

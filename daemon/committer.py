@@ -3,13 +3,14 @@
 ``touch()`` schedules ``end_of_turn`` once per turn (``call_soon`` runs after
 the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
 blocked claimers take the jobs this turn made ready, then writes the log
-buffer with one ``write`` and releases the replies that waited only for
-that; if any record written needs fsync before its reply, it starts an
-``fdatasync`` in the worker thread.  While that runs the loop
+buffer with one ``write`` (one generation) and releases the replies whose
+tickets needed only that; if a record written needs fsync before its reply,
+it starts an ``fdatasync`` in the worker thread.  While that runs the loop
 keeps reading, parsing and running commands; a later turn's records are
 written and covered by the next ``fdatasync``, which starts as soon as the
-running one ends.  When one ends, connections holding replies up to that
-generation release them.
+running one ends.  When one ends, connections release the replies whose
+tickets it reached.  The log's generations (``storage.wal.LogBuffer``) are
+the whole state: the committer only remembers whether an fsync is running.
 
 An fsync or write error is not retried: the daemon stops (fail-stop) so that
 no reply ever claims a durability the disk did not give; a restart recovers
@@ -30,11 +31,10 @@ class Committer:
     def __init__(self, server, loop) -> None:
         self.server = server
         self.loop = loop
-        self.wal = server.store.wal
+        self.wal = server.wal
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="leaseq-fsync")
         self.scheduled = False
         self.syncing = False
-        self.again = False
         self.waiters: set = set()
         self.fsyncs = 0
         self.last_fsync_ms = 0
@@ -60,18 +60,17 @@ class Committer:
             except OSError as e:
                 self._fatal(f"cannot write the log: {e}")
                 return
-        if wal.wants_sync:
-            wal.wants_sync = False
+        if wal.sync_wanted:
             self.start_sync()
         self._release()
 
     def start_sync(self) -> None:
+        """Start an fdatasync of everything written (unless one runs: when it
+        ends, the next starts if anything written still needs one)."""
         if self.syncing:
-            self.again = True
             return
         self.syncing = True
-        self.wal.unsynced = False
-        target = self.wal.written_gen
+        target = self.wal.start_sync()
         started = time.monotonic()
         future = self.loop.run_in_executor(self.executor, self.wal.sync)
         future.add_done_callback(lambda f: self._synced(f, target, started))
@@ -84,18 +83,16 @@ class Committer:
             return
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
-        self.wal.durable_gen = target
-        self.wal.last_fsync_ms = int((time.monotonic() - started) * 1000)
+        self.wal.synced(target, int((time.monotonic() - started) * 1000))
         self._release()
-        if self.again:
-            self.again = False
+        if self.wal.sync_wanted and not self.closed:
             self.start_sync()
 
     def _release(self) -> None:
-        """Connections write the replies whose records are now written/durable."""
+        """Connections write the replies whose tickets the log has reached."""
         if self.waiters:
-            written, durable = self.wal.written_gen, self.wal.durable_gen
-            done = [c for c in self.waiters if c.closed or c.release(written, durable)]
+            wal = self.wal
+            done = [c for c in self.waiters if c.closed or c.release(wal)]
             for c in done:
                 self.waiters.discard(c)
 
@@ -108,11 +105,12 @@ class Committer:
         """Shutdown: write and fsync everything, release every held reply."""
         self.closed = True
         self.server.blocking.serve_woken()
-        self.wal.flush()
-        self.wal.sync()
-        self.wal.durable_gen = self.wal.written_gen
+        self.wal.flush_and_sync()
         self._release()
         self.executor.shutdown(wait=True)
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs)]
 
     def _fatal(self, message: str) -> None:
         log.critical("%s; stopping now so that nothing unsynced is ever acknowledged. "

@@ -4,12 +4,15 @@ Bytes in → ``RequestParser`` → commands run in order by ``dispatch.execute``
 → replies encoded for this connection's protocol (RESP2 or RESP3).  All the
 replies of one read are written with one ``write``.
 
-Replies stay in order.  A reply whose command appended log records is
-*held* until the generation holding them is written (end of the event-loop
-turn), and for changes that must be fsynced until it is durable (group
-commit, see ``daemon.committer``); every reply after it on this connection
-waits behind it.  So no reply ever gets ahead of its record.  A blocked QCLAIM stops the processing of commands pipelined
-after it until it is answered, as in Redis.
+Replies stay in order.  ``execute`` returns each reply with its command's
+``Ticket`` (``storage.wal``): when the command appended log records, the
+reply is *held* until the generation holding them is written (end of the
+event-loop turn), or durable when they need fsync (group commit, see
+``daemon.committer``); every reply after it on this connection waits behind
+it.  So no reply ever gets ahead of its record.  A blocked QCLAIM stops the
+processing of commands pipelined after it until it is answered, as in Redis;
+what it logged before it parked (a queue it created) is held too, so its
+eventual reply waits for that as well.
 
 Flow control: when the transport's write buffer is over its high-water mark
 the connection stops reading (a client that does not read its replies stops
@@ -27,6 +30,8 @@ import asyncio
 
 from leaseq.commands.jobs import ClaimWait
 from leaseq.commands.replies import NO_REPLY, Error
+
+from leaseq.storage.wal import Ticket
 
 from .blocking import Session
 from .dispatch import execute
@@ -58,7 +63,7 @@ class Connection(asyncio.Protocol):
         # processing state
         self.pending: deque = deque()
         self.out: list[bytes] = []
-        self.held: deque = deque()         # (generation, needs fsync, reply bytes) waiting for the log
+        self.held: deque = deque()         # (Ticket or None, reply bytes) waiting for the log
         self.waiting = None                # the blocking.Waiter while a QCLAIM is parked
         self.protocol_error = None
         self.quitting = False
@@ -137,50 +142,49 @@ class Connection(asyncio.Protocol):
 
     def run_pending(self) -> None:
         server = self.server
-        store = server.store
         pending = self.pending
         if server.committer.closed:      # shut down: nothing more runs
             pending.clear()
         while pending and self.waiting is None and not self.quitting and not self.closed:
-            store.write_needed = store.sync_needed = False
-            reply = execute(self, pending.popleft())
+            reply, ticket = execute(self, pending.popleft())
             if type(reply) is ClaimWait:
                 if server.stopping:
                     reply = reply.expired()
                 else:
+                    if ticket is not None:
+                        self._hold(ticket, b"")      # its reply comes later, behind this
                     server.blocking.park(self, reply)
                     break
-            self.answer(reply)
+            self.answer(reply, ticket)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:
             self.answer(Error("ERR", f"Protocol error: {self.protocol_error}"))
             self.quitting = True
         self.flush()
         server.committer.touch()
 
-    def answer(self, reply) -> None:
-        """Queue the reply of the command just run (see the module docstring).
-
-        A command that appended log records is answered only after they are
-        written (end of this turn), or fsynced when its queue needs that; a
-        reply behind a held one waits too, to keep the order."""
+    def answer(self, reply, ticket: Ticket | None = None) -> None:
+        """Queue a reply (see the module docstring): held on ``ticket`` when
+        the command logged records, behind any reply held before it."""
         if reply is NO_REPLY:
             return
         data = encode(reply, self.resp3)
-        store = self.server.store
-        if store.write_needed:
-            self.held.append((store.wal.next_gen, store.sync_needed, data))
-            self.server.committer.wait(self)
+        if ticket is not None:
+            self._hold(ticket, data)
         elif self.held:
-            self.held.append((0, False, data))
+            self.held.append((None, data))
         else:
             self.out.append(data)
 
-    def unblock(self, reply) -> None:
+    def _hold(self, ticket: Ticket, data: bytes) -> None:
+        self.held.append((ticket, data))
+        self.server.committer.wait(self)
+
+    def unblock(self, reply, ticket: Ticket | None = None) -> None:
         """A parked QCLAIM got its answer (jobs, timeout, or an error)."""
         self.waiting = None
         if self.closed:
             return
-        self.answer(reply)
+        self.answer(reply, ticket)
         self.run_pending()
 
     def flush(self) -> None:
@@ -192,14 +196,14 @@ class Connection(asyncio.Protocol):
         if self.quitting and not self.held and not self.closed:
             self.transport.close()
 
-    def release(self, written_gen: int, durable_gen: int) -> bool:
-        """Write the held replies whose records are now written (or fsynced,
-        for those that need it); True when none are left."""
+    def release(self, log) -> bool:
+        """Write the held replies whose tickets ``log`` has now reached, in
+        order; True when none are left."""
         held = self.held
         chunks = []
         while held:
-            gen, sync, data = held[0]
-            if gen > (durable_gen if sync else written_gen):
+            ticket, data = held[0]
+            if ticket is not None and not log.reached(ticket):
                 break
             chunks.append(data)
             held.popleft()

@@ -4,6 +4,12 @@ Order (as Redis's processCommand): unknown command, arity, authentication,
 transaction queueing, memory; then the handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
 bug, logged with its traceback and answered with an error, never a crash.
+
+``execute`` returns the reply together with the command's ``Ticket``: what
+the log records it appended need (written, or fsynced) before that reply may
+be sent; None when it appended nothing.  The connection holds the reply on
+it (docs/architecture.md, "The path of one QPUSH").  ``execute`` needs no
+socket: ``client`` is anything that fits ``commands.context.ClientContext``.
 """
 
 from __future__ import annotations
@@ -13,15 +19,18 @@ import logging
 from leaseq.commands import errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
+from leaseq.storage.wal import Ticket
 
 log = logging.getLogger(__name__)
 
-OOM = Error("OOM", "command not allowed when used memory > 'maxmemory'.")
-INTERNAL = errors.err("internal error while running the command; see the server log")
+
+def execute(client, args: list) -> tuple[object, Ticket | None]:
+    """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)
+    and the ticket of the records it logged."""
+    return client.server.store.journal.logged(_execute, client, args)
 
 
-def execute(client, args: list):
-    """Run one command for ``client``; return its reply (or a ClaimWait)."""
+def _execute(client, args: list):
     server = client.server
     server.stats.commands += 1
     name = args[0].lower()
@@ -48,14 +57,14 @@ def execute(client, args: list):
 
 def run(client, cmd, args):
     if "denyoom" in cmd.flags and client.server.oom:
-        return OOM
+        return errors.OOM
     try:
         return cmd.handler(client, args)
     except Error as e:
         return e
     except Exception:
         log.exception("command %s failed", cmd.name.upper())
-        return INTERNAL
+        return errors.INTERNAL
 
 
 def _refuse(client, error: Error) -> Error:
@@ -83,11 +92,9 @@ def _transaction(client, name: bytes):
     client.multi = None
     if dirty:
         return errors.EXECABORT
-    store = client.server.store
-    store.begin()
     client.in_exec = True
     try:
-        return [run(client, cmd, args) for cmd, args in queued]
+        with client.server.store.journal.transaction():     # one TXN record: all or none
+            return [run(client, cmd, args) for cmd, args in queued]
     finally:
         client.in_exec = False
-        store.commit()

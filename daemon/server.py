@@ -1,62 +1,34 @@
 """The server: listener, clients, clock, settings and orderly shutdown.
 
 Commands reach the daemon's state only through this object (``client.server``
-in the handlers): the store, the settings, ``now_ms()``, the client registry
-and a few services (CONFIG, shutdown, blocked claimers).
+in the handlers), as ``commands.context.ServerContext`` describes: the store,
+the settings, ``now_ms()``, the client registry and a few services (CONFIG,
+INFO, shutdown, blocked claimers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 from collections import deque
 from dataclasses import dataclass
 
 from leaseq.commands import errors
-from leaseq.commands.server import rss_bytes
+from leaseq.commands.connection import VERSION
+from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
 
 from . import config
 from .blocking import Blocking
+from .clock import Clock
 from .committer import Committer
 from .connection import Connection
+from .process import os_line, peak_rss_bytes, rss_bytes
 
 log = logging.getLogger(__name__)
-
-
-class Clock:
-    """The daemon's time in ms since the epoch: real time plus an offset, or
-    frozen (DEBUG CLOCK).  Its state is logged (CLOCK record) so it survives
-    restarts; it only moves forward."""
-
-    def __init__(self, server, offset: int, frozen: bool, frozen_at: int) -> None:
-        self.server = server
-        self.offset = offset
-        self.frozen = frozen
-        self.frozen_at = frozen_at
-
-    def now(self) -> int:
-        return self.frozen_at if self.frozen else int(time.time() * 1000) + self.offset
-
-    def advance(self, ms: int) -> None:
-        if self.frozen:
-            self._set(self.offset, True, self.frozen_at + ms)
-        else:
-            self._set(self.offset + ms, False, 0)
-
-    def freeze(self, at: int) -> None:
-        self._set(self.offset, True, at)
-
-    def resume(self) -> None:
-        if self.frozen:
-            self._set(self.frozen_at - int(time.time() * 1000), False, 0)
-
-    def _set(self, offset: int, frozen: bool, frozen_at: int) -> None:
-        self.offset, self.frozen, self.frozen_at = offset, frozen, frozen_at
-        self.server.store.set_clock(offset, frozen, frozen_at)
-        self.server.time_moved()
 
 
 @dataclass
@@ -68,10 +40,12 @@ class Stats:
 
 
 class Server:
-    def __init__(self, settings: config.Settings, store) -> None:
+    def __init__(self, settings: config.Settings, datadir: DataDir) -> None:
         self.settings = settings
-        self.store = store
-        self.store.lease_sync = settings.lease_durability == "fsync"
+        self.datadir = datadir
+        self.store = store = datadir.store
+        self.wal = datadir.wal
+        store.journal.lease_sync = settings.lease_durability == "fsync"
         self.clients: dict[int, Connection] = {}
         self.next_client_id = 1
         self.stats = Stats()
@@ -79,7 +53,7 @@ class Server:
         self.port = settings.port
         self.oom = False
         self.stopping = False
-        self.clock = Clock(self, *store.clock)
+        self.clock = Clock(*store.clock, on_change=self._clock_changed)
         self.now_ms = self.clock.now
         if self.clock.frozen and not settings.enable_debug_command:
             # a test froze time in this data directory; without DEBUG nobody could resume it
@@ -96,8 +70,10 @@ class Server:
 
     # -- clock and settings --------------------------------------------------------------
 
-    def time_moved(self) -> None:
-        """DEBUG moved the clock: fold and re-arm every queue someone waits on."""
+    def _clock_changed(self, offset: int, frozen: bool, frozen_at: int) -> None:
+        """DEBUG moved the clock: log it, then fold and re-arm every queue
+        someone waits on."""
+        self.store.set_clock(offset, frozen, frozen_at)
         if self.blocking is not None:
             self.blocking.time_moved()
 
@@ -121,9 +97,9 @@ class Server:
             except config.ConfigError as e:
                 raise errors.config_invalid(name, str(e)) from None
         self.settings = s = self.settings.replace(**changes)
-        self.store.lease_sync = s.lease_durability == "fsync"
+        self.store.journal.lease_sync = s.lease_durability == "fsync"
         self.store.default_config = QueueConfig(durability=s.default_durability)
-        self.store.wal.segment_size = s.segment_size
+        self.wal.set_segment_size(s.segment_size)
         for c in self.clients.values():
             c.parser.max_args = s.max_args
             c.parser.max_bulk = s.proto_max_bulk_len
@@ -153,9 +129,6 @@ class Server:
     def blocked_on(self, queue) -> int:
         return self.blocking.count(queue)
 
-    def blocked_count(self) -> int:
-        return self.blocking.count()
-
     def queue_dropped(self, queue) -> None:
         self.blocking.queue_dropped(queue)
 
@@ -169,17 +142,56 @@ class Server:
         self.stats = Stats()
         self._ops_samples.clear()
 
-    @property
-    def fsyncs(self) -> int:
-        return self.committer.fsyncs if self.committer else 0
+    # -- INFO -----------------------------------------------------------------------------------
 
-    @property
-    def last_fsync_time_ms(self) -> int:
-        return self.committer.last_fsync_ms if self.committer else 0
-
-    @property
-    def last_fsync_duration_ms(self) -> int:
-        return self.store.wal.last_fsync_ms if self.store.wal else 0
+    def info_sections(self) -> dict[str, list[tuple[str, object]]]:
+        """INFO's sections, each field from the part that holds it."""
+        s = self.settings
+        store = self.store
+        uptime = int(time.time() - self.started_at)
+        queues = store.queues.values()
+        stats = self.stats
+        return {
+            "server": [
+                ("leaseq_version", VERSION),
+                ("leaseq_mode", "standalone"),
+                ("os", os_line()),
+                ("process_id", os.getpid()),
+                ("tcp_port", self.port),
+                ("bind", s.bind),
+                ("uptime_in_seconds", uptime),
+                ("uptime_in_days", uptime // 86400),
+                ("executable", "leaseq"),
+            ],
+            "clients": [
+                ("connected_clients", len(self.clients)),
+                ("blocked_clients", self.blocking.count() if self.blocking else 0),
+                ("maxclients", s.maxclients),
+            ],
+            "memory": [
+                ("used_memory_rss", rss_bytes()),
+                ("used_memory_peak", peak_rss_bytes()),
+                ("maxmemory", s.maxmemory),
+                ("jobs_live", sum(len(q.jobs) for q in queues)),
+            ],
+            "persistence": [("loading", 0)] + self.datadir.info_fields()
+            + (self.committer.info_fields() if self.committer else []) + [
+                ("default_durability", s.default_durability),
+                ("lease_durability", s.lease_durability),
+                ("fsync_interval_ms", s.fsync_interval),
+                ("last_snapshot", "none"),
+            ],
+            "stats": [
+                ("total_connections_received", stats.connections),
+                ("total_commands_processed", stats.commands),
+                ("instantaneous_ops_per_sec", self.ops_per_sec()),
+                ("total_jobs_pushed", sum(q.counters.pushed for q in queues)),
+                ("total_jobs_acked", sum(q.counters.acked for q in queues)),
+                ("rejected_connections", stats.rejected),
+                ("protocol_errors", stats.protocol_errors),
+            ],
+            "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
+        }
 
     # -- running --------------------------------------------------------------------------------
 
@@ -251,13 +263,13 @@ class Server:
             c.flush()
             if c.transport is not None and not c.closed:
                 c.transport.close()
-        self.store.close()
+        self.datadir.close()
         log.info("leaseq stopped; the log is fsynced")
         self._stopped.set()
 
 
-async def serve(settings: config.Settings, store) -> None:
-    server = Server(settings, store)
+async def serve(settings: config.Settings, datadir: DataDir) -> None:
+    server = Server(settings, datadir)
     await server.start()
     await server.wait_stopped()
     # let the transports write what they still hold

@@ -434,6 +434,11 @@ class Queue:
     def live(self) -> int:
         return len(self.ready) + len(self.delayed) + len(self.leases)
 
+    def summary(self) -> str:
+        """One line of counts, as INFO's queues section shows it."""
+        return (f"ready={len(self.ready)},delayed={len(self.delayed)},in_flight={len(self.leases)},"
+                f"dead={len(self.dead)},completed={len(self.completed)},durability={self.config.durability}")
+
     def oldest_ready_age(self, now: int) -> int:
         """Age of the ready job pushed first.  Ids follow enqueue order, so it is
         the smallest id, found at the start of one of the 20 priority bands."""

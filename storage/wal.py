@@ -1,24 +1,27 @@
-"""Segment files: appending, group commit, locking and reading back.
+"""The write side of the log: buffering, generations, group commit, segments.
 
-Writing (``WriteAheadLog``) is split in two so the event loop never waits
-for the disk:
+Writing is split in two so the event loop never waits for the disk:
 
 * ``append()`` adds a framed record to an in-memory buffer (no system call);
 * ``flush()`` writes the whole buffer with one ``write`` at the end of an
-  event-loop turn, on the loop thread (a write to the page cache), and
-  returns the *generation* it wrote;
-* ``sync()`` runs ``fdatasync`` in a worker thread; when it returns,
-  every generation written before it started is durable.
+  event-loop turn, on the loop thread (a write to the page cache).  Each
+  flush that writes something is one *generation*;
+* ``sync()`` runs ``fdatasync`` in a worker thread; ``start_sync()`` before
+  it names the generation it will make durable, ``synced()`` after it says
+  that generation is now durable.
 
-The daemon answers commands on ``fsync`` queues only once their generation
-is durable; one ``fdatasync`` covers every turn written while the previous
-one ran (group commit).
+A command's records travel as a ``Ticket``: the generation that will carry
+them and whether its reply must wait until that generation is durable (an
+``fsync`` queue) or only written.  ``mark()`` before a command and
+``ticket_since(mark)`` after it give the command's ticket (None when it
+appended nothing); ``reached(ticket)`` says when its reply may go.  One
+``fdatasync`` covers every generation written before it started, so all the
+turns written while one fsync runs share the next one (group commit).
 
-Reading (``read_log``) walks the segments in order for recovery: a frame that
-fails in the newest segment, with no valid frame after it, is a torn tail and
-is truncated; any other failure raises ``CorruptLog`` naming file and offset,
-unless ``repair`` is set, in which case the bad bytes are skipped up to the
-next valid frame and reported.
+``LogBuffer`` holds that bookkeeping; ``WriteAheadLog`` writes the
+generations to segment files, ``MemoryLog`` keeps them in memory (a store
+driven without a data directory, as the unit tests do).  Reading the log
+back is ``storage.recovery``; the bytes are defined in ``storage.records``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import fcntl
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import records
 
@@ -54,15 +57,6 @@ def list_segments(directory: str) -> list[tuple[int, str]]:
 
 class DirectoryLocked(RuntimeError):
     pass
-
-
-class CorruptLog(RuntimeError):
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        super().__init__(
-            f"write-ahead log is corrupt in {path} at offset {offset}: {reason}. "
-            f"Refusing to start; to drop the unreadable bytes and start anyway, use --repair")
-        self.path = path
-        self.offset = offset
 
 
 def lock_directory(directory: str) -> int:
@@ -92,140 +86,148 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-# -- reading -------------------------------------------------------------------
+class Ticket(NamedTuple):
+    """What a command's reply waits for: ``generation`` written, and durable
+    too when ``fsync`` is set."""
 
-@dataclass
-class RecoveryReport:
-    segments: int = 0
-    records: int = 0
-    bytes: int = 0
-    truncated_bytes: int = 0
-    skipped: list = field(default_factory=list)   # (path, offset, length) dropped by --repair
-    last_segment: int = 0
+    generation: int
+    fsync: bool
 
 
-def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
-    """Call ``apply(rtype, body)`` for every record, in log order."""
-    report = RecoveryReport()
-    segments = list_segments(directory)
-    # A torn tail can only be in the last segment that holds records: segments
-    # after it are empty or header-only (a rotation just before the crash).
-    with_records = [i for i, (_n, p) in enumerate(segments) if os.path.getsize(p) > records.SEGMENT_HEADER_SIZE]
-    last_with_records = with_records[-1] if with_records else len(segments) - 1
-    for i, (number, path) in enumerate(segments):
-        newest = i >= last_with_records
-        with open(path, "rb") as f:
-            data = f.read()
-        report.segments += 1
-        report.last_segment = number
-        try:
-            if records.check_segment_header(data) != number:
-                raise records.FormatError("segment number in the header does not match the file name")
-        except records.FormatError as e:
-            if newest and len(data) < records.SEGMENT_HEADER_SIZE:
-                # created, but the crash came before its header was complete
-                log.warning("removing empty segment %s (%d bytes, torn header)", path, len(data))
-                report.truncated_bytes += len(data)
-                os.unlink(path)
-                continue
-            if not repair:
-                raise CorruptLog(path, 0, str(e)) from None
-            report.skipped.append((path, 0, len(data)))
-            os.replace(path, path + ".corrupt")
-            fsync_directory(directory)
-            log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
-                      path, e, path)
-            continue
-        offset = records.SEGMENT_HEADER_SIZE
-        while True:
-            for offset, rtype, body in records.iter_frames(data, offset):
-                try:
-                    apply(rtype, body)
-                except records.FormatError as e:
-                    # the checksum matched, so the bytes are as written: a bug or a newer format
-                    if not repair:
-                        raise CorruptLog(path, offset, str(e)) from None
-                    log.error("--repair: skipping an undecodable %s record of %s at offset %d: %s",
-                              records.NAMES.get(rtype, rtype), path, offset, e)
-                    report.skipped.append((path, offset, records.FRAME_SIZE + len(body)))
-                report.records += 1
-                offset += records.FRAME_SIZE + len(body)
-            if offset >= len(data):
-                break
-            resume = _next_valid_frame(data, offset + 1)
-            if resume is None and newest:
-                cut = len(data) - offset
-                log.warning("truncating torn tail of %s at offset %d (%d bytes)", path, offset, cut)
-                with open(path, "r+b") as f:
-                    f.truncate(offset)
-                    os.fsync(f.fileno())
-                report.truncated_bytes += cut
-                data = data[:offset]
-                break
-            if not repair:
-                raise CorruptLog(path, offset, "a record fails its checksum or is cut short")
-            stop = len(data) if resume is None else resume
-            log.error("--repair: skipping %d unreadable bytes of %s at offset %d", stop - offset, path, offset)
-            report.skipped.append((path, offset, stop - offset))
-            if resume is None:
-                break
-            offset = resume
-        if repair:
-            data = _rewrite_without_skipped(path, data, [s for s in report.skipped if s[0] == path])
-        report.bytes += len(data)
-    return report
+class LogBuffer:
+    """Records waiting for the end of the turn, and the generations that say
+    where they are (see the module docstring).  Subclasses write the bytes."""
+
+    def __init__(self) -> None:
+        self._buffer: list[bytes] = []
+        self._appended = 0         # records appended, ever
+        self._last_sync_record = 0  # number of the latest appended record that needs fsync
+        self._sync_gen = 0         # latest generation holding a record that needs fsync
+        self._written = 0          # generations handed to write()
+        self._covered = 0          # generations an fsync has been started for
+        self._durable = 0          # generations known to be on disk
+        self.bytes_written = 0
+        self.last_fsync_ms = 0     # how long the last fsync took
+
+    # loop thread ------------------------------------------------------------------
+
+    def append(self, rtype: int, body: bytes, sync: bool) -> None:
+        self._buffer.append(records.frame(rtype, body))
+        self._appended += 1
+        if sync:
+            self._last_sync_record = self._appended
+            self._sync_gen = self._written + 1
+
+    def mark(self) -> int:
+        """A point in the stream of appends, for ``ticket_since``."""
+        return self._appended
+
+    def ticket_since(self, mark: int) -> Ticket | None:
+        """The ticket of the records appended since ``mark`` (None: none were)."""
+        if self._appended == mark:
+            return None
+        return Ticket(self._written + 1, self._last_sync_record > mark)
+
+    def reached(self, ticket: Ticket) -> bool:
+        """Are the ticket's records written (and durable, if it needs fsync)?"""
+        return ticket.generation <= (self._durable if ticket.fsync else self._written)
+
+    @property
+    def pending(self) -> bool:
+        """Records appended and not yet written."""
+        return bool(self._buffer)
+
+    @property
+    def sync_wanted(self) -> bool:
+        """A generation written holds a record that needs fsync, and no fsync
+        started so far covers it."""
+        return self._covered < self._sync_gen <= self._written
+
+    @property
+    def unsynced(self) -> bool:
+        """Something written is not covered by an fsync yet."""
+        return self._covered < self._written
+
+    @property
+    def written_generation(self) -> int:
+        return self._written
+
+    @property
+    def durable_generation(self) -> int:
+        return self._durable
+
+    def flush(self) -> int:
+        """Write the buffered records (one ``write``); return the generation."""
+        if not self._buffer:
+            return self._written
+        buf = self._buffer
+        data = b"".join(buf) if len(buf) > 1 else buf[0]
+        self._buffer = []
+        self._write(data)
+        self.bytes_written += len(data)
+        self._written += 1
+        return self._written
+
+    def start_sync(self) -> int:
+        """An fsync is about to start: it covers every generation written so
+        far.  Returns that generation, to hand to ``synced`` when it is done."""
+        self._covered = self._written
+        return self._written
+
+    def synced(self, generation: int, duration_ms: int) -> None:
+        """The fsync started for ``generation`` has returned."""
+        self._durable = max(self._durable, generation)
+        self.last_fsync_ms = duration_ms
+
+    def flush_and_sync(self) -> None:
+        """Write and fsync everything now, on this thread (start-up, shutdown)."""
+        self.flush()
+        target = self.start_sync()
+        self.sync()
+        self.synced(target, 0)
+
+    def _write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    # any thread ---------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Make everything written so far durable (blocking: run it off the loop)."""
+        raise NotImplementedError
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        return [("wal_bytes_written", self.bytes_written),
+                ("wal_write_generation", self._written),
+                ("wal_durable_generation", self._durable),
+                ("last_fsync_duration_ms", self.last_fsync_ms)]
 
 
-def _rewrite_without_skipped(path: str, data: bytes, skipped: list) -> bytes:
-    """--repair: replace the segment by its readable records, atomically, so
-    the next start needs no repair (the dropped ranges are in the log)."""
-    if not skipped:
-        return data
-    keep, at = [], 0
-    for _path, start, length in sorted(skipped, key=lambda s: s[1]):
-        keep.append(data[at:start])
-        at = start + length
-    keep.append(data[at:])
-    clean = b"".join(keep)
-    tmp = path + ".repair"
-    with open(tmp, "wb") as f:
-        f.write(clean)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(os.path.dirname(path) or ".")
-    log.warning("--repair: rewrote %s without the %d unreadable bytes", path, len(data) - len(clean))
-    return clean
+class MemoryLog(LogBuffer):
+    """A log kept in memory: ``data`` is the bytes a segment would hold after
+    its header, and every write is durable at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = bytearray()
+
+    def _write(self, data: bytes) -> None:
+        self.data += data
+
+    def sync(self) -> None:
+        pass
+
+    def records(self) -> list[tuple[int, bytes]]:
+        """Every record written so far, as ``(type, body)``."""
+        return [(rtype, body) for _off, rtype, body in records.iter_frames(bytes(self.data), 0)]
 
 
-def _next_valid_frame(data: bytes, start: int):
-    """Offset of the first complete, checksum-valid frame at or after ``start``."""
-    known = records.NAMES
-    limit = len(data) - records.FRAME_SIZE
-    unpack = records.FRAME.unpack_from
-    for off in range(start, limit + 1):
-        _crc, length, rtype = unpack(data, off)
-        if rtype in known and off + records.FRAME_SIZE + length <= len(data) \
-                and records.read_frame(data, off) is not None:
-            return off
-    return None
-
-
-# -- writing -------------------------------------------------------------------
-
-class WriteAheadLog:
-    """Appends framed records to the newest segment (see module docstring)."""
+class WriteAheadLog(LogBuffer):
+    """Appends framed records to the newest segment file of ``directory``."""
 
     def __init__(self, directory: str, segment_size: int, first_segment: int) -> None:
+        super().__init__()
         self.directory = directory
-        self.segment_size = segment_size
-        self._buffer: list[bytes] = []
-        self.written_gen = 0        # generations handed to write()
-        self.durable_gen = 0        # generations known to be on disk
-        self.wants_sync = False     # something written needs fsync before its reply
-        self.unsynced = False       # something written is not yet fsynced
-        self.bytes_written = 0
-        self.last_fsync_ms = 0
+        self._segment_size = segment_size
         self._lock = threading.Lock()
         self._retired: list[int] = []   # fds of full segments, to fsync and close
         self._dir_dirty = False
@@ -234,40 +236,21 @@ class WriteAheadLog:
         self.segment_number = first_segment
         self._open_segment(first_segment)
 
+    def set_segment_size(self, size: int) -> None:
+        """Takes effect at the next write (the current segment is compared then)."""
+        self._segment_size = size
+
     # loop thread ---------------------------------------------------------------
 
-    def append(self, rtype: int, body: bytes, sync: bool) -> None:
-        data = records.frame(rtype, body)
-        self._buffer.append(data)
-        if sync:
-            self.wants_sync = True
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._buffer)
-
-    @property
-    def next_gen(self) -> int:
-        """The generation that records appended now will be written in."""
-        return self.written_gen + 1
-
-    def flush(self) -> int:
-        """Write the buffered records (one ``write``); return the generation."""
-        if not self._buffer:
-            return self.written_gen
-        data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
-        self._buffer = []
+    def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)
             view = view[n:]
         self._size += len(data)
-        self.bytes_written += len(data)
-        self.unsynced = True
-        self.written_gen += 1
-        if self._size >= self.segment_size:
-            self._rotate()
-        return self.written_gen
+        if self._size >= self._segment_size:
+            self._open_segment(self.segment_number + 1)
+            log.info("started segment %s", segment_name(self.segment_number))
 
     def _open_segment(self, number: int) -> None:
         path = os.path.join(self.directory, segment_name(number))
@@ -280,10 +263,6 @@ class WriteAheadLog:
             self._dir_dirty = True
         self._size = records.SEGMENT_HEADER_SIZE
         self.segment_number = number
-
-    def _rotate(self) -> None:
-        self._open_segment(self.segment_number + 1)
-        log.info("started segment %s", segment_name(self.segment_number))
 
     # worker thread ----------------------------------------------------------------
 
@@ -303,8 +282,13 @@ class WriteAheadLog:
             fsync_directory(self.directory)
 
     def close(self) -> None:
-        self.flush()
-        self.sync()
+        self.flush_and_sync()
         with self._lock:
             os.close(self._fd)
             self._fd = -1
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        segments = [path for _n, path in list_segments(self.directory)]
+        return [("wal_segments", len(segments)),
+                ("wal_current_segment", self.segment_number),
+                ("wal_bytes", sum(os.path.getsize(p) for p in segments))] + super().info_fields()

@@ -1,7 +1,10 @@
 """Dead letters, retention, redrive, deletion, dedupe keys, QSCAN order and
 lease holders (leaseq.storage.queue, leaseq.storage.store), and the replay of
-their log records (DEAD, REDRIVE, MOVE, DEL, CLOCK).  No server and no clock:
-every call gets its ``now``; every test has its own data directory."""
+their log records (DEAD, REDRIVE, MOVE, DEL, CLOCK).  Driven by the commands
+a client sends (tests/unit/core.py: ``daemon.dispatch.execute`` with no
+socket, on the store of a real data directory), and by the store's
+transitions where no command reaches.  The clock is the test's: every call
+gets its ``now``; every test has its own data directory."""
 
 from __future__ import annotations
 
@@ -9,131 +12,47 @@ import os
 import tempfile
 
 import pytest
+from core import (LEASE, T0, ack, call, claim, client_of, close, crash, datadir_of, delete, extend, nack,
+                  nack_dead, new_queue, open_store, push, push_key, ticket_of)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseq.storage import records
 from leaseq.storage.queue import (ASYNC, COMPLETED, DEAD, DELAYED, ID_MASK, IN_FLIGHT, MEMORY, READY,
                                   SCOPE_CODES, Job, QueueConfig)
-from leaseq.storage.store import Store
-from leaseq.storage.wal import read_log
+from leaseq.storage.recovery import read_log
 
-T0 = 1_700_000_000_000
-LEASE = 1_000
 DAY = 86_400_000
-
-
-# -- helpers: what the commands do, in a few lines ---------------------------------------------------
-
-def new_queue(store, name=b"q", now=T0, **options):
-    return store.create_queue(name, QueueConfig(**options), now)
-
-
-def push(store, q, n=1, now=T0, priority=5, delay=0, payload=b"job", max_deliveries=0, expire_ms=0):
-    """QPUSH/QPUSHMANY without keys: reserve ids, then one PUSH of all jobs."""
-    first = store.take_ids(q, n)
-    jobs = [Job(first + i, payload + b"%d" % (first + i), priority, now, now + delay, None, 0,
-                max_deliveries, expire_ms) for i in range(n)]
-    store.push(q, jobs, now)
-    return jobs
-
-
-def push_key(store, q, key, scope=b"queued", now=T0, delay=0):
-    """QPUSH ... KEY key WHILE scope: the new job's id, or the id of the job
-    that holds the key in that scope (counted in ``duplicates``)."""
-    q.fold(now)
-    holder = q.duplicate_of(key, scope)
-    if holder is not None:
-        q.counters.duplicates += 1
-        return holder.id
-    jid = store.take_ids(q, 1)
-    store.push(q, [Job(jid, b"keyed%d" % jid, 5, now, now + delay, key, SCOPE_CODES[scope])], now)
-    return jid
-
-
-def claim(store, q, now, count=1, lease=LEASE, consumer=b"w", holder=None):
-    """QCLAIM: the next deliverable jobs (dead-lettering on the way) get leases."""
-    jobs = store.take_claimable(q, now, count)
-    if jobs:
-        store.claim(q, jobs, now + lease, consumer, now, front=True)
-        if holder is not None:
-            for job in jobs:
-                holder.hold(q, job)
-    return jobs
 
 
 def ids(jobs):
     return [j.id for j in jobs]
 
 
-def ack(store, q, tokens, now):
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.ack(q, jobs, now)
-    return len(jobs)
-
-
-def nack(store, q, tokens, now, delay=0, error=None, closed=False):
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.nack(q, jobs, now + delay, error, now, closed)
-    return len(jobs)
-
-
-def nack_dead(store, q, tokens, now, error=None):
-    """QNACK ... DEAD: release with the error, then dead-letter: one record."""
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.begin()
-        try:
-            store.nack(q, jobs, now, error, now)
-            store.dead_letter(q, jobs, b"nack", now)
-        finally:
-            store.commit()
-    return len(jobs)
-
-
-def extend(store, q, tokens, now, lease=LEASE):
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.extend(q, jobs, now + lease, now)
-    return len(jobs)
-
-
 def redrive(store, q, now):
-    """QREDRIVE on a queue with dead jobs: all of them back to ready."""
-    dead = [q.jobs[jid] for _, jid in q.dead]
-    if dead:
-        store.redrive(q, dead, now)
-    return ids(dead)
+    """QREDRIVE on a queue with dead jobs: all of them back to ready; returns
+    their ids (on a dead-letter queue, its ready jobs go back to their sources too)."""
+    q.fold(now)
+    dead = [jid for _, jid in q.dead]
+    assert call(client_of(store), "QREDRIVE", q.name, now=now) >= len(dead)
+    return dead
 
 
 def move_back(store, dlq, now):
     """QREDRIVE on a dead-letter queue: its ready jobs back to their sources;
     returns {source name: [(id in dlq, new id in source), ...]}."""
+    dlq.fold(now)
     by_source: dict[bytes, list] = {}
     for job in dlq.claimable(now, len(dlq.ready)):
-        if job.origin is not None:
+        if job.origin is not None and job.origin.source != dlq.name:
             by_source.setdefault(job.origin.source, []).append(job)
-    by_source.pop(dlq.name, None)
-    moved = {}
-    store.begin()
-    try:
-        for name, jobs in by_source.items():
-            source = store.queues.get(name) or store.create_queue(name, store.default_config, now)
-            first = source.next_id
-            moved[name] = [(j.id, first + i) for i, j in enumerate(jobs)]
-            store.move_back(dlq, jobs, source, now)
-    finally:
-        store.commit()
+    moved, next_ids = {}, {}
+    for name, jobs in by_source.items():
+        source = store.queues.get(name)
+        first = source.next_id if source is not None else 1
+        moved[name] = [(j.id, first + i) for i, j in enumerate(jobs)]
+    assert call(client_of(store), "QREDRIVE", dlq.name, now=now) == sum(map(len, moved.values()))
     return moved
-
-
-def delete(store, q, jids, now):
-    jobs = [q.jobs[i] for i in sorted(set(jids)) if i in q.jobs]
-    if jobs:
-        store.delete(q, jobs, now)
-    return len(jobs)
 
 
 class FakeHolder:
@@ -202,14 +121,9 @@ def stop(store, clean):
     """``clean``: a graceful stop (``close``); else the process dies after the
     end of its event-loop turn: the log is written and fsynced, nothing else runs."""
     if clean:
-        store.close()
-        return
-    store.wal.flush()
-    store.wal.sync()
-    store.wal.close()
-    os.close(store.lock_fd)
-    store.wal = None
-    store.lock_fd = -1
+        close(store)
+    else:
+        crash(store)
 
 
 @pytest.fixture
@@ -223,13 +137,13 @@ def opened():
     stores = []
     yield stores
     for s in stores:
-        if s.wal is not None:
-            s.close()
+        if not datadir_of(s).closed:
+            close(s)
 
 
 @pytest.fixture
 def store(data_dir, opened):
-    s = Store.open(str(data_dir), T0)
+    s = open_store(data_dir, T0)
     opened.append(s)
     return s
 
@@ -238,7 +152,7 @@ def store(data_dir, opened):
 def reopen(data_dir, opened):
     def _reopen(store, now, clean=False):
         stop(store, clean)
-        s = Store.open(str(data_dir), now)
+        s = open_store(data_dir, now)
         opened.append(s)
         return s
     return _reopen
@@ -372,7 +286,7 @@ def test_queue_expire_dead_letters_a_job_older_than_expire_at_claim_time(store):
 ])
 def test_per_job_expire_overrides_the_queue(data_dir, opened, queue_expire, job_expire, alive_at, dead_at):
     for at, alive in ((alive_at, True), (dead_at, False)):
-        store = Store.open(str(data_dir / str(at)), T0)
+        store = open_store(data_dir / str(at), T0)
         opened.append(store)
         q = new_queue(store, expire=queue_expire)
         (job,) = push(store, q, expire_ms=job_expire)
@@ -471,10 +385,10 @@ def test_dead_letter_is_logged_as_one_dead_record_with_pairs(store, data_dir):
     q = new_queue(store, maxdeliveries=1, deadletter="dlq")
     push(store, q, n=2)
     claim(store, q, T0, count=2)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
     assert claim(store, q, T0 + LEASE, count=2) == []
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     added = log_records(data_dir)[before:]
     assert [t for t, _ in added] == [records.TXN]      # the new queue, its ids and the DEAD: one write
     inner = [(t, records.decode(t, b)) for t, b in added[0][1][0]]
@@ -489,10 +403,10 @@ def test_several_reasons_in_one_claim_are_one_txn(store, data_dir):
     push(store, q)                                       # 1: will exceed its deliveries
     push(store, q, delay=6000)                           # 2: will be expired when visible
     claim(store, q, T0)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
     assert claim(store, q, T0 + 6000, count=5) == []
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     added = log_records(data_dir)[before:]
     assert [t for t, _ in added] == [records.TXN]
     inner = [(t, records.decode(t, b)) for t, b in added[0][1][0]]
@@ -687,10 +601,10 @@ def test_delete_of_one_job_leaves_the_others_untouched(store, jid):
 def test_delete_is_logged_as_one_del_record(store, data_dir):
     q = new_queue(store)
     push(store, q, n=3)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
     delete(store, q, [3, 1], T0 + 1)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     assert log_records(data_dir)[before:] == [(records.DEL, (q.qid, T0 + 1, (1, 3)))]
 
 
@@ -972,7 +886,7 @@ scan_ops = st.lists(st.lists(st.one_of(
 @given(initial=st.integers(0, 25), count=st.integers(1, 6), between=scan_ops)
 def test_scan_returns_every_job_present_for_the_whole_scan_exactly_once(initial, count, between):
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(os.path.join(tmp, "data"), T0)
+        store = open_store(os.path.join(tmp, "data"), T0)
         try:
             q = new_queue(store, deadletter="dlq")
             if initial:
@@ -1014,7 +928,7 @@ def test_scan_returns_every_job_present_for_the_whole_scan_exactly_once(initial,
             assert present - removed <= set(seen)
             assert seen == sorted(seen)
         finally:
-            store.close()
+            close(store)
 
 
 # -- lease holders ----------------------------------------------------------------------------------------------------------
@@ -1310,14 +1224,14 @@ def test_replay_recovers_the_live_state(store, reopen, scenario, clean):
                                       sc_move_back, sc_delete_every_state, sc_retain_completed,
                                       sc_dedupe_keys], ids=lambda f: f.__name__[3:])
 def test_replayed_state_equals_live_state_at_every_later_time(tmp_path, opened, scenario):
-    live = Store.open(str(tmp_path / "live"), T0)
+    live = open_store(tmp_path / "live", T0)
     opened.append(live)
-    replayed = Store.open(str(tmp_path / "replayed"), T0)
+    replayed = open_store(tmp_path / "replayed", T0)
     opened.append(replayed)
     now = scenario(live)
     assert scenario(replayed) == now
     stop(replayed, clean=False)
-    replayed = Store.open(str(tmp_path / "replayed"), now)
+    replayed = open_store(tmp_path / "replayed", now)
     opened.append(replayed)
     for later in (now, now + LEASE, now + 5000, now + DAY, now + 8 * DAY):
         assert snapshot(replayed, later) == snapshot(live, later)
@@ -1372,10 +1286,10 @@ def test_clock_survives_reopen(store, reopen, clean):
 
 
 def test_clock_is_a_fsynced_record(store, data_dir):
-    store.sync_needed = False
+    mark = store.journal.mark()
     store.set_clock(7, True, 8)
-    assert store.sync_needed
-    store.wal.flush()
+    assert store.journal.ticket_since(mark).fsync
+    datadir_of(store).wal.flush()
     assert log_records(data_dir)[-1] == (records.CLOCK, (7, True, 8))
 
 
@@ -1467,7 +1381,7 @@ def apply_op(store, op, now, tokens):
 def test_any_history_with_dead_letters_replays_to_the_same_state(ops, clean):
     with tempfile.TemporaryDirectory() as tmp:
         directory = os.path.join(tmp, "data")
-        store = Store.open(directory, T0)
+        store = open_store(directory, T0)
         try:
             a = new_queue(store, b"a", maxdeliveries=2, deadletter="dl", retain_completed=500)
             b = new_queue(store, b"b", durability=ASYNC, maxdeliveries=1, retain_dead=700, expire=1500)
@@ -1480,10 +1394,10 @@ def test_any_history_with_dead_letters_replays_to_the_same_state(ops, clean):
             before = snapshot(store, now)
             next_ids = {n: q.next_id for n, q in store.queues.items()}
             stop(store, clean)
-            store = Store.open(directory, now)
+            store = open_store(directory, now)
             assert snapshot(store, now) == before
             for name, q in store.queues.items():
                 assert q.next_id >= next_ids[name]
         finally:
-            if store.wal is not None:
-                store.close()
+            if not datadir_of(store).closed:
+                close(store)

@@ -1,6 +1,10 @@
 """The queue state machine and the store that logs and replays it
-(leaseq.storage.queue, leaseq.storage.store), with no server and no clock:
-every call gets its ``now``."""
+(leaseq.storage.queue, leaseq.storage.store, leaseq.storage.journal,
+leaseq.storage.datadir), driven by the commands a client sends
+(tests/unit/core.py: ``daemon.dispatch.execute`` with no socket, on the
+store of a real data directory) and, where no command reaches, by the
+store's transitions directly.  The clock is the test's: every call gets its
+``now``."""
 
 from __future__ import annotations
 
@@ -8,73 +12,16 @@ import os
 import tempfile
 
 import pytest
+from core import (LEASE, T0, ack, call, claim, claim_ids, client_of, close, crash, datadir_of, extend, nack,
+                  new_queue, open_store, push, run, ticket_of)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseq.storage import records
 from leaseq.storage.queue import ASYNC, DELAYED, FSYNC, IN_FLIGHT, MEMORY, READY, Job, QueueConfig
-from leaseq.storage.store import ID_BLOCK, TOKEN, Store
-from leaseq.storage.wal import CorruptLog, DirectoryLocked, lock_directory, read_log, segment_name
-
-T0 = 1_700_000_000_000
-LEASE = 1_000
-
-
-# -- helpers: what the commands do, in a few lines -------------------------------------------------
-
-def new_queue(store, name=b"q", durability=FSYNC, now=T0, **options):
-    return store.create_queue(name, QueueConfig(durability=durability, **options), now)
-
-
-def push(store, q, n=1, now=T0, priority=5, delay=0, payload=b"job"):
-    """QPUSH/QPUSHMANY: reserve ids, then one PUSH of all jobs."""
-    first = store.take_ids(q, n)
-    jobs = [Job(first + i, payload + b"%d" % (first + i), priority, now, now + delay) for i in range(n)]
-    store.push(q, jobs, now)
-    return jobs
-
-
-def claim(store, q, now, count=1, lease=LEASE, consumer=b"worker"):
-    """QCLAIM: the head of the claim order gets leases."""
-    jobs = q.claimable(now, count)
-    if jobs:
-        store.claim(q, jobs, now + lease, consumer, now, front=True)
-    return jobs
-
-
-def claim_ids(store, q, now, count=1, lease=LEASE):
-    return [j.id for j in claim(store, q, now, count, lease)]
-
-
-def ack(store, q, tokens, now):
-    """QACK: stale tokens are skipped; returns how many jobs were completed."""
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.ack(q, jobs, now)
-    return len(jobs)
-
-
-def nack(store, q, tokens, now, delay=0, error=None):
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.nack(q, jobs, now + delay, error, now)
-    return len(jobs)
-
-
-def extend(store, q, tokens, now, lease=LEASE):
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
-        store.extend(q, jobs, now + lease, now)
-    return len(jobs)
-
-
-def crash(store):
-    """The process dies: what reached the file stays, nothing else runs (no ``close``)."""
-    store.wal.flush()       # the end of the event-loop turn already happened
-    store.wal.close()       # the kernel closes the fds
-    os.close(store.lock_fd)
-    store.wal = None
-    store.lock_fd = -1
+from leaseq.storage.recovery import CorruptLog, read_log
+from leaseq.storage.store import ID_BLOCK, TOKEN
+from leaseq.storage.wal import DirectoryLocked, lock_directory, segment_name
 
 
 def log_records(directory):
@@ -116,10 +63,10 @@ def data_dir(tmp_path):
 
 @pytest.fixture
 def store(data_dir):
-    s = Store.open(str(data_dir), T0)
+    s = open_store(data_dir, T0)
     yield s
-    if s.wal is not None:
-        s.close()
+    if not datadir_of(s).closed:
+        close(s)
 
 
 # -- claim order ------------------------------------------------------------------------------------
@@ -342,7 +289,7 @@ def test_claim_record_carries_deadline_consumer_and_ids(store, data_dir):
     push(store, q, n=2)
     jobs = claim(store, q, T0, count=2, consumer=b"w-7")
     assert [j.consumer for j in jobs] == [b"w-7", b"w-7"]
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     claims = [f for t, f in log_records(data_dir) if t == records.CLAIM]
     assert claims == [(q.qid, T0, T0 + LEASE, 1, b"w-7", (1, 2))]
 
@@ -360,56 +307,56 @@ def test_ids_are_reserved_in_blocks_with_one_idmark_per_block(store, data_dir):
     q = new_queue(store)
     for _ in range(10):
         push(store, q)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     marks = [f for t, f in log_records(data_dir) if t == records.IDMARK]
     assert marks == [(q.qid, 2 + ID_BLOCK)]
 
 
 def test_reopen_without_close_never_reuses_an_id(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q, n=3)
     store.take_ids(q, 2)          # handed out, never pushed (a failed push)
     crash(store)
-    store = Store.open(str(data_dir), T0 + 1)
+    store = open_store(data_dir, T0 + 1)
     q = store.queues[b"q"]
     (job,) = push(store, q, now=T0 + 1)
     assert job.id > 5
-    store.close()
+    close(store)
 
 
 def test_reopen_without_close_above_a_reservation_bigger_than_a_block(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     store.take_ids(q, ID_BLOCK + 10)
     crash(store)
-    store = Store.open(str(data_dir), T0 + 1)
+    store = open_store(data_dir, T0 + 1)
     assert store.queues[b"q"].next_id > ID_BLOCK + 10
-    store.close()
+    close(store)
 
 
 def test_reopen_after_close_continues_ids_without_a_gap(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q, n=3)
-    store.close()
-    store = Store.open(str(data_dir), T0 + 1)
+    close(store)
+    store = open_store(data_dir, T0 + 1)
     q = store.queues[b"q"]
     assert [j.id for j in push(store, q, n=2, now=T0 + 1)] == [4, 5]
-    store.close()
-    store = Store.open(str(data_dir), T0 + 2)
+    close(store)
+    store = open_store(data_dir, T0 + 2)
     assert [j.id for j in push(store, store.queues[b"q"], now=T0 + 2)] == [6]
-    store.close()
+    close(store)
 
 
 def test_ids_never_go_backwards_across_many_restarts(data_dir):
     handed_out = []
     for i in range(6):
-        store = Store.open(str(data_dir), T0 + i)
+        store = open_store(data_dir, T0 + i)
         q = store.queues.get(b"q") or new_queue(store, now=T0 + i)
         handed_out += [j.id for j in push(store, q, n=2, now=T0 + i)]
         if i % 2:
-            store.close()
+            close(store)
         else:
             crash(store)
     assert handed_out == sorted(set(handed_out))
@@ -425,25 +372,25 @@ def test_first_open_starts_epoch_one_with_a_fsynced_boot_record(store, data_dir)
 
 def test_each_open_starts_a_new_segment_and_the_next_epoch(data_dir):
     for i in range(1, 4):
-        store = Store.open(str(data_dir), T0 + i)
+        store = open_store(data_dir, T0 + i)
         assert store.epoch == i
-        assert store.wal.segment_number == i
+        assert datadir_of(store).wal.segment_number == i
         if i == 2:
             crash(store)
         else:
-            store.close()
+            close(store)
 
 
 def test_open_locks_the_directory(store, data_dir):
     with pytest.raises(DirectoryLocked):
-        Store.open(str(data_dir), T0)
+        open_store(data_dir, T0)
 
 
 def test_close_releases_the_lock(data_dir):
-    Store.open(str(data_dir), T0).close()
-    store = Store.open(str(data_dir), T0)
+    close(open_store(data_dir, T0))
+    store = open_store(data_dir, T0)
     assert store.epoch == 2
-    store.close()
+    close(store)
 
 
 def scenario(store, now=T0):
@@ -464,78 +411,78 @@ def scenario(store, now=T0):
     (b1again,) = claim(store, b, now)                          # b1: 2nd delivery, new token
     extend(store, b, [b1again.token], now, lease=10_000)
     ack(store, b, [b2.token], now)                             # old token of an expired lease: still works
-    store.begin()
+    store.journal.begin()
     push(store, a, priority=9, now=now)                        # 7
     (j7,) = claim(store, a, now)
-    store.commit()
+    store.journal.commit()
     claim(store, a, now, count=1, lease=50_000)                # 1 again: 2nd delivery
     return now
 
 
 def test_reopen_after_crash_replays_to_identical_state(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     now = scenario(store)
     before = state(store, now)
     next_ids = {n: q.next_id for n, q in store.queues.items()}
     crash(store)
-    store = Store.open(str(data_dir), now)
+    store = open_store(data_dir, now)
     after = state(store, now)
     assert after == before
     assert before[b"a"]["counts"] == (2, 2, 2) and before[b"b"]["counts"] == (2, 0, 1)
     for name, q in store.queues.items():
         assert q.next_id >= next_ids[name]
-    store.close()
+    close(store)
 
 
 def test_reopen_after_close_replays_to_identical_state_and_ids(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     now = scenario(store)
     before = state(store, now)
     next_ids = {n: q.next_id for n, q in store.queues.items()}
-    store.close()
-    store = Store.open(str(data_dir), now)
+    close(store)
+    store = open_store(data_dir, now)
     assert state(store, now) == before
     assert {n: q.next_id for n, q in store.queues.items()} == next_ids
-    store.close()
+    close(store)
 
 
 def test_state_is_identical_at_every_later_time_after_replay(data_dir, tmp_path):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     now = scenario(store)
-    store.close()
-    reopened = Store.open(str(data_dir), now)
-    live = Store.open(str(tmp_path / "live"), T0)
+    close(store)
+    reopened = open_store(data_dir, now)
+    live = open_store(str(tmp_path / "live"), T0)
     scenario(live)
     try:
         for later in (now, now + 1000, now + 30_000, now + 100_000):
             assert state(reopened, later) == state(live, later)
     finally:
-        reopened.close()
-        live.close()
+        close(reopened)
+        close(live)
 
 
 def test_replayed_job_keeps_deliveries_and_last_error(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q)
     for i in range(3):
         (job,) = claim(store, q, T0 + i)
         nack(store, q, [job.token], T0 + i, error=b"err%d" % i)
     crash(store)
-    store = Store.open(str(data_dir), T0 + 10)
+    store = open_store(data_dir, T0 + 10)
     job = store.queues[b"q"].jobs[1]
     assert (job.deliveries, job.last_error, job.state) == (3, b"err2", READY)
-    store.close()
+    close(store)
 
 
 def test_in_flight_token_survives_a_restart_and_new_tokens_use_the_new_epoch(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q, n=2)
     a, b = claim(store, q, T0, count=2, lease=10 * LEASE)
     old_a, old_b = a.token, b.token
     crash(store)
-    store = Store.open(str(data_dir), T0 + 1)
+    store = open_store(data_dir, T0 + 1)
     assert store.epoch == 2
     q = store.queues[b"q"]
     assert q.job_for_token(old_a) is q.jobs[1]
@@ -545,14 +492,14 @@ def test_in_flight_token_survives_a_restart_and_new_tokens_use_the_new_epoch(dat
     assert b.token.split(b".")[1] == b"2"
     assert q.job_for_token(old_b) is None
     assert b.deliveries == 2
-    store.close()
+    close(store)
 
 
 def test_tokens_stay_unique_across_restarts(data_dir):
     seen = set()
     now = T0
     for i in range(4):
-        store = Store.open(str(data_dir), now)
+        store = open_store(data_dir, now)
         q = store.queues.get(b"q") or new_queue(store, now=now)
         if i == 0:
             push(store, q, n=3, now=now)
@@ -564,35 +511,35 @@ def test_tokens_stay_unique_across_restarts(data_dir):
         if i % 2:
             crash(store)
         else:
-            store.close()
+            close(store)
     assert len(seen) == 24
 
 
 def test_dropped_queue_stays_dropped_and_its_number_is_not_reused(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     a = new_queue(store, b"a")
     push(store, a, n=2)
     store.drop_queue(a, T0 + 1)
     new_queue(store, b"b")
     crash(store)
-    store = Store.open(str(data_dir), T0 + 2)
+    store = open_store(data_dir, T0 + 2)
     assert set(store.queues) == {b"b"}
     c = new_queue(store, b"c", now=T0 + 2)
     assert c.qid == 3
-    store.close()
+    close(store)
 
 
 def test_changed_configuration_is_replayed(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     new = q.config.with_options(lease=5000, deadletter="dead", backoff=(5, 3.0, 7), durability=ASYNC)
     store.set_config(q, new, T0 + 1)
     crash(store)
-    store = Store.open(str(data_dir), T0 + 2)
+    store = open_store(data_dir, T0 + 2)
     q = store.queues[b"q"]
     assert q.config == new
     assert q.durability == ASYNC
-    store.close()
+    close(store)
 
 
 # -- TXN: begin / commit ----------------------------------------------------------------------------
@@ -600,14 +547,14 @@ def test_changed_configuration_is_replayed(data_dir):
 def test_begin_commit_writes_one_txn_record_for_all_changes(store, data_dir):
     q = new_queue(store)
     push(store, q)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
-    store.begin()
+    store.journal.begin()
     (job,) = claim(store, q, T0)
     ack(store, q, [job.token], T0)
     push(store, q, n=2)
-    store.commit()
-    store.wal.flush()
+    store.journal.commit()
+    datadir_of(store).wal.flush()
     added = log_records(data_dir)[before:]
     assert types_of(added) == [records.TXN]
     (inner,) = added[0][1]
@@ -617,20 +564,20 @@ def test_begin_commit_writes_one_txn_record_for_all_changes(store, data_dir):
 def test_nested_begin_commit_emits_once_at_the_outermost_commit(store, data_dir):
     q = new_queue(store)
     push(store, q, n=2)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
-    store.begin()
+    store.journal.begin()
     claim(store, q, T0)
-    store.begin()
+    store.journal.begin()
     claim(store, q, T0)
-    store.commit()
-    assert not store.wal.pending                       # inner commit: nothing yet
-    store.begin()
-    store.commit()
-    assert not store.wal.pending
-    store.commit()
-    assert store.wal.pending
-    store.wal.flush()
+    store.journal.commit()
+    assert not datadir_of(store).wal.pending                       # inner commit: nothing yet
+    store.journal.begin()
+    store.journal.commit()
+    assert not datadir_of(store).wal.pending
+    store.journal.commit()
+    assert datadir_of(store).wal.pending
+    datadir_of(store).wal.flush()
     added = log_records(data_dir)[before:]
     assert types_of(added) == [records.TXN]
     assert [t for t, _ in added[0][1][0]] == [records.CLAIM, records.CLAIM]
@@ -639,22 +586,22 @@ def test_nested_begin_commit_emits_once_at_the_outermost_commit(store, data_dir)
 def test_txn_of_one_record_is_written_as_that_record(store, data_dir):
     q = new_queue(store)
     push(store, q)
-    store.wal.flush()
+    datadir_of(store).wal.flush()
     before = len(log_records(data_dir))
-    store.begin()
+    store.journal.begin()
     claim(store, q, T0)
-    store.commit()
-    store.wal.flush()
+    store.journal.commit()
+    datadir_of(store).wal.flush()
     assert types_of(log_records(data_dir)[before:]) == [records.CLAIM]
 
 
 def test_empty_txn_writes_nothing(store):
-    store.wal.flush()
-    store.begin()
-    store.begin()
-    store.commit()
-    store.commit()
-    assert not store.wal.pending
+    datadir_of(store).wal.flush()
+    store.journal.begin()
+    store.journal.begin()
+    store.journal.commit()
+    store.journal.commit()
+    assert not datadir_of(store).wal.pending
 
 
 def test_txn_asks_for_fsync_if_any_record_in_it_does(store):
@@ -662,73 +609,78 @@ def test_txn_asks_for_fsync_if_any_record_in_it_does(store):
     f = new_queue(store, b"f", durability=FSYNC)
     push(store, a)
     push(store, f)
-    store.wal.flush()
-    store.wal.wants_sync = False
-    store.sync_needed = False
-    store.begin()
-    claim(store, a, T0)
-    push(store, a)
-    store.commit()
-    assert not store.sync_needed and not store.wal.wants_sync
-    store.begin()
-    claim(store, a, T0)
-    push(store, f)
-    store.commit()
-    assert store.sync_needed and store.wal.wants_sync
+    wal = datadir_of(store).wal
+    wal.flush_and_sync()
+    c = client_of(store)
+    call(c, "MULTI")
+    call(c, "QCLAIM", b"a", b"w")
+    call(c, "QPUSH", b"a", b"x")
+    _, ticket = run(c, "EXEC")
+    wal.flush()
+    assert not ticket.fsync and not wal.sync_wanted
+    call(c, "MULTI")
+    call(c, "QCLAIM", b"a", b"w")
+    call(c, "QPUSH", b"f", b"x")
+    _, ticket = run(c, "EXEC")
+    wal.flush()
+    assert ticket.fsync and wal.sync_wanted
 
 
 def test_txn_replays_all_its_changes(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q, n=2)
-    store.begin()
+    store.journal.begin()
     (job,) = claim(store, q, T0)
     ack(store, q, [job.token], T0)
     push(store, q, priority=9)
     claim(store, q, T0)
-    store.commit()
+    store.journal.commit()
     before = state(store, T0)
     crash(store)
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     assert state(store, T0) == before
-    store.close()
+    close(store)
 
 
 # -- durability -----------------------------------------------------------------------------------------
 
+def waits_for_fsync(store, *command) -> bool:
+    """Run one command; does its reply wait for fsync (else only for the write)?"""
+    ticket = ticket_of(store, *command)
+    assert ticket is not None, f"{command[0]} logged nothing"
+    return ticket.fsync
+
+
 def test_fsync_queue_waits_for_push_and_ack_but_not_for_leases(store):
     q = new_queue(store, durability=FSYNC)
-    push(store, q)
-    assert store.sync_needed
-    store.sync_needed = False
+    assert waits_for_fsync(store, "QPUSH", q.name, b"job")
     (job,) = claim(store, q, T0)
-    extend(store, q, [job.token], T0)
-    nack(store, q, [job.token], T0)
-    assert not store.sync_needed
-    (job,) = claim(store, q, T0)
-    ack(store, q, [job.token], T0)
-    assert store.sync_needed
+    assert not waits_for_fsync(store, "QEXTEND", q.name, job.token)
+    assert not waits_for_fsync(store, "QNACK", q.name, job.token, "DELAY", 0)
+    assert not waits_for_fsync(store, "QCLAIM", q.name, b"w")
+    assert waits_for_fsync(store, "QACK", q.name, q.jobs[1].token)
 
 
 def test_lease_sync_makes_claims_on_fsync_queues_wait(data_dir):
-    store = Store.open(str(data_dir), T0, lease_sync=True)
+    store = open_store(data_dir, T0, lease_sync=True)
     q = new_queue(store)
     push(store, q)
-    store.sync_needed = False
-    claim(store, q, T0)
-    assert store.sync_needed
-    store.close()
+    assert waits_for_fsync(store, "QCLAIM", q.name, b"w")
+    close(store)
 
 
 def test_async_queue_writes_jobs_without_waiting(store, data_dir):
     q = new_queue(store, durability=ASYNC)
     store.take_ids(q, 1)                          # the id block is reserved (and waited for) once
-    store.sync_needed = False
+    mark = store.journal.mark()
     store.push(q, [Job(1, b"x", 5, T0, T0)], T0)
-    (job,) = claim(store, q, T0)
-    ack(store, q, [job.token], T0)
-    assert not store.sync_needed
-    store.wal.flush()
+    assert not store.journal.ticket_since(mark).fsync
+    (got,), ticket = run(client_of(store), "QCLAIM", q.name, b"w")
+    assert not ticket.fsync
+    job = q.jobs[got[b"id"]]
+    assert not waits_for_fsync(store, "QACK", q.name, job.token)
+    datadir_of(store).wal.flush()
     assert types_of(log_records(data_dir))[-3:] == [records.PUSH, records.CLAIM, records.ACK]
 
 
@@ -739,84 +691,84 @@ def test_memory_queue_writes_no_job_records(store, data_dir):
     ack(store, q, [a.token], T0)
     nack(store, q, [b.token], T0, error=b"e")
     extend(store, q, [c.token], T0)
-    store.begin()
+    store.journal.begin()
     push(store, q)
     claim(store, q, T0)
-    store.commit()
-    store.wal.flush()
+    store.journal.commit()
+    datadir_of(store).wal.flush()
     assert set(types_of(log_records(data_dir))) == {records.BOOT, records.QUEUE, records.IDMARK}
 
 
 def test_memory_queue_definition_and_ids_survive_but_its_jobs_do_not(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     config = QueueConfig(durability=MEMORY, lease=2000, maxlen=10)
     q = store.create_queue(b"m", config, T0)
     push(store, q, n=3)
     claim(store, q, T0)
     crash(store)
-    store = Store.open(str(data_dir), T0 + 1)
+    store = open_store(data_dir, T0 + 1)
     q = store.queues[b"m"]
     assert q.config == config
     assert q.durability == MEMORY
     assert q.jobs == {} and q.live == 0
     (job,) = push(store, q, now=T0 + 1)
     assert job.id > 3
-    store.close()
-    store = Store.open(str(data_dir), T0 + 2)
+    close(store)
+    store = open_store(data_dir, T0 + 2)
     q = store.queues[b"m"]
     assert [j.id for j in push(store, q, now=T0 + 2)] == [job.id + 1]
-    store.close()
+    close(store)
 
 
 def test_memory_queue_beside_a_durable_one_in_one_txn(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     m = new_queue(store, b"m", durability=MEMORY)
     d = new_queue(store, b"d", durability=FSYNC)
-    store.begin()
+    store.journal.begin()
     push(store, m)
     push(store, d)
-    store.commit()
+    store.journal.commit()
     crash(store)
-    store = Store.open(str(data_dir), T0 + 1)
+    store = open_store(data_dir, T0 + 1)
     assert len(store.queues[b"m"].jobs) == 0
     assert list(store.queues[b"d"].jobs) == [1]
-    store.close()
+    close(store)
 
 
 # -- refusing bad logs ---------------------------------------------------------------------------------------
 
 def test_open_refuses_a_corrupt_log_and_releases_the_lock(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q)
-    store.close()
-    Store.open(str(data_dir), T0 + 1).close()           # segment 1 is now an older segment
+    close(store)
+    close(open_store(data_dir, T0 + 1))           # segment 1 is now an older segment
     path = data_dir / segment_name(1)
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptLog) as e:
-        Store.open(str(data_dir), T0 + 2)
+        open_store(data_dir, T0 + 2)
     assert str(path) in str(e.value)
     os.close(lock_directory(str(data_dir)))             # the failed open let go of the lock
 
 
 def test_open_with_repair_starts_despite_corruption(data_dir):
-    store = Store.open(str(data_dir), T0)
+    store = open_store(data_dir, T0)
     q = new_queue(store)
     push(store, q)
     push(store, q)
-    store.close()
-    Store.open(str(data_dir), T0 + 1).close()
+    close(store)
+    close(open_store(data_dir, T0 + 1))
     path = data_dir / segment_name(1)
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF                                      # the last record (the IDMARK of close)
     path.write_bytes(bytes(data))
-    store = Store.open(str(data_dir), T0 + 2, repair=True)
-    assert store.report.skipped and store.report.skipped[0][0] == str(path)
+    store = open_store(data_dir, T0 + 2, repair=True)
+    assert datadir_of(store).report.skipped and datadir_of(store).report.skipped[0][0] == str(path)
     assert sorted(store.queues[b"q"].jobs) == [1, 2]
     assert store.queues[b"q"].next_id > 2
-    store.close()
+    close(store)
 
 
 def _append_checksummed_frame(path, rtype, body):
@@ -831,12 +783,12 @@ def _append_checksummed_frame(path, rtype, body):
 def test_open_refuses_a_checksummed_record_it_cannot_decode_naming_file_and_offset(data_dir, rtype, body):
     # records.py: "an unknown type is corruption"; SPEC 5.1: corruption refuses to
     # start with a clear message naming file and offset (CorruptLog, which the CLI reports)
-    Store.open(str(data_dir), T0).close()
+    close(open_store(data_dir, T0))
     path = data_dir / segment_name(1)
     offset = path.stat().st_size
     _append_checksummed_frame(path, rtype, body)
     with pytest.raises(CorruptLog) as e:
-        Store.open(str(data_dir), T0 + 1)
+        open_store(data_dir, T0 + 1)
     assert str(path) in str(e.value) and f"offset {offset}" in str(e.value)
 
 
@@ -862,7 +814,7 @@ op_st = st.one_of(
 def test_any_history_replays_to_the_same_state(ops, clean):
     with tempfile.TemporaryDirectory() as tmp:
         directory = os.path.join(tmp, "data")
-        store = Store.open(directory, T0)
+        store = open_store(directory, T0)
         queues = {b"a": new_queue(store, b"a", durability=FSYNC),
                   b"b": new_queue(store, b"b", durability=ASYNC),
                   b"m": new_queue(store, b"m", durability=MEMORY)}
@@ -887,22 +839,22 @@ def test_any_history_replays_to_the_same_state(ops, clean):
             elif kind == "tick":
                 now += op[1]
             elif kind == "begin":
-                store.begin()
+                store.journal.begin()
                 depth += 1
             elif kind == "commit" and depth:
-                store.commit()
+                store.journal.commit()
                 depth -= 1
         while depth:
-            store.commit()
+            store.journal.commit()
             depth -= 1
         assert len({t for _, t in tokens}) == len(tokens)
         before = state(store, now)
         next_ids = {n: q.next_id for n, q in queues.items()}
         if clean:
-            store.close()
+            close(store)
         else:
             crash(store)
-        store = Store.open(directory, now)
+        store = open_store(directory, now)
         try:
             after = state(store, now)
             before[b"m"]["jobs"] = {}
@@ -922,4 +874,4 @@ def test_any_history_replays_to_the_same_state(ops, clean):
                 if job is not None:
                     assert int(token.split(b".")[1], 16) < store.epoch
         finally:
-            store.close()
+            close(store)

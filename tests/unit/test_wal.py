@@ -1,4 +1,5 @@
-"""Segment files: writing, rotation, locking and recovery reads (leaseq.storage.wal)."""
+"""Segment files: writing, generations and tickets, rotation, locking
+(leaseq.storage.wal) and recovery reads (leaseq.storage.recovery)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,8 @@ import os
 import pytest
 
 from leaseq.storage import records
-from leaseq.storage.wal import (
-    CorruptLog,
-    DirectoryLocked,
-    WriteAheadLog,
-    list_segments,
-    lock_directory,
-    read_log,
-    segment_name,
-)
+from leaseq.storage.recovery import CorruptLog, read_log
+from leaseq.storage.wal import DirectoryLocked, MemoryLog, Ticket, WriteAheadLog, list_segments, lock_directory, segment_name
 
 HEADER = records.SEGMENT_HEADER_SIZE
 
@@ -83,7 +77,7 @@ def test_append_buffers_without_writing(tmp_path):
         wal.append(*rec(1), sync=False)
         assert wal.pending
         assert (tmp_path / segment_name(1)).stat().st_size == HEADER
-        assert wal.written_gen == 0
+        assert wal.written_generation == 0
     finally:
         wal.close()
 
@@ -91,12 +85,15 @@ def test_append_buffers_without_writing(tmp_path):
 def test_flush_writes_all_appended_records_as_one_generation(tmp_path):
     wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
     try:
-        assert wal.next_gen == 1
+        mark = wal.mark()
         for n in range(3):
             wal.append(*rec(n), sync=False)
+        assert wal.ticket_since(mark) == Ticket(1, False)
         assert wal.flush() == 1
         assert not wal.pending
-        assert wal.written_gen == 1 and wal.next_gen == 2
+        mark = wal.mark()
+        wal.append(*rec(4), sync=False)
+        assert wal.written_generation == 1 and wal.ticket_since(mark).generation == 2
         assert (tmp_path / segment_name(1)).read_bytes() == records.segment_header(1) + framed(*map(rec, range(3)))
         assert wal.bytes_written == len(framed(*map(rec, range(3))))
     finally:
@@ -118,9 +115,11 @@ def test_only_sync_records_ask_for_fsync(tmp_path):
     wal = WriteAheadLog(str(tmp_path), 1 << 20, 1)
     try:
         wal.append(*rec(1), sync=False)
-        assert not wal.wants_sync
+        wal.flush()
+        assert not wal.sync_wanted
         wal.append(*rec(2), sync=True)
-        assert wal.wants_sync
+        wal.flush()
+        assert wal.sync_wanted
     finally:
         wal.close()
 

@@ -1,0 +1,125 @@
+"""What a command handler may use: the handler context, written down.
+
+Every handler is ``handler(client, args) -> reply`` (``commands.table``).
+``client`` is the connection the command came from and ``client.server`` the
+daemon; these Protocols list all that handlers (and the dispatcher) read or
+call on them, so a handler never reaches further.  The daemon's
+``Connection`` and ``Server`` implement them over sockets; the unit tests
+implement them in memory (tests/unit/core.py) and drive
+``daemon.dispatch.execute`` with no socket at all.
+
+Arrows point one way: the daemon imports commands, commands import storage;
+commands see the daemon only through these Protocols.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from leaseq.storage.queue import Queue
+from leaseq.storage.store import Store
+
+
+class Settings(Protocol):
+    """The settings handlers read (the daemon's frozen ``Settings``)."""
+
+    requirepass: str
+    auto_create: bool
+    max_payload: int
+    max_args: int
+    enable_debug_command: bool
+
+
+class Stats(Protocol):
+    commands: int
+
+
+class DebugClock(Protocol):
+    """The daemon's clock as DEBUG CLOCK sees it (docs/semantics.md §3.6)."""
+
+    offset: int
+    frozen: bool
+
+    def advance(self, ms: int) -> None: ...
+    def freeze(self, at: int) -> None: ...
+    def resume(self) -> None: ...
+
+
+@runtime_checkable
+class ServerContext(Protocol):
+    store: Store
+    settings: Settings
+    stats: Stats
+    clock: DebugClock
+    clients: dict[int, "ClientContext"]
+    oom: bool                        # maxmemory is exceeded: denyoom commands get -OOM
+
+    @property
+    def auth_required(self) -> bool: ...
+
+    def now_ms(self) -> int:
+        """The daemon's time (ms epoch): every job time reads it."""
+
+    def config_items(self) -> list[tuple[str, str]]:
+        """CONFIG GET: every setting by name, rendered as text."""
+
+    def config_set(self, pairs: list[tuple[str, str]]) -> None:
+        """CONFIG SET: apply all or none; raises an ``Error`` reply."""
+
+    def reset_stats(self) -> None: ...
+
+    def info_sections(self) -> dict[str, list[tuple[str, object]]]:
+        """INFO: section name -> (field, value) pairs, in order."""
+
+    def blocked_on(self, queue: Queue) -> int:
+        """How many claims wait on ``queue`` (QINFO consumers_blocked)."""
+
+    def queue_dropped(self, queue: Queue) -> None:
+        """QDROP happened: answer the claims waiting on it, end its streams."""
+
+    def request_shutdown(self, reason: str) -> None: ...
+
+
+@runtime_checkable
+class ClientContext(Protocol):
+    server: ServerContext
+    id: int
+    addr: str
+    laddr: str
+    fd: int
+    name: bytes | None
+    resp3: bool
+    authenticated: bool
+    user: str
+    lib_name: str
+    lib_ver: str
+    multi: list | None               # commands queued since MULTI, or None
+    multi_dirty: bool                # a command failed to queue: EXEC aborts
+    in_exec: bool                    # running inside EXEC (claims never block)
+    last_command: str
+    created: float                   # monotonic seconds
+    last_active: float
+
+    @property
+    def flags(self) -> str: ...
+    @property
+    def multi_len(self) -> int: ...
+    @property
+    def query_buffer(self) -> int: ...
+    @property
+    def output_buffer(self) -> int: ...
+
+    def close_after_reply(self) -> None:
+        """QUIT: close once this command's reply is written."""
+
+    def kill(self) -> None:
+        """CLIENT KILL: close now."""
+
+    def reset(self) -> None:
+        """RESET: release SESSION/QWORK leases, back to a fresh connection."""
+
+    def session(self):
+        """The holder of this connection's SESSION leases (``hold(queue, job)``)."""
+
+    def start_work(self, request) -> None:
+        """QWORK: keep jobs leased to this connection (``jobs.WorkRequest``)."""

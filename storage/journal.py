@@ -1,0 +1,112 @@
+"""The journal: where store transitions put their log records.
+
+Every transition of ``Store`` hands its record to the journal, which decides
+whether it is written at all, whether its reply must wait for fsync, and
+whether it is held back to be written with others as one TXN record
+(``transaction``: MULTI/EXEC, a QNACK that dead-letters, the dead-lettering a
+claim does on its way).  The journal never answers anybody; the daemon asks
+it for a command's ``Ticket`` (``mark`` before the command,
+``ticket_since`` after) and holds the reply on that (docs/architecture.md).
+
+What is logged, and whether a reply waits for fsync:
+
+=========================  ===========  ==========  =========================
+record                     fsync queue  async queue memory queue
+=========================  ===========  ==========  =========================
+QUEUE, DROP, IDMARK,       wait         wait        wait (queues, ids survive)
+CLOCK, BOOT
+PUSH, ACK, DEAD, REDRIVE,  wait         written     not written
+MOVE, DEL
+CLAIM, NACK, EXTEND        written *    written     not written
+=========================  ===========  ==========  =========================
+
+(*) wait too with ``lease-durability fsync``.  "Written" records reach the
+file at the end of the event-loop turn, before their replies are sent (so
+they survive a crash of the process), and are fsynced within
+``fsync-interval`` (docs/semantics.md §5.2, §5.3).
+
+A journal without a log (``Journal(None)``) drops every record: that is how
+recovery replays the log through the live transitions without writing it
+again.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from . import records
+from .queue import FSYNC, MEMORY, Queue
+from .wal import LogBuffer, Ticket
+
+
+class Journal:
+    def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
+        self.log = log
+        self.lease_sync = lease_sync        # lease-durability fsync
+        self._txn: list | None = None       # records of the open transaction
+        self._txn_sync = False
+        self._txn_depth = 0
+
+    # -- what transitions call -------------------------------------------------------------
+
+    def job_record(self, q: Queue, rtype: int, body: bytes, lease: bool = False) -> None:
+        """A record about jobs of ``q``; ``lease``: a CLAIM, NACK or EXTEND."""
+        if self.log is None or q.durability is MEMORY:
+            return
+        self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync))
+
+    def meta_record(self, rtype: int, body: bytes) -> None:
+        """A record about queues, ids or the clock: always written and fsynced."""
+        if self.log is not None:
+            self._emit(rtype, body, True)
+
+    def begin(self) -> None:
+        """Hold the records of the following transitions for one TXN record,
+        applied all or none (nestable: only the outermost ``commit`` emits)."""
+        if self._txn is None:
+            self._txn = []
+            self._txn_sync = False
+        self._txn_depth += 1
+
+    def commit(self) -> None:
+        self._txn_depth -= 1
+        if self._txn_depth:
+            return
+        got, sync = self._txn, self._txn_sync
+        self._txn = None
+        if len(got) == 1:
+            self._emit(got[0][0], got[0][1], sync)
+        elif got:
+            self._emit(records.TXN, records.txn(got), sync)
+
+    @contextmanager
+    def transaction(self):
+        """``begin`` ... ``commit`` around a block (commit also if it raises)."""
+        self.begin()
+        try:
+            yield
+        finally:
+            self.commit()
+
+    def _emit(self, rtype: int, body: bytes, sync: bool) -> None:
+        if self._txn is not None:
+            self._txn.append((rtype, body))
+            self._txn_sync = self._txn_sync or sync
+        else:
+            self.log.append(rtype, body, sync)
+
+    # -- what the daemon asks -------------------------------------------------------------
+
+    def mark(self) -> int:
+        return 0 if self.log is None else self.log.mark()
+
+    def ticket_since(self, mark: int) -> Ticket | None:
+        """What a reply must wait for: the records emitted since ``mark``."""
+        return None if self.log is None else self.log.ticket_since(mark)
+
+    def logged(self, fn, *args):
+        """Call ``fn(*args)``; return its result and the ticket of the records
+        it emitted (None if it emitted none)."""
+        mark = self.mark()
+        result = fn(*args)
+        return result, self.ticket_since(mark)

@@ -1,0 +1,246 @@
+"""Reading the log back: recovery.
+
+``read_log`` walks the segments in order and hands every record to an
+``apply`` function.  A frame that fails in the newest segment, with no valid
+frame after it, is a torn tail (a write cut short by a crash) and is
+truncated; any other failure raises ``CorruptLog`` naming file and offset,
+unless ``repair`` is set, in which case the bad bytes are skipped up to the
+next valid frame, reported, and the segment is rewritten without them.
+
+``Replayer`` is the ``apply`` of a daemon's start: it decodes each record and
+calls the same ``Store`` transitions that live commands call, with the
+store's journal off (nothing is logged twice), so recovered state and live
+state come from one piece of code (docs/semantics.md §5.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from . import records
+from .queue import MEMORY, Job, Queue, QueueConfig
+from .store import Store
+from .wal import fsync_directory, list_segments
+
+log = logging.getLogger(__name__)
+
+
+class CorruptLog(RuntimeError):
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(
+            f"write-ahead log is corrupt in {path} at offset {offset}: {reason}. "
+            f"Refusing to start; to drop the unreadable bytes and start anyway, use --repair")
+        self.path = path
+        self.offset = offset
+
+
+@dataclass
+class RecoveryReport:
+    segments: int = 0
+    records: int = 0
+    bytes: int = 0
+    truncated_bytes: int = 0
+    skipped: list = field(default_factory=list)   # (path, offset, length) dropped by --repair
+    last_segment: int = 0
+
+
+def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
+    """Call ``apply(rtype, body)`` for every record, in log order."""
+    report = RecoveryReport()
+    segments = list_segments(directory)
+    # A torn tail can only be in the last segment that holds records: segments
+    # after it are empty or header-only (a rotation just before the crash).
+    with_records = [i for i, (_n, p) in enumerate(segments) if os.path.getsize(p) > records.SEGMENT_HEADER_SIZE]
+    last_with_records = with_records[-1] if with_records else len(segments) - 1
+    for i, (number, path) in enumerate(segments):
+        newest = i >= last_with_records
+        with open(path, "rb") as f:
+            data = f.read()
+        report.segments += 1
+        report.last_segment = number
+        try:
+            if records.check_segment_header(data) != number:
+                raise records.FormatError("segment number in the header does not match the file name")
+        except records.FormatError as e:
+            if newest and len(data) < records.SEGMENT_HEADER_SIZE:
+                # created, but the crash came before its header was complete
+                log.warning("removing empty segment %s (%d bytes, torn header)", path, len(data))
+                report.truncated_bytes += len(data)
+                os.unlink(path)
+                continue
+            if not repair:
+                raise CorruptLog(path, 0, str(e)) from None
+            report.skipped.append((path, 0, len(data)))
+            os.replace(path, path + ".corrupt")
+            fsync_directory(directory)
+            log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
+                      path, e, path)
+            continue
+        offset = records.SEGMENT_HEADER_SIZE
+        while True:
+            for offset, rtype, body in records.iter_frames(data, offset):
+                try:
+                    apply(rtype, body)
+                except records.FormatError as e:
+                    # the checksum matched, so the bytes are as written: a bug or a newer format
+                    if not repair:
+                        raise CorruptLog(path, offset, str(e)) from None
+                    log.error("--repair: skipping an undecodable %s record of %s at offset %d: %s",
+                              records.NAMES.get(rtype, rtype), path, offset, e)
+                    report.skipped.append((path, offset, records.FRAME_SIZE + len(body)))
+                report.records += 1
+                offset += records.FRAME_SIZE + len(body)
+            if offset >= len(data):
+                break
+            resume = _next_valid_frame(data, offset + 1)
+            if resume is None and newest:
+                cut = len(data) - offset
+                log.warning("truncating torn tail of %s at offset %d (%d bytes)", path, offset, cut)
+                with open(path, "r+b") as f:
+                    f.truncate(offset)
+                    os.fsync(f.fileno())
+                report.truncated_bytes += cut
+                data = data[:offset]
+                break
+            if not repair:
+                raise CorruptLog(path, offset, "a record fails its checksum or is cut short")
+            stop = len(data) if resume is None else resume
+            log.error("--repair: skipping %d unreadable bytes of %s at offset %d", stop - offset, path, offset)
+            report.skipped.append((path, offset, stop - offset))
+            if resume is None:
+                break
+            offset = resume
+        if repair:
+            data = _rewrite_without_skipped(path, data, [s for s in report.skipped if s[0] == path])
+        report.bytes += len(data)
+    return report
+
+
+def _rewrite_without_skipped(path: str, data: bytes, skipped: list) -> bytes:
+    """--repair: replace the segment by its readable records, atomically, so
+    the next start needs no repair (the dropped ranges are in the log)."""
+    if not skipped:
+        return data
+    keep, at = [], 0
+    for _path, start, length in sorted(skipped, key=lambda s: s[1]):
+        keep.append(data[at:start])
+        at = start + length
+    keep.append(data[at:])
+    clean = b"".join(keep)
+    tmp = path + ".repair"
+    with open(tmp, "wb") as f:
+        f.write(clean)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path) or ".")
+    log.warning("--repair: rewrote %s without the %d unreadable bytes", path, len(data) - len(clean))
+    return clean
+
+
+def _next_valid_frame(data: bytes, start: int):
+    """Offset of the first complete, checksum-valid frame at or after ``start``."""
+    known = records.NAMES
+    limit = len(data) - records.FRAME_SIZE
+    unpack = records.FRAME.unpack_from
+    for off in range(start, limit + 1):
+        _crc, length, rtype = unpack(data, off)
+        if rtype in known and off + records.FRAME_SIZE + length <= len(data) \
+                and records.read_frame(data, off) is not None:
+            return off
+    return None
+
+
+class Replayer:
+    """Applies log records to a store through its live transitions.  Records
+    naming a queue or job that is gone (possible only after ``--repair``
+    dropped bytes) are skipped."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def apply(self, rtype: int, body: bytes) -> None:
+        fields = records.decode(rtype, body)
+        store = self.store
+        if rtype == records.TXN:
+            for inner_type, inner_body in fields[0]:
+                self.apply(inner_type, inner_body)
+            return
+        if rtype == records.BOOT:
+            store.epoch, _ts = fields
+            store.lease_seq = 0
+            return
+        if rtype == records.CLOCK:
+            store.set_clock(*fields)
+            return
+        if rtype == records.QUEUE:
+            qid, ts, name, config = fields
+            config = QueueConfig.from_json(config)
+            q = store.by_qid.get(qid)
+            if q is None:
+                store.create_queue(name, config, ts, qid)
+            else:
+                store.set_config(q, config, ts)
+            return
+        q = store.by_qid.get(fields[0])
+        if q is None:
+            return
+        if rtype == records.PUSH:
+            _qid, ts, jobs = fields
+            store.push(q, [Job(r.id, r.payload, r.priority, ts, r.visible_at, r.key, r.flags,
+                               r.max_deliveries, r.expire_ms) for r in jobs], ts)
+        elif rtype == records.CLAIM:
+            _qid, ts, deadline, first_seq, consumer, ids = fields
+            store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
+        elif rtype == records.ACK:
+            _qid, ts, ids = fields
+            store.ack(q, _jobs(q, ids), ts)
+        elif rtype == records.NACK:
+            _qid, ts, visible_at, error, ids, closed = fields
+            store.nack(q, _jobs(q, ids), visible_at, error, ts, closed)
+        elif rtype == records.EXTEND:
+            _qid, ts, deadline, ids = fields
+            store.extend(q, _jobs(q, ids), deadline, ts)
+        elif rtype == records.IDMARK:
+            q.id_mark = fields[1]
+        elif rtype == records.DEAD:
+            _qid, ts, reason, target_qid, pairs = fields
+            self._moved(q, target_qid, pairs,
+                        lambda target, kept: store.apply_dead(q, ts, records.REASONS[reason], target, kept,
+                                                              _survives(target)))
+        elif rtype == records.REDRIVE:
+            _qid, ts, ids = fields
+            store.redrive(q, _jobs(q, ids), ts)
+        elif rtype == records.MOVE:
+            _qid, ts, target_qid, pairs = fields
+            self._moved(q, target_qid, pairs,
+                        lambda source, kept: store.apply_move(q, ts, source, kept, _survives(source)))
+        elif rtype == records.DEL:
+            _qid, ts, ids = fields
+            store.delete(q, _jobs(q, ids), ts)
+        elif rtype == records.DROP:
+            store.drop_queue(q, fields[1])
+        else:
+            raise records.FormatError(f"record type {rtype} cannot be replayed")
+
+    def _moved(self, q: Queue, target_qid: int, pairs, apply) -> None:
+        """DEAD and MOVE: jobs leaving ``q`` (for queue ``target_qid``, 0 = none)."""
+        target = self.store.by_qid.get(target_qid) if target_qid else None
+        pairs = [p for p in pairs if p[0] in q.jobs]
+        if target_qid and target is None:       # only after --repair dropped its QUEUE record
+            for jid, _ in pairs:
+                q.remove(q.jobs[jid])
+            return
+        apply(target, pairs)
+
+
+def _survives(target: Queue | None) -> bool:
+    """Jobs moved into a memory queue are not brought back by a restart."""
+    return target is None or target.durability is not MEMORY
+
+
+def _jobs(q: Queue, ids) -> list[Job]:
+    jobs = q.jobs
+    return [jobs[i] for i in ids if i in jobs]

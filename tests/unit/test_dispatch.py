@@ -1,0 +1,274 @@
+"""``daemon.dispatch.execute`` with no socket: what every command yields (its
+reply and its log ticket), the checks the dispatcher makes once for every
+command, and the handler context (commands.context) that both the daemon
+and tests/unit/core.py implement."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import pytest
+from core import PARKED, T0, Client, Core, call, run
+
+from leaseq.commands.context import ClientContext, ServerContext
+from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.replies import Error
+from leaseq.commands.table import TABLE
+from leaseq.daemon import config
+from leaseq.daemon.connection import Connection
+from leaseq.daemon.dispatch import execute
+from leaseq.daemon.server import Server
+from leaseq.storage import records
+from leaseq.storage.datadir import DataDir
+from leaseq.storage.journal import Journal
+from leaseq.storage.recovery import Replayer
+from leaseq.storage.store import Store
+from leaseq.storage.wal import MemoryLog, Ticket
+
+
+@pytest.fixture
+def core():
+    return Core()
+
+
+@pytest.fixture
+def c(core):
+    return Client(core)
+
+
+def logged(core) -> list[int]:
+    """Types of the records the core's log holds, in order (flushed first)."""
+    log = core.store.journal.log
+    log.flush()
+    return [t for t, _ in log.records()]
+
+
+# -- the handler context ---------------------------------------------------------------------------
+
+def test_the_test_core_fits_the_handler_context(core, c):
+    assert isinstance(core, ServerContext)
+    assert isinstance(c, ClientContext)
+
+
+def test_the_daemon_fits_the_handler_context(tmp_path, core):
+    d = DataDir.open(str(tmp_path / "data"), T0)
+    try:
+        server = Server(config.Settings(dir=str(tmp_path / "data")), d)
+        assert isinstance(server, ServerContext)
+        assert isinstance(Connection(server), ClientContext)
+    finally:
+        d.close()
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("room, forbidden", [("commands", ("leaseq.daemon",)),
+                                             ("storage", ("leaseq.daemon", "leaseq.commands"))])
+def test_arrows_point_one_way(room, forbidden):
+    """daemon -> commands -> storage: handlers reach the daemon only through
+    the context, and storage knows neither."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for path in (root / room).glob("*.py"):
+        bad = [m for m in imports_of(path) if m.startswith(forbidden)]
+        assert not bad, f"{room}/{path.name} imports {bad}"
+
+
+# -- tickets: what each reply waits for ----------------------------------------------------------------
+
+def test_push_on_an_fsync_queue_waits_for_fsync_of_the_next_generation(core, c):
+    call(c, "QCREATE", "q")
+    core.store.journal.log.flush()
+    reply, ticket = run(c, "QPUSH", "q", "job")
+    assert reply == 1
+    assert ticket == Ticket(core.store.journal.log.written_generation + 1, True)
+
+
+@pytest.mark.parametrize("durability, waits", [("fsync", True), ("async", False)])
+def test_push_ticket_follows_the_queue_durability(c, durability, waits):
+    call(c, "QCREATE", "q", "DURABILITY", durability)
+    assert run(c, "QPUSH", "q", "x")[1].fsync          # the first push reserves an id block (IDMARK)
+    assert run(c, "QPUSH", "q", "y")[1].fsync is waits
+
+
+def test_memory_queue_commands_log_nothing(core, c):
+    call(c, "QCREATE", "m", "DURABILITY", "memory")
+    assert run(c, "QPUSH", "m", "first")[1].fsync      # ids survive restarts: the IDMARK is logged
+    before = logged(core)
+    for args in (("QPUSH", "m", "x"), ("QCLAIM", "m", "w"), ("QLEN", "m")):
+        assert run(c, *args)[1] is None
+    assert logged(core) == before
+
+
+def test_leases_are_written_but_not_waited_for_unless_lease_sync(core, c):
+    call(c, "QCREATE", "q")
+    call(c, "QPUSHMANY", "q", 2, "a", "b")
+    (job,), ticket = run(c, "QCLAIM", "q", "w")
+    assert ticket is not None and not ticket.fsync
+    core.store.journal.lease_sync = True
+    _, ticket = run(c, "QCLAIM", "q", "w")
+    assert ticket.fsync
+
+
+def test_reads_and_refusals_have_no_ticket(c):
+    call(c, "QCREATE", "q")
+    for args in (("QLEN", "q"), ("QINFO", "q"), ("PING",), ("QPEEK", "q"), ("QGET", "q", 1)):
+        assert run(c, *args)[1] is None, args[0]
+    reply, ticket = execute(c, [b"QPUSH", b"q", b"x", b"PRIORITY", b"12"])
+    assert isinstance(reply, Error) and ticket is None
+    reply, ticket = execute(c, [b"QACK", b"nope", b"1.1.1"])
+    assert reply.code == "NOQUEUE" and ticket is None
+
+
+def test_auto_created_queue_is_an_fsynced_record_even_for_a_read_that_creates(core, c):
+    _, ticket = run(c, "QCLAIM", "fresh", "w")          # QCLAIM creates the queue, finds nothing
+    assert ticket.fsync
+    assert logged(core)[-1] == records.QUEUE
+
+
+def test_blocking_claim_that_finds_nothing_parks_with_the_ticket_of_what_it_logged(c):
+    reply, ticket = execute(c, [b"QCLAIM", b"new", b"w", b"BLOCK", b"0"])
+    assert isinstance(reply, ClaimWait)
+    assert ticket is not None and ticket.fsync            # the QUEUE record it created
+    assert call(c, "QCLAIM", "new", "w", "BLOCK", 0) == PARKED
+    reply, ticket = execute(c, [b"QCLAIM", b"new", b"w", b"BLOCK", b"0"])
+    assert isinstance(reply, ClaimWait) and ticket is None
+
+
+def test_exec_is_one_txn_record_whose_ticket_waits_if_any_command_would(core, c):
+    call(c, "QCREATE", "a", "DURABILITY", "async")
+    call(c, "QCREATE", "f")
+    call(c, "QPUSH", "a", "x")
+    before = len(logged(core))
+    assert call(c, "MULTI") == "OK"
+    assert call(c, "QCLAIM", "a", "w") == "QUEUED"
+    assert call(c, "QPUSH", "a", "y") == "QUEUED"
+    replies, ticket = run(c, "EXEC")
+    assert len(replies) == 2 and not ticket.fsync
+    call(c, "MULTI")
+    call(c, "QPUSH", "a", "z")
+    call(c, "QPUSH", "f", "z")
+    replies, ticket = run(c, "EXEC")
+    assert replies == [3, 1] and ticket.fsync
+    assert logged(core)[before:] == [records.TXN, records.TXN]
+
+
+def test_exec_with_a_run_time_error_keeps_the_other_commands(core, c):
+    call(c, "QCREATE", "q")
+    call(c, "QPUSH", "q", "first")                     # the id block is reserved here
+    call(c, "MULTI")
+    call(c, "QPUSH", "q", "x")
+    call(c, "QACK", "missing", "1.1.1")
+    replies, ticket = run(c, "EXEC")
+    assert replies[0] == 2 and isinstance(replies[1], Error) and replies[1].code == "NOQUEUE"
+    assert ticket.fsync
+    assert logged(core)[-1] == records.PUSH           # one record: written as itself, not a TXN
+
+
+def test_generation_moves_on_only_when_the_log_is_written(core, c):
+    call(c, "QCREATE", "q")
+    t1 = run(c, "QPUSH", "q", "a")[1]
+    t2 = run(c, "QPUSH", "q", "b")[1]
+    assert t1 == t2                                     # one turn: one generation
+    log = core.store.journal.log
+    assert not log.reached(t1)
+    log.flush()
+    assert not log.reached(t1)                          # written, not yet durable
+    assert log.reached(Ticket(t1.generation, False))
+    log.synced(log.start_sync(), 0)
+    assert log.reached(t1)
+    assert run(c, "QPUSH", "q", "c")[1].generation == t1.generation + 1
+
+
+# -- the dispatcher's checks, once for every command ------------------------------------------------
+
+def test_unknown_command_and_wrong_arity_are_refused_before_any_handler(c):
+    reply, ticket = execute(c, [b"NOPE", b"a"])
+    assert reply.line == "ERR unknown command 'NOPE', with args beginning with: 'a' " and ticket is None
+    reply, _ = execute(c, [b"QPUSH", b"q"])
+    assert reply.line == "ERR wrong number of arguments for 'qpush' command"
+
+
+def test_noauth_until_auth_when_a_password_is_set():
+    core = Core(requirepass="s3cret")
+    c = Client(core)
+    reply, _ = execute(c, [b"QLEN", b"q"])
+    assert reply.code == "NOAUTH"
+    assert call(c, "PING") == "PONG"                   # noauth commands pass
+    assert call(c, "AUTH", "s3cret") == "OK"
+    assert execute(c, [b"QPUSH", b"q", b"x"])[0] == 1
+
+
+def test_denyoom_commands_are_refused_when_memory_is_over_and_log_nothing(core, c):
+    call(c, "QCREATE", "q")
+    call(c, "QPUSH", "q", "x")
+    core.oom = True
+    reply, ticket = execute(c, [b"QPUSH", b"q", b"y"])
+    assert reply.code == "OOM" and ticket is None
+    (job,) = call(c, "QCLAIM", "q", "w")               # not denyoom: works
+    assert call(c, "QACK", "q", job[b"lease"]) == 1
+
+
+def test_a_command_that_fails_to_queue_aborts_exec(c):
+    call(c, "QCREATE", "q")
+    call(c, "MULTI")
+    call(c, "QPUSH", "q", "x")
+    assert isinstance(execute(c, [b"QPUSH"])[0], Error)
+    reply, ticket = execute(c, [b"EXEC"])
+    assert reply.code == "EXECABORT" and ticket is None
+    assert call(c, "QLEN", "q") == 0
+
+
+def test_a_handler_bug_is_an_error_reply_not_a_crash(c, monkeypatch, caplog):
+    def broken(client, args):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setitem(TABLE, b"qlen", dataclasses.replace(TABLE[b"qlen"], handler=broken))
+    reply, ticket = execute(c, [b"QLEN", b"q"])
+    assert reply.line == "ERR internal error while running the command; see the server log"
+    assert ticket is None
+    assert "command QLEN failed" in caplog.text
+    assert call(c, "PING") == "PONG"
+
+
+# -- the in-memory log replays like a directory ---------------------------------------------------------
+
+def test_what_commands_log_in_memory_replays_to_the_same_queues(core, c):
+    call(c, "QCREATE", "q", "MAXDELIVERIES", 1, "DEADLETTER", "dlq")
+    call(c, "QPUSHMANY", "q", 3, "a", "b", "c", "PRIORITY", 7)
+    (j1, j2) = call(c, "QCLAIM", "q", "w", "COUNT", 2, "LEASE", 100)
+    call(c, "QACK", "q", j1[b"lease"])
+    call(c, "QNACK", "q", j2[b"lease"], "DELAY", 0, "ERROR", "boom")
+    call(c, "QCLAIM", "q", "w", "COUNT", 3, now=T0 + 1)      # j2 dies on the way (MAXDELIVERIES 1)
+    replayed = Store(Journal(None))
+    log = core.store.journal.log
+    log.flush()
+    replayer = Replayer(replayed)
+    for rtype, body in log.records():
+        replayer.apply(rtype, body)
+
+    def view(store):
+        return {name: sorted((j.id, j.state, j.deliveries, j.last_error, j.payload) for j in q.jobs.values())
+                for name, q in store.queues.items()}
+
+    assert view(replayed) == view(core.store)
+    assert view(replayed)[b"dlq"] == [(1, b"ready", 0, b"boom", b"b")]
+
+
+def test_memory_log_is_durable_once_written():
+    log = MemoryLog()
+    mark = log.mark()
+    log.append(records.IDMARK, records.idmark(1, 5), sync=True)
+    ticket = log.ticket_since(mark)
+    log.flush_and_sync()
+    assert log.reached(ticket)
+    assert log.records() == [(records.IDMARK, records.idmark(1, 5))]
