@@ -41,9 +41,9 @@ def to_float(value: bytes, option: str) -> float:
     try:
         f = float(value)
     except ValueError:
-        raise errors.err(f"{option} is not a valid float") from None
+        raise errors.not_a_float(option) from None
     if f != f or f in (float("inf"), float("-inf")):
-        raise errors.err(f"{option} is not a valid float")
+        raise errors.not_a_float(option)
     return f
 
 

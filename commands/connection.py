@@ -83,7 +83,7 @@ def hello(client, args):
         try:
             proto = to_int(args[1])
         except errors.Error:
-            raise errors.err("Protocol version is not an integer or out of range") from None
+            raise errors.HELLO_PROTOVER from None
         if proto not in (2, 3):
             raise errors.NOPROTO
     r = OptionReader(args, 2)
@@ -96,16 +96,14 @@ def hello(client, args):
             if not _valid_client_name(name):
                 raise errors.BAD_CLIENT_NAME
         else:
-            raise errors.err(f"Syntax error in HELLO option '{kw.decode(errors='replace')}'")
+            raise errors.hello_syntax(kw)
     if creds is not None:
         if not _credentials_ok(server, *creds):
             raise errors.WRONGPASS
         client.authenticated = True
         client.user = creds[0].decode(errors="replace")
     elif server.settings.requirepass and not client.authenticated:
-        raise errors.Error("NOAUTH", "HELLO must be called with the client already authenticated, otherwise "
-                                     "the HELLO <proto> AUTH <user> <pass> option can be used to authenticate "
-                                     "the client and select the RESP protocol version at the same time")
+        raise errors.HELLO_NOAUTH
     if name is not None:
         client.name = name or None
     if proto is not None:
@@ -163,13 +161,13 @@ def client_cmd(client, args):
         attr = args[2].upper()
         value = args[3].decode(errors="replace")
         if not _valid_client_name(args[3]) and args[3]:
-            raise errors.err(f"{attr.decode(errors='replace')} cannot contain spaces, newlines or special characters.")
+            raise errors.setinfo_value(attr)
         if attr == b"LIB-NAME":
             client.lib_name = value
         elif attr == b"LIB-VER":
             client.lib_ver = value
         else:
-            raise errors.err(f"Unrecognized option '{args[2].decode(errors='replace')}'")
+            raise errors.unrecognized_option(args[2])
         return OK
     if sub == b"INFO" and n == 2:
         return Verbatim(client_info_line(client, time.monotonic()))
@@ -187,7 +185,7 @@ def client_cmd(client, args):
     if sub == b"HELP" and n == 2:
         return CLIENT_HELP
     if sub in (b"ID", b"GETNAME", b"SETNAME", b"SETINFO", b"INFO", b"KILL", b"HELP"):
-        raise errors.err(f"wrong number of arguments for 'client|{sub.lower().decode()}' command")
+        raise errors.subcommand_arity("client", sub)
     raise errors.unknown_subcommand(args[1], "client")
 
 

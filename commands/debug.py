@@ -18,10 +18,6 @@ from .args import in_range
 from .queues import MS_MAX
 from .replies import OK, Map
 
-NOT_ALLOWED = errors.err(
-    "DEBUG command not allowed. If the enable-debug-command option is set to \"no\", set it to \"yes\" "
-    "in the configuration file (or LEASEQ_ENABLE_DEBUG_COMMAND=yes) and restart the server.")
-
 HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
         b"CLOCK", b"    Return the daemon's clock: now (ms epoch), offset from real time, frozen.",
         b"CLOCK ADVANCE <ms>", b"    Move the clock forward.",
@@ -33,7 +29,7 @@ HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
 def debug(client, args):
     server = client.server
     if not server.settings.enable_debug_command:
-        raise NOT_ALLOWED
+        raise errors.DEBUG_NOT_ALLOWED
     sub = args[1].upper()
     n = len(args)
     if sub == b"HELP" and n == 2:
@@ -50,7 +46,7 @@ def debug(client, args):
         now = server.now_ms()          # read once: a second read may be a millisecond later
         at = in_range(args[3], "ms-epoch", 0, MS_MAX) if n == 4 else now
         if at < now:
-            raise errors.err("the clock only moves forward")
+            raise errors.CLOCK_BACKWARDS
         clock.freeze(at)
     elif action == b"RESUME" and n == 3:
         clock.resume()

@@ -55,6 +55,12 @@ BAD_CLIENT_NAME = err("Client names cannot contain spaces, newlines or special c
 NO_SUCH_CLIENT = err("No such client")
 OOM = Error("OOM", "command not allowed when used memory > 'maxmemory'.")
 INTERNAL = err("internal error while running the command; see the server log")
+HELLO_PROTOVER = err("Protocol version is not an integer or out of range")
+HELLO_NOAUTH = Error("NOAUTH", "HELLO must be called with the client already authenticated, otherwise the "
+                               "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
+                               "and select the RESP protocol version at the same time")
+NO_KEY_ARGUMENTS = err("The command has no key arguments")
+MAX_CLIENTS = err("max number of clients reached")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:
@@ -78,6 +84,22 @@ def out_of_range(what: str, low: int, high: int) -> Error:
     return err(f"{what} must be between {low} and {high}")
 
 
+def subcommand_arity(cmd: str, sub: bytes) -> Error:
+    return err(f"wrong number of arguments for '{cmd}|{_show(sub.lower())}' command")
+
+
+def hello_syntax(option: bytes) -> Error:
+    return err(f"Syntax error in HELLO option '{_show(option)}'")
+
+
+def setinfo_value(attr: bytes) -> Error:
+    return err(f"{_show(attr)} cannot contain spaces, newlines or special characters.")
+
+
+def unrecognized_option(option: bytes) -> Error:
+    return err(f"Unrecognized option '{_show(option)}'")
+
+
 def config_unknown(name: str) -> Error:
     return err(f"Unknown option or number of arguments for CONFIG SET - '{name}'")
 
@@ -88,6 +110,36 @@ def config_invalid(name: str, reason: str) -> Error:
 
 def config_immutable(name: str) -> Error:
     return err(f"CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config")
+
+
+# -- leaseq's own wording, code ERR ----------------------------------------------
+
+SHUTTING_DOWN = err("leaseq is shutting down")
+DELAY_AND_DEAD = err("DELAY and DEAD cannot be combined")
+BAD_SCOPE = err("WHILE must be queued, active or exists")
+BAD_STATE = err("STATE must be delayed, ready, in_flight, dead or completed")
+BAD_DURABILITY = err("DURABILITY must be fsync, async or memory")
+BACKOFF_EXPONENT = err("BACKOFF exponent must be between 0 and 10")
+INVALID_CURSOR = err("invalid cursor")
+CLOCK_BACKWARDS = err("the clock only moves forward")
+DEBUG_NOT_ALLOWED = err(
+    "DEBUG command not allowed. If the enable-debug-command option is set to \"no\", set it to \"yes\" "
+    "in the configuration file (or LEASEQ_ENABLE_DEBUG_COMMAND=yes) and restart the server.")
+FILTERBY_UNSUPPORTED = err("COMMAND LIST FILTERBY is not supported by leaseq")
+CONFIG_REWRITE_UNSUPPORTED = err("CONFIG REWRITE is not supported: edit the config file")
+SHUTDOWN_ABORT_UNSUPPORTED = err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
+
+
+def not_a_float(option: str) -> Error:
+    return err(f"{option} is not a valid float")
+
+
+def key_too_long(limit: int) -> Error:
+    return err(f"KEY is longer than {limit} bytes")
+
+
+def bad_consumer(limit: int) -> Error:
+    return err(f"consumer name must be 1-{limit} bytes")
 
 
 # -- leaseq's own codes ------------------------------------------------------
@@ -126,6 +178,26 @@ def durability_change(name: bytes) -> Error:
 
 def deadletter_self(name: bytes) -> Error:
     return err(f"DEADLETTER of queue '{_show(name)}' must be another queue")
+
+
+# -- protocol errors: the reply is "-ERR Protocol error: <sentence>", then the
+# connection closes (daemon.resp raises them, daemon.connection answers) ----------
+
+PROTO_TOO_BIG_REQUEST = "too big request (client query buffer limit)"
+PROTO_TOO_BIG_INLINE = "too big inline request"
+PROTO_EXPECTED_DOLLAR = "expected '$', got something else"
+PROTO_EXPECTED_STAR = "expected '*', got something else"
+PROTO_MULTIBULK_LENGTH = "invalid multibulk length"
+PROTO_BULK_LENGTH = "invalid bulk length"
+PROTO_UNBALANCED_QUOTES = "unbalanced quotes in request"
+
+
+def proto_expected_dollar_got(got: str) -> str:
+    return f"expected '$', got '{got}'"
+
+
+def protocol_error(sentence: str) -> Error:
+    return err(f"Protocol error: {sentence}")
 
 
 def _show(b: bytes) -> str:

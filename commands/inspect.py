@@ -72,7 +72,7 @@ def qscan(client, args):
     q = _queue(client, args)
     cursor = to_int(args[2])
     if cursor < 0:
-        raise errors.err("invalid cursor")
+        raise errors.INVALID_CURSOR
     count, state = 10, None
     r = OptionReader(args, 3)
     for kw in r:
@@ -82,7 +82,7 @@ def qscan(client, args):
         elif kw == b"STATE":
             name = r.value().lower()
             if name not in STATES:
-                raise errors.err("STATE must be delayed, ready, in_flight, dead or completed")
+                raise errors.BAD_STATE
             state = STATES[name]
         else:
             r.unknown()

@@ -60,7 +60,7 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
         elif kw == b"WHILE" and opts.keys is not None:
             scope = r.value().lower()
             if scope not in SCOPE_CODES:
-                raise errors.err("WHILE must be queued, active or exists")
+                raise errors.BAD_SCOPE
             opts.scope = scope
         elif kw == b"MAXDELIVERIES":
             opts.max_deliveries = r.int_in("MAXDELIVERIES", 0, U32)
@@ -73,7 +73,7 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
 
 def _key(value: bytes) -> bytes:
     if len(value) > MAX_KEY:
-        raise errors.err(f"KEY is longer than {MAX_KEY} bytes")
+        raise errors.key_too_long(MAX_KEY)
     return value
 
 
@@ -255,7 +255,7 @@ def _claim_options(args: list, start: int):
 
 def _consumer(value: bytes) -> bytes:
     if not 1 <= len(value) <= MAX_CONSUMER:
-        raise errors.err(f"consumer name must be 1-{MAX_CONSUMER} bytes")
+        raise errors.bad_consumer(MAX_CONSUMER)
     return value
 
 
@@ -356,7 +356,7 @@ def qnack(client, args):
         else:
             r.unknown()
     if dead and delay is not None:
-        raise errors.err("DELAY and DEAD cannot be combined")
+        raise errors.DELAY_AND_DEAD
     jobs = q.jobs_for_tokens(args[2:end])
     if not jobs:
         return 0

@@ -60,7 +60,7 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
             base_ms = in_range(r.value(), "BACKOFF base-ms", 0, DELAY_CAP)
             exponent = to_float(r.value(), "BACKOFF exponent")
             if not 0 <= exponent <= 10:
-                raise errors.err("BACKOFF exponent must be between 0 and 10")
+                raise errors.BACKOFF_EXPONENT
             jitter = in_range(r.value(), "BACKOFF jitter-ms", 0, DELAY_CAP)
             changes["backoff"] = (base_ms, exponent, jitter)
         elif kw == b"MAXLEN":
@@ -76,7 +76,7 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
         elif kw == b"DURABILITY":
             d = r.value().lower().decode(errors="replace")
             if d not in DURABILITIES:
-                raise errors.err("DURABILITY must be fsync, async or memory")
+                raise errors.BAD_DURABILITY
             changes["durability"] = d
         else:
             r.unknown()

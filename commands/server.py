@@ -23,7 +23,7 @@ def command_cmd(client, args):
         if len(args) == 2:
             return names
         if len(args) == 4 and args[2].upper() == b"FILTERBY":
-            raise errors.err("COMMAND LIST FILTERBY is not supported by leaseq")
+            raise errors.FILTERBY_UNSUPPORTED
         raise errors.SYNTAX
     if sub == b"INFO":
         if len(args) == 2:
@@ -35,7 +35,7 @@ def command_cmd(client, args):
     if sub == b"GETKEYS" and len(args) >= 3:
         cmd = TABLE.get(args[2].lower())
         if cmd is None or cmd.first_key == 0 or len(args) < 4:
-            raise errors.err("The command has no key arguments")
+            raise errors.NO_KEY_ARGUMENTS
         return [args[3]]
     if sub == b"HELP" and len(args) == 2:
         return [b"COMMAND [<subcommand>]", b"COUNT", b"DOCS [<command-name> ...]", b"INFO [<command-name> ...]",
@@ -89,12 +89,12 @@ def config_cmd(client, args):
         server.reset_stats()
         return OK
     if sub == b"REWRITE" and n == 2:
-        raise errors.err("CONFIG REWRITE is not supported: edit the config file")
+        raise errors.CONFIG_REWRITE_UNSUPPORTED
     if sub == b"HELP" and n == 2:
         return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 b"GET <pattern>", b"SET <directive> <value>", b"RESETSTAT", b"HELP"]
     if sub in (b"GET", b"SET", b"RESETSTAT", b"REWRITE", b"HELP"):
-        raise errors.err(f"wrong number of arguments for 'config|{sub.lower().decode()}' command")
+        raise errors.subcommand_arity("config", sub)
     raise errors.unknown_subcommand(args[1], "config")
 
 
@@ -112,7 +112,7 @@ def shutdown(client, args):
     for a in args[1:]:
         if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE"):
             if a.upper() == b"ABORT":
-                raise errors.err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
+                raise errors.SHUTDOWN_ABORT_UNSUPPORTED
             raise errors.SYNTAX
     client.server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}")
     return NO_REPLY

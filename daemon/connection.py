@@ -28,8 +28,9 @@ from collections import deque
 
 import asyncio
 
+from leaseq.commands import errors
 from leaseq.commands.jobs import ClaimWait
-from leaseq.commands.replies import NO_REPLY, Error
+from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
@@ -157,7 +158,7 @@ class Connection(asyncio.Protocol):
                     break
             self.answer(reply, ticket)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:
-            self.answer(Error("ERR", f"Protocol error: {self.protocol_error}"))
+            self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self.flush()
         server.committer.touch()

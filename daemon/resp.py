@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hiredis
 
+from leaseq.commands import errors
 from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
@@ -116,7 +117,7 @@ class RequestParser:
                 raise ProtocolError(_redis_wording(str(e)), out) from None
             if cmd is False:
                 if end - off > self.max_buffer:
-                    raise ProtocolError("too big request (client query buffer limit)", out)
+                    raise ProtocolError(errors.PROTO_TOO_BIG_REQUEST, out)
                 if off >= pos:
                     self._check_headers(data, off, out)
                     if end - off <= TAIL_MAX:
@@ -134,14 +135,14 @@ class RequestParser:
             else:                     # began in an earlier read, held by hiredis
                 off += wire_size(cmd)
                 if not pos <= off <= end or data[off - 2:off] != b"\r\n":
-                    raise ProtocolError("expected '$', got something else", out)
+                    raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
             if cmd:
                 out.append(cmd)
             if not reader.has_data():
                 self._carry = 0
                 return -1
             if off >= end:
-                raise ProtocolError("expected '$', got something else", out)
+                raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
             if data[off] != ASTERISK:
                 # an inline command follows: hiredis would reject it, so start afresh
                 self._reader = hiredis.Reader()
@@ -157,26 +158,26 @@ class RequestParser:
         pos = find(b"\n", start) + 1
         for a in cmd:
             if pos >= end:
-                raise ProtocolError("expected '$', got something else", out)
+                raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
             if data[pos] != 0x24:
-                raise ProtocolError(f"expected '$', got '{chr(data[pos])}'", out)
+                raise ProtocolError(errors.proto_expected_dollar_got(chr(data[pos])), out)
             pos = find(b"\n", pos) + 3 + len(a)
         if pos > end:
-            raise ProtocolError("expected '$', got something else", out)
+            raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
         return pos
 
     def _check_count(self, data: bytes, start: int, out: list) -> None:
         nl = data.find(b"\r\n", start, start + 24)
         if nl < 0:
             if len(data) - start >= 24:
-                raise ProtocolError("invalid multibulk length", out)
+                raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH, out)
             return
         try:
             count = int(data[start + 1:nl])
         except ValueError:
             return              # hiredis words the error
         if count > self.max_args:
-            raise ProtocolError("invalid multibulk length", out)
+            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH, out)
 
     def _check_headers(self, data: bytes, start: int, out: list) -> None:
         """Limits of a partial command, checked on its headers as they arrive
@@ -192,11 +193,11 @@ class RequestParser:
         except ValueError:
             return
         if count > self.max_args:
-            raise ProtocolError("invalid multibulk length", out)
+            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH, out)
         pos = nl + 2
         while pos < end:
             if data[pos] != 0x24:
-                raise ProtocolError(f"expected '$', got '{chr(data[pos])}'", out)
+                raise ProtocolError(errors.proto_expected_dollar_got(chr(data[pos])), out)
             nl = find(b"\r\n", pos)
             if nl < 0:
                 return
@@ -205,21 +206,21 @@ class RequestParser:
             except ValueError:
                 return
             if size > self.max_bulk:
-                raise ProtocolError("invalid bulk length", out)
+                raise ProtocolError(errors.PROTO_BULK_LENGTH, out)
             pos = nl + 4 + size
 
     def _check(self, cmd, check_bulk: bool, out: list) -> None:
         if type(cmd) is not list:
-            raise ProtocolError("expected '*', got something else", out)
+            raise ProtocolError(errors.PROTO_EXPECTED_STAR, out)
         if len(cmd) > self.max_args:
-            raise ProtocolError("invalid multibulk length", out)
+            raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH, out)
         for a in cmd:
             if type(a) is not bytes:
                 if a is None:        # $-1 inside a request
-                    raise ProtocolError("invalid bulk length", out)
-                raise ProtocolError(f"expected '$', got '{_type_byte(a)}'", out)
+                    raise ProtocolError(errors.PROTO_BULK_LENGTH, out)
+                raise ProtocolError(errors.proto_expected_dollar_got(_type_byte(a)), out)
         if check_bulk and any(len(a) > self.max_bulk for a in cmd):
-            raise ProtocolError("invalid bulk length", out)
+            raise ProtocolError(errors.PROTO_BULK_LENGTH, out)
 
     # -- inline ----------------------------------------------------------------
 
@@ -228,21 +229,21 @@ class RequestParser:
         if nl < 0:
             rest = data[pos:]
             if len(rest) > self.max_inline:
-                raise ProtocolError("too big inline request", out)
+                raise ProtocolError(errors.PROTO_TOO_BIG_INLINE, out)
             self._inline = rest
             return -1
         if nl - pos > self.max_inline:
-            raise ProtocolError("too big inline request", out)
+            raise ProtocolError(errors.PROTO_TOO_BIG_INLINE, out)
         line = data[pos:nl]
         if line.endswith(b"\r"):
             line = line[:-1]
         try:
             args = split_args(line)
         except ValueError:
-            raise ProtocolError("unbalanced quotes in request", out) from None
+            raise ProtocolError(errors.PROTO_UNBALANCED_QUOTES, out) from None
         if args:
             if len(args) > self.max_args:
-                raise ProtocolError("invalid multibulk length", out)
+                raise ProtocolError(errors.PROTO_MULTIBULK_LENGTH, out)
             out.append(args)
         return nl + 1
 
@@ -260,12 +261,12 @@ def _redis_wording(hiredis_message: str) -> str:
     """hiredis's parse errors, reworded the way Redis's own parser says them."""
     m = hiredis_message.lower()
     if "multi-bulk length" in m:
-        return "invalid multibulk length"
+        return errors.PROTO_MULTIBULK_LENGTH
     if "bulk string length" in m or "bulk length" in m:
-        return "invalid bulk length"
+        return errors.PROTO_BULK_LENGTH
     if "reply type byte" in m:
         got = hiredis_message.split('"')[1] if '"' in hiredis_message else "?"
-        return f"expected '$', got '{got}'"
+        return errors.proto_expected_dollar_got(got)
     return hiredis_message
 
 

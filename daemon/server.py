@@ -27,6 +27,7 @@ from .clock import Clock
 from .committer import Committer
 from .connection import Connection
 from .process import os_line, peak_rss_bytes, rss_bytes
+from .resp import encode
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,7 @@ class Server:
         self.stats.connections += 1
         if len(self.clients) >= self.settings.maxclients or self.stopping:
             self.stats.rejected += 1
-            conn.transport.write(b"-ERR leaseq is shutting down\r\n" if self.stopping
-                                 else b"-ERR max number of clients reached\r\n")
+            conn.transport.write(encode(errors.SHUTTING_DOWN if self.stopping else errors.MAX_CLIENTS, False))
             conn.transport.close()
             conn.closed = True
             return

@@ -83,6 +83,25 @@ def test_arrows_point_one_way(room, forbidden):
         assert not bad, f"{room}/{path.name} imports {bad}"
 
 
+def test_every_error_sentence_is_written_in_commands_errors():
+    """Error replies and protocol-error sentences are built only in
+    commands/errors.py (docs/errors.md says so): no ``Error(...)``,
+    ``err(...)`` or ``ProtocolError(...)`` with literal text anywhere else."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    builders = {"Error", "err", "ProtocolError"}
+    for room in ("commands", "daemon", "storage"):
+        for path in (root / room).glob("*.py"):
+            if path.name == "errors.py" and room == "commands":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.Call) or not node.args:
+                    continue
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if name in builders and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
+                    raise AssertionError(f"{room}/{path.name}:{node.lineno} builds an error message inline")
+
+
 # -- tickets: what each reply waits for ----------------------------------------------------------------
 
 def test_push_on_an_fsync_queue_waits_for_fsync_of_the_next_generation(core, c):
