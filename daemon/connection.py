@@ -197,14 +197,14 @@ class Connection(asyncio.Protocol):
         if self.quitting and not self.held and not self.closed:
             self.transport.close()
 
-    def release(self, log) -> bool:
-        """Write the held replies whose tickets ``log`` has now reached, in
+    def release(self, wal) -> bool:
+        """Write the held replies whose tickets ``wal`` has now reached, in
         order; True when none are left."""
         held = self.held
         chunks = []
         while held:
             ticket, data = held[0]
-            if ticket is not None and not log.reached(ticket):
+            if ticket is not None and not wal.reached(ticket):
                 break
             chunks.append(data)
             held.popleft()
