@@ -1,4 +1,4 @@
-"""Connection commands, answered as Redis answers them (see research/clients.md):
+"""Connection commands, answered as Redis answers them (docs/semantics.md §2.3, §2.4):
 PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, MULTI/EXEC/DISCARD/WATCH.
 
 Authentication rule (Redis's): without ``requirepass`` the default user has

@@ -331,7 +331,7 @@ def qack(client, args):
 
 
 def backoff_delay(q: Queue, job: Job) -> int:
-    """SPEC 3.1: base x deliveries^exponent + random(0, jitter), capped at a day."""
+    """docs/semantics.md §3.1: base x deliveries^exponent + random(0, jitter), capped at a day."""
     base, exponent, jitter = q.config.backoff
     delay = base * (max(job.deliveries, 1) ** exponent)
     if jitter:

@@ -39,7 +39,7 @@ def default_config(server) -> QueueConfig:
 
 
 def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> QueueConfig:
-    """Apply the options in ``args[start:]`` (SPEC 3.1) to ``base``."""
+    """Apply the options in ``args[start:]`` (docs/semantics.md §3.1) to ``base``."""
     r = OptionReader(args, start)
     changes: dict = {}
     for kw in r:

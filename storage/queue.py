@@ -64,7 +64,7 @@ LEASE_MIN, LEASE_MAX = 100, 86_400_000
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """A queue's options (SPEC 3.1); the log stores them as JSON."""
+    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON."""
 
     lease: int = 30_000
     maxdeliveries: int = 0
@@ -96,7 +96,7 @@ class QueueConfig:
 
 
 class Provenance:
-    """Where a dead-lettered job came from (SPEC 1)."""
+    """Where a dead-lettered job came from (docs/semantics.md §1.8)."""
 
     __slots__ = ("source", "src_id", "deliveries", "reason")
 
@@ -146,7 +146,7 @@ class Counters:
     duplicates: int = 0
 
 
-# dedupe scopes (SPEC 3.2): the states in which an existing job with the key counts
+# dedupe scopes (docs/semantics.md §3.2): the states in which an existing job with the key counts
 SCOPES = {
     b"queued": (DELAYED, READY),
     b"active": (DELAYED, READY, IN_FLIGHT),
@@ -374,7 +374,7 @@ class Queue:
         return [jobs[k & ID_MASK] for k in self.ready.islice(0, count)]
 
     def death_reason(self, job: Job, now: int) -> bytes | None:
-        """Why ``job`` must not be delivered again now, or None (SPEC 1: on the
+        """Why ``job`` must not be delivered again now, or None (docs/semantics.md §1.8: on the
         MAXDELIVERIES+1-th delivery, or when older than EXPIRE)."""
         limit = job.max_deliveries or self.config.maxdeliveries
         if limit and job.deliveries >= limit:
@@ -397,7 +397,7 @@ class Queue:
 
     def jobs_for_tokens(self, tokens) -> list[Job]:
         """The jobs whose leases these tokens still hold, each once, in token
-        order; stale and unknown tokens are skipped (SPEC 4 rule 8)."""
+        order; stale and unknown tokens are skipped (docs/semantics.md §4.8)."""
         jobs, seen = [], set()
         for token in tokens:
             job = self.job_for_token(token)
