@@ -1,50 +1,75 @@
-"""A data directory, opened: its lock, the store recovered from its log, and
-the write-ahead log new records go to.
+"""A data directory, opened: its lock, the store recovered from its snapshot
+and log, the write-ahead log new records go to, and compaction.
 
-``DataDir.open`` locks the directory (one daemon per directory), replays
-every segment into a fresh ``Store`` (``storage.recovery``), starts a new
-segment, and makes the store's journal write to it; the new run's BOOT
-record is fsynced before it returns.  ``close`` records exact id marks,
-fsyncs and lets go of the lock.  A crash skips ``close``: the next ``open``
-recovers from what reached the disk.
+``DataDir.open`` locks the directory (one daemon per directory), loads the
+newest snapshot that reads whole (``storage.snapshot``), replays the segments
+after it into that store (``storage.recovery``), starts a new segment, and
+makes the store's journal write to it; the new run's BOOT record is fsynced
+before it returns.  ``close`` records exact id marks, fsyncs and lets go of
+the lock.  A crash skips ``close``: the next ``open`` recovers from what
+reached the disk.
+
+Which snapshot.  The candidates are the snapshots on disk, newest first, and
+last "no snapshot" (replay from the oldest segment).  A candidate is usable
+when every segment after the one it covers is present.  One that fails to
+read is logged and the next is tried, so a damaged snapshot costs only time
+as long as the one before it and its segments are kept.  When no usable
+candidate reads, ``open`` refuses to start and names the damaged file and
+offset; ``repair`` then starts from the best snapshot that does read (or from
+none) and replays what segments remain, logging what is lost.
+
+Compaction keeps exactly that fallback: after a snapshot S(k) is written,
+``compact`` removes the snapshots before S(k-1) and the segments S(k-1)
+covers, or moves those segments to ``archive_dir`` when it is set.  On disk
+are therefore two snapshots and the log written since the older one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 
+from . import snapshot
 from .journal import Journal
-from .recovery import RecoveryReport, Replayer, read_log
+from .recovery import CorruptLog, RecoveryReport, Replayer, read_log
 from .store import Store
-from .wal import WriteAheadLog, lock_directory
+from .wal import WriteAheadLog, fsync_directory, list_segments, lock_directory, segment_name
 
 log = logging.getLogger(__name__)
 
 
 class DataDir:
     def __init__(self, directory: str, lock_fd: int, store: Store, wal: WriteAheadLog,
-                 report: RecoveryReport, recovery_seconds: float) -> None:
+                 report: RecoveryReport, recovery_seconds: float,
+                 loaded: snapshot.SnapshotInfo | None) -> None:
         self.directory = directory
         self.store = store
         self.wal = wal
         self.report = report
         self.recovery_seconds = recovery_seconds
+        self.loaded = loaded                 # the snapshot recovery started from, if any
+        self.archive_dir = ""                # where compaction moves covered segments ("" = delete them)
         self._lock_fd = lock_fd
+        self._since_base = report.bytes      # log bytes after the newest snapshot, at start
+        self._since_mark = 0                 # wal.bytes_written when that snapshot began
 
     @classmethod
     def open(cls, directory: str, now: int, segment_size: int = 64 << 20, lease_sync: bool = False,
              repair: bool = False) -> "DataDir":
-        """Lock ``directory`` (created if missing), recover from its log, and
-        start a new segment."""
+        """Lock ``directory`` (created if missing), recover from its snapshot
+        and log, and start a new segment."""
         os.makedirs(directory, exist_ok=True)
         lock_fd = lock_directory(directory)
         t0 = time.monotonic()
-        store = Store()                       # its journal writes nothing while the log is replayed
         try:
-            report = read_log(directory, Replayer(store).apply, repair=repair)
-            wal = WriteAheadLog(directory, segment_size, report.last_segment + 1)
+            for name in snapshot.remove_temporaries(directory):
+                log.warning("removed %s: a snapshot the previous run did not finish", name)
+            store, loaded = _load_snapshot(directory, repair)
+            after = loaded.covers if loaded else 0
+            report = read_log(directory, Replayer(store).apply, repair=repair, after=after)
+            wal = WriteAheadLog(directory, segment_size, max(report.last_segment, after) + 1)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -52,15 +77,22 @@ class DataDir:
         store.boot(now)
         wal.flush_and_sync()
         seconds = time.monotonic() - t0
-        log.info("recovered %d queues from %d segments, %d records, %d bytes (truncated %d torn bytes%s) "
-                 "in %.3f s; boot epoch %d", len(store.queues), report.segments, report.records, report.bytes,
-                 report.truncated_bytes, f", skipped {len(report.skipped)} corrupt ranges" if report.skipped else "",
+        read = (f"snapshot {os.path.basename(loaded.path)} ({loaded.jobs} jobs, {loaded.bytes} bytes) and "
+                if loaded else "no snapshot and ")
+        log.info("recovered %d queues from %s%d segments (%d records, %d bytes; truncated %d torn bytes%s) "
+                 "in %.3f s; boot epoch %d", len(store.queues), read, report.segments, report.records,
+                 report.bytes, report.truncated_bytes,
+                 f", skipped {len(report.skipped)} corrupt ranges" if report.skipped else "",
                  seconds, store.epoch)
-        return cls(directory, lock_fd, store, wal, report, seconds)
+        return cls(directory, lock_fd, store, wal, report, seconds, loaded)
 
     @property
     def closed(self) -> bool:
         return self._lock_fd < 0
+
+    @property
+    def lock_fd(self) -> int:
+        return self._lock_fd
 
     def close(self) -> None:
         """A clean stop: exact id marks, everything fsynced, the lock released."""
@@ -75,11 +107,144 @@ class DataDir:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
+    # -- snapshots and compaction ---------------------------------------------------------
+
+    def begin_snapshot(self) -> int:
+        """Write out what is buffered and start a new segment; return the number
+        of the last segment the snapshot about to be taken covers.  The state
+        of the store at this moment is exactly what those segments hold."""
+        self.wal.flush()
+        self._pending_mark = self.wal.bytes_written
+        return self.wal.rotate()
+
+    def snapshot_written(self) -> None:
+        """The snapshot begun last is on disk: count log bytes from its start."""
+        self._since_base = 0
+        self._since_mark = self._pending_mark
+
+    def take_snapshot(self, now: int) -> snapshot.SnapshotInfo:
+        """Take a snapshot in this process and thread, then compact (the
+        daemon writes it in a forked child instead: ``daemon.snapshots``)."""
+        covers = self.begin_snapshot()
+        info = snapshot.write(self.store, self.directory, covers, now)
+        self.snapshot_written()
+        self.compact()
+        return info
+
+    @property
+    def log_bytes_since_snapshot(self) -> int:
+        return self._since_base + self.wal.bytes_written - self._since_mark
+
+    def compact(self) -> list[str]:
+        """Keep the newest snapshot and the one before it with every segment
+        after it; remove older snapshots and delete (or archive) the segments
+        the older kept snapshot covers.  Returns the segment names let go."""
+        snaps = snapshot.list_snapshots(self.directory)
+        if len(snaps) < 2:
+            return []
+        fallback = snaps[-2][0]
+        for _covers, path in snaps[:-2]:
+            os.unlink(path)
+        gone = []
+        for number, path in list_segments(self.directory):
+            if number > fallback:
+                break
+            try:
+                if self.archive_dir:
+                    _archive(path, self.archive_dir)
+                else:
+                    os.unlink(path)
+            except OSError as e:
+                log.error("cannot %s %s: %s; it stays until the next snapshot",
+                          "archive" if self.archive_dir else "delete", path, e)
+                break
+            gone.append(segment_name(number))
+        fsync_directory(self.directory)
+        return gone
+
     def info_fields(self) -> list[tuple[str, object]]:
         r = self.report
         return [("dir", os.path.abspath(self.directory))] + self.wal.info_fields() + [
             ("recovery_seconds", f"{self.recovery_seconds:.3f}"),
+            ("recovery_snapshot", os.path.basename(self.loaded.path) if self.loaded else "none"),
             ("recovery_records", r.records),
             ("recovery_truncated_bytes", r.truncated_bytes),
             ("boot_epoch", self.store.epoch),
         ]
+
+
+def _load_snapshot(directory: str, repair: bool) -> tuple[Store, snapshot.SnapshotInfo | None]:
+    """The store of the newest usable snapshot (see the module docstring)."""
+    present = {n for n, _p in list_segments(directory)}
+    newest = max(present, default=0)
+    snaps = snapshot.list_snapshots(directory)
+    damaged: list[snapshot.CorruptSnapshot] = []
+    for covers, path in reversed(snaps):
+        if not all(n in present for n in range(covers + 1, newest + 1)):
+            continue                      # its log is gone: it cannot be the one
+        try:
+            store, info = snapshot.load(path)
+        except snapshot.CorruptSnapshot as e:
+            log.error("%s; trying the snapshot before it", e)
+            damaged.append(e)
+            continue
+        _report_fallback(damaged, os.path.basename(path))
+        return store, info
+    if not snaps or 1 in present or not present:
+        _report_fallback(damaged, "the log alone")
+        return Store(), None
+    if repair:
+        return _repair(snaps, damaged)
+    if damaged:
+        e = damaged[0]
+        raise CorruptLog(e.path, e.offset, f"{e.reason}, and no older snapshot with its segments is left to "
+                                           f"fall back on")
+    covers = snaps[-1][0]
+    missing = next(n for n in range(covers + 1, newest + 1) if n not in present)
+    raise CorruptLog(os.path.join(directory, segment_name(missing)), 0,
+                     "this segment is missing (the newest snapshot needs it)")
+
+
+def _repair(snaps: list, damaged: list) -> tuple[Store, snapshot.SnapshotInfo | None]:
+    """--repair with no usable snapshot: the newest one that reads, with the
+    segments that remain after it (what lay between is lost), or the log alone."""
+    for e in damaged:
+        os.replace(e.path, e.path + ".corrupt")
+        log.error("--repair: moved the damaged snapshot aside to %s.corrupt", e.path)
+    for _covers, path in reversed(snaps):
+        if os.path.exists(path):
+            try:
+                store, info = snapshot.load(path)
+            except snapshot.CorruptSnapshot as e:
+                os.replace(path, path + ".corrupt")
+                log.error("--repair: %s; moved aside", e)
+                continue
+            log.error("--repair: starting from %s although segments after it are missing: "
+                      "their changes are lost", os.path.basename(path))
+            return store, info
+    log.error("--repair: no snapshot reads; starting from the segments that remain")
+    return Store(), None
+
+
+def _report_fallback(damaged: list, used: str) -> None:
+    if damaged:
+        log.warning("recovering from %s instead of the damaged %s", used,
+                    ", ".join(os.path.basename(e.path) for e in damaged))
+
+
+def _archive(path: str, archive_dir: str) -> None:
+    """Move a segment into ``archive_dir`` (durably; never over another file)."""
+    os.makedirs(archive_dir, exist_ok=True)
+    target = os.path.join(archive_dir, os.path.basename(path))
+    if os.path.exists(target):
+        raise FileExistsError(f"{target} exists")
+    try:
+        os.link(path, target)            # same filesystem: no copy
+    except OSError:
+        tmp = target + ".tmp"
+        shutil.copyfile(path, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    fsync_directory(archive_dir)
+    os.unlink(path)

@@ -172,6 +172,7 @@ class Queue:
         self.id_mark = 0          # ids below this are covered by a logged IDMARK
         self.counters = Counters()
         self.dropped = False
+        self.payload_bytes = 0    # sum of the payloads of ``jobs`` (sizes the live data for snapshots)
 
     # -- indexes -----------------------------------------------------------------
 
@@ -240,6 +241,32 @@ class Queue:
                 ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
             if job.key is not None:
                 keys.setdefault(job.key, []).append(job.id)
+        self.payload_bytes += sum(len(job.payload) for job in jobs)
+        self.order.extend(job.id for job in jobs)
+        if jobs and jobs[-1].id >= self.next_id:
+            self.next_id = jobs[-1].id + 1
+
+    def restore(self, jobs: list[Job]) -> None:
+        """Jobs read back from a snapshot, in ascending id order, each with its
+        state set: put them in the table and build every index in bulk."""
+        table = self.jobs
+        keys = self.keys
+        ready = []
+        for job in jobs:
+            table[job.id] = job
+            s = job.state
+            if s is READY:
+                ready.append(self._ready_key(job))
+            elif s is IN_FLIGHT:
+                self.leases.add(job.deadline, job.id)
+            elif s is DELAYED:
+                self.delayed.add(job.visible_at, job.id)
+            else:
+                (self.dead if s is DEAD else self.completed).add(job.retain_until, job.id)
+            if job.key is not None:
+                keys.setdefault(job.key, []).append(job.id)
+        self.ready.update(ready)
+        self.payload_bytes += sum(len(job.payload) for job in jobs)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
@@ -307,6 +334,7 @@ class Queue:
         self._unindex(job)
         job.state = None
         del self.jobs[job.id]
+        self.payload_bytes -= len(job.payload)
         if job.key is not None:
             holders = self.keys.get(job.key)
             if holders is not None and job.id in holders:
@@ -322,6 +350,7 @@ class Queue:
             if job.token is not None:
                 self._end_lease(job)
         self.jobs.clear()
+        self.payload_bytes = 0
         self.ready.clear()
         self.delayed.clear()
         self.leases.clear()

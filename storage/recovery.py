@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from . import records
 from .queue import MEMORY, Job, Queue, QueueConfig
 from .store import Store
-from .wal import fsync_directory, list_segments
+from .wal import fsync_directory, list_segments, segment_name
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,16 @@ class RecoveryReport:
     last_segment: int = 0
 
 
-def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
-    """Call ``apply(rtype, body)`` for every record, in log order."""
+def read_log(directory: str, apply, repair: bool = False, after: int = 0) -> RecoveryReport:
+    """Call ``apply(rtype, body)`` for every record of the segments numbered
+    above ``after`` (those a snapshot does not cover), in log order."""
     report = RecoveryReport()
-    segments = list_segments(directory)
+    everything = list_segments(directory)
+    segments = [(n, p) for n, p in everything if n > after]
+    missing = _first_gap(after, [n for n, _p in segments], directory)
+    if missing is not None and not repair:
+        raise CorruptLog(os.path.join(directory, segment_name(missing)), 0,
+                         "this segment is missing (the segments after it need it)")
     # A torn tail can only be in the last segment that holds records: segments
     # after it are empty or header-only (a rotation just before the crash).
     with_records = [i for i, (_n, p) in enumerate(segments) if os.path.getsize(p) > records.SEGMENT_HEADER_SIZE]
@@ -59,7 +65,6 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
         with open(path, "rb") as f:
             data = f.read()
         report.segments += 1
-        report.last_segment = number
         try:
             if records.check_segment_header(data) != number:
                 raise records.FormatError("segment number in the header does not match the file name")
@@ -115,7 +120,26 @@ def read_log(directory: str, apply, repair: bool = False) -> RecoveryReport:
         if repair:
             data = _rewrite_without_skipped(path, data, [s for s in report.skipped if s[0] == path])
         report.bytes += len(data)
+    # the next segment takes the number after the newest one left (a removed
+    # torn one's number is used again, so no gap appears)
+    report.last_segment = max([n for n, p in everything if os.path.exists(p)] + [after if after else 0])
     return report
+
+
+def _first_gap(after: int, numbers: list[int], directory: str) -> int | None:
+    """The first segment number missing from ``after + 1`` up to the newest
+    (one that --repair moved aside as ``.corrupt`` is not missing).  Without a
+    snapshot (``after`` 0) the oldest segment present starts the log."""
+    if not numbers:
+        return None
+    expected = after + 1 if after else numbers[0]
+    for n in numbers:
+        while expected < n:
+            if not os.path.exists(os.path.join(directory, segment_name(expected) + ".corrupt")):
+                return expected
+            expected += 1
+        expected = n + 1
+    return None
 
 
 def _rewrite_without_skipped(path: str, data: bytes, skipped: list) -> bytes:

@@ -252,6 +252,15 @@ class WriteAheadLog(LogBuffer):
             self._open_segment(self.segment_number + 1)
             log.info("started segment %s", segment_name(self.segment_number))
 
+    def rotate(self) -> int:
+        """Start a new segment now (the buffer must be flushed); return the
+        number of the segment just sealed."""
+        assert not self.pending, "flush before rotating"
+        sealed = self.segment_number
+        self._open_segment(sealed + 1)
+        log.info("started segment %s", segment_name(self.segment_number))
+        return sealed
+
     def _open_segment(self, number: int) -> None:
         path = os.path.join(self.directory, segment_name(number))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)

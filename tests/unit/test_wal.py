@@ -210,12 +210,12 @@ def test_read_log_of_empty_directory_reports_nothing(tmp_path):
 def test_read_log_applies_records_of_all_segments_in_order(tmp_path):
     write_segment(tmp_path, 2, framed(rec(3), rec(4)))
     write_segment(tmp_path, 1, framed(rec(1), rec(2)))
-    write_segment(tmp_path, 7, b"")
+    write_segment(tmp_path, 3, b"")
     got, report = read_all(tmp_path)
     assert got == [rec(1), rec(2), rec(3), rec(4)]
     assert report.records == 4
     assert report.segments == 3
-    assert report.last_segment == 7
+    assert report.last_segment == 3
     assert report.bytes == 3 * HEADER + len(framed(rec(1), rec(2), rec(3), rec(4)))
 
 
@@ -328,6 +328,16 @@ def test_torn_header_of_newest_segment_removes_the_segment(tmp_path):
     assert got == [rec(1)]
     assert not os.path.exists(torn)
     assert report.truncated_bytes == 10
+    assert report.last_segment == 1      # the next run writes segment 2 again: no gap
+
+
+def test_a_segment_missing_between_others_is_corruption_naming_it(tmp_path):
+    write_segment(tmp_path, 1, framed(rec(1)))
+    write_segment(tmp_path, 3, framed(rec(3)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert e.value.path == str(tmp_path / segment_name(2))
+    assert "missing" in str(e.value)
 
 
 def test_bad_header_of_an_older_segment_is_corruption_at_offset_zero(tmp_path):

@@ -1,0 +1,239 @@
+"""Snapshots: the live state in one file, so the log can be cut.
+
+A snapshot holds what replaying segments 1..``covers`` would build: every
+queue with its options, counters and id marks, every job of a queue that is
+not a memory queue (state, lease token and deadline, deliveries, dedupe key,
+provenance, retention), the boot epoch, the DEBUG clock and the id marks of
+dropped queues.  Its bytes are defined in ``storage.records`` ("Snapshot
+files").  Recovery (``storage.datadir``) loads the newest snapshot that reads
+whole and replays only the segments after it.
+
+``write`` is called in a forked child of the daemon (``daemon.snapshots``),
+over the state frozen at the fork, so serving never waits for it.  It writes
+``snap-<covers>.snap.tmp``, fsyncs it, renames it into place and fsyncs the
+directory: a crash at any point leaves either the whole new snapshot or none
+(a stray ``.tmp`` is removed at the next start).
+
+``load`` builds a fresh ``Store`` from a file.  Any defect (a checksum, a
+short file, a missing SNAP_END) raises ``CorruptSnapshot`` naming the file
+and offset, and the caller falls back to the previous snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import records
+from .queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, MEMORY, READY, Counters, Job, Provenance, QueueConfig
+from .store import Store
+from .wal import fsync_directory
+
+PREFIX = "snap-"
+SUFFIX = ".snap"
+TEMPORARY = ".tmp"
+
+STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5}
+STATES = {code: state for state, code in STATE_CODES.items()}
+FRAME_JOBS = 1000          # at most this many jobs per SNAP_JOBS frame ...
+FRAME_BYTES = 1 << 20      # ... and about this many bytes
+COUNTERS = ("pushed", "acked", "nacked", "lease_expired", "dead_lettered", "duplicates")
+
+
+class CorruptSnapshot(RuntimeError):
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"snapshot {path} is unreadable at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+@dataclass
+class SnapshotInfo:
+    path: str
+    covers: int          # the last segment number it holds
+    ts: int              # when it was taken (ms epoch)
+    queues: int
+    jobs: int
+    bytes: int
+
+
+def snapshot_name(covers: int) -> str:
+    return f"{PREFIX}{covers:020d}{SUFFIX}"
+
+
+def list_snapshots(directory: str) -> list[tuple[int, str]]:
+    """``(covers, path)`` of every snapshot file, oldest first."""
+    found = []
+    for name in os.listdir(directory):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX):
+            digits = name[len(PREFIX):-len(SUFFIX)]
+            if digits.isdigit():
+                found.append((int(digits), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def remove_temporaries(directory: str) -> list[str]:
+    """Delete snapshots a crash left half-written; return their names."""
+    gone = []
+    for name in os.listdir(directory):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX + TEMPORARY):
+            os.unlink(os.path.join(directory, name))
+            gone.append(name)
+    return gone
+
+
+# -- writing -------------------------------------------------------------------------------
+
+def frames(store: Store, tally: list):
+    """The framed records of a snapshot of ``store``, in file order;
+    ``tally`` gets the number of queues and of jobs written."""
+    queues = jobs = 0
+    yield records.frame(records.SNAP_STORE, records.snap_store(
+        store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks))
+    for q in store.queues.values():
+        queues += 1
+        c = q.counters
+        yield records.frame(records.SNAP_QUEUE, records.snap_queue(
+            q.qid, q.next_id, q.id_mark, tuple(getattr(c, n) for n in COUNTERS), q.name, q.config.to_json()))
+        if q.durability is MEMORY:
+            continue
+        batch, size = [], 0
+        for job in q.jobs.values():
+            bits = ((records.SNAP_REQUEUED if job.requeued else 0)
+                    | (records.SNAP_ERROR if job.last_error is not None else 0)
+                    | (records.SNAP_ORIGIN if job.origin is not None else 0))
+            dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
+            part = records.snap_job(job, STATE_CODES[job.state], bits, dead_code)
+            batch.append(part)
+            size += len(part)
+            if len(batch) >= FRAME_JOBS or size >= FRAME_BYTES:
+                yield records.frame(records.SNAP_JOBS, records.snap_jobs(q.qid, batch))
+                jobs += len(batch)
+                batch, size = [], 0
+        if batch:
+            yield records.frame(records.SNAP_JOBS, records.snap_jobs(q.qid, batch))
+            jobs += len(batch)
+    tally[:] = [queues, jobs]
+    yield records.frame(records.SNAP_END, records.snap_end(queues, jobs))
+
+
+def write(store: Store, directory: str, covers: int, ts: int, still_wanted=lambda: True) -> SnapshotInfo:
+    """Write a snapshot of ``store`` covering segments up to ``covers``,
+    atomically.  ``still_wanted()`` is asked now and then; when it says no,
+    the temporary file is removed and ``InterruptedError`` raised (the daemon
+    that forked us is gone)."""
+    path = os.path.join(directory, snapshot_name(covers))
+    tmp = path + TEMPORARY
+    size = 0
+    tally: list = []
+    try:
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            head = records.snapshot_header(covers, ts)
+            f.write(head)
+            size += len(head)
+            for n, framed in enumerate(frames(store, tally)):
+                f.write(framed)
+                size += len(framed)
+                if n % 256 == 255 and not still_wanted():
+                    raise InterruptedError("snapshot abandoned")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_directory(directory)
+    return SnapshotInfo(path, covers, ts, tally[0], tally[1], size)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def load(path: str) -> tuple[Store, SnapshotInfo]:
+    """A fresh store holding the snapshot at ``path`` (journal off)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CorruptSnapshot(path, 0, e.strerror or str(e)) from None
+    try:
+        covers, ts = records.check_snapshot_header(data)
+    except records.FormatError as e:
+        raise CorruptSnapshot(path, 0, str(e)) from None
+    store = Store()
+    offset = records.SNAPSHOT_HEADER_SIZE
+    expect_store = True
+    pending: dict[int, list[Job]] = {}
+    ended = None
+    try:
+        for offset, rtype, body in records.iter_frames(data, offset):
+            if ended is not None:
+                raise records.FormatError("a record follows SNAP_END")
+            if expect_store != (rtype == records.SNAP_STORE):
+                raise records.FormatError("SNAP_STORE must come first, and once")
+            expect_store = False
+            if rtype == records.SNAP_STORE:
+                store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks = \
+                    records.decode_snap_store(body)
+            elif rtype == records.SNAP_QUEUE:
+                _queue(store, records.decode_snap_queue(body))
+            elif rtype == records.SNAP_JOBS:
+                qid, rows = records.iter_snap_jobs(body)
+                if qid not in store.by_qid:
+                    raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
+                pending.setdefault(qid, []).extend(_jobs(rows))
+            elif rtype == records.SNAP_END:
+                ended = records.decode_snap_end(body)
+            else:
+                raise records.FormatError(f"record type {rtype} does not belong in a snapshot")
+            offset += records.FRAME_SIZE + len(body)
+    except records.FormatError as e:
+        raise CorruptSnapshot(path, offset, str(e)) from None
+    if ended is None:
+        reason = "a record fails its checksum or is cut short" if offset < len(data) else "SNAP_END is missing"
+        raise CorruptSnapshot(path, offset, reason)
+    if offset != len(data):
+        raise CorruptSnapshot(path, offset, "bytes follow SNAP_END")
+    queues, jobs = ended
+    if queues != len(store.queues) or jobs != sum(len(v) for v in pending.values()):
+        raise CorruptSnapshot(path, offset, "SNAP_END counts do not match the records")
+    for qid, got in pending.items():
+        store.by_qid[qid].restore(got)
+    return store, SnapshotInfo(path, covers, ts, queues, jobs, len(data))
+
+
+def _queue(store: Store, fields) -> None:
+    qid, next_id, id_mark, counters, name, config = fields
+    q = store.create_queue(name, QueueConfig.from_json(config), 0, qid)
+    q.next_id, q.id_mark = next_id, id_mark
+    q.counters = Counters(*counters)
+
+
+def _jobs(rows) -> list[Job]:
+    out = []
+    append = out.append
+    states = STATES
+    for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
+         key, token, consumer, error, payload, origin) in rows:
+        job = Job(jid, payload, prio, enq, vis, key, flags, maxd, expire)
+        try:
+            job.state = states[state]
+        except KeyError:
+            raise records.FormatError(f"job {jid} has unknown state {state}") from None
+        job.deliveries = deliveries
+        job.deadline = deadline
+        job.retain_until = retain
+        job.token = token
+        job.consumer = consumer
+        job.last_error = error
+        job.requeued = bool(bits & records.SNAP_REQUEUED)
+        dead = bits >> 3
+        if dead:
+            job.dead_reason = records.REASONS.get(dead)
+        if origin is not None:
+            job.origin = Provenance(*origin)
+        append(job)
+    return out

@@ -1,0 +1,336 @@
+"""Snapshots (storage.snapshot) and recovery from them (storage.datadir):
+a snapshot rebuilds exactly the state the log replay builds, damage is
+detected and named, and compaction keeps the fallback it promises."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict
+
+import pytest
+
+from leaseq.storage import records, snapshot
+from leaseq.storage.datadir import DataDir
+from leaseq.storage.recovery import CorruptLog
+from leaseq.storage.wal import list_segments
+
+from core import (LEASE, T0, ack, claim, close, crash, datadir_of, delete, nack, nack_dead, new_queue,
+                   open_store, push, push_key)
+
+JOB_FIELDS = [f for f in snapshot.Job.__slots__ if f != "holder"]
+
+
+def job_state(job) -> tuple:
+    values = []
+    for name in JOB_FIELDS:
+        v = getattr(job, name)
+        if name == "origin" and v is not None:
+            v = (v.source, v.src_id, v.deliveries, v.reason)
+        values.append(v)
+    return tuple(values)
+
+
+def state_of(store, durable_only: bool = False) -> dict:
+    """Everything a snapshot must keep, as plain values (memory queues' jobs
+    left out when ``durable_only``)."""
+    queues = {}
+    for name, q in store.queues.items():
+        memory = q.durability == "memory"
+        jobs = {} if (memory and durable_only) else q.jobs
+        queues[name] = {
+            "qid": q.qid, "config": q.config.to_json(), "counters": asdict(q.counters),
+            "next_id": q.next_id, "id_mark": q.id_mark,
+            "jobs": [job_state(j) for j in jobs.values()],
+            "ready": [] if (memory and durable_only) else list(q.ready),
+            "delayed": [] if (memory and durable_only) else list(q.delayed),
+            "leases": [] if (memory and durable_only) else list(q.leases),
+            "dead": list(q.dead) if jobs else [], "completed": list(q.completed) if jobs else [],
+            "keys": {k: v for k, v in q.keys.items()} if jobs else {},
+            "order": [i for i in q.order if i in jobs],
+            "payload_bytes": q.payload_bytes if jobs else 0,
+        }
+    return {"epoch": store.epoch, "next_qid": store.next_qid, "clock": store.clock,
+            "dropped": dict(store.dropped_marks), "queues": queues}
+
+
+REQUEUED = JOB_FIELDS.index("requeued")
+STATE = JOB_FIELDS.index("state")
+
+
+def replay_view(state: dict) -> dict:
+    """What replaying the log can know: it does not fold expired leases
+    (lease_expired is counted when a claim or an inspection looks, and not
+    logged; a job claimed again after its lease expired is not marked
+    requeued while in flight, which only orders ready jobs), and memory
+    queues' pushes are not logged.  A snapshot keeps all of these as they
+    were; compare the rest."""
+    for q in state["queues"].values():
+        q["counters"]["lease_expired"] = None
+        if q["config"]["durability"] == "memory":
+            q["counters"] = None
+        q["jobs"] = [j[:REQUEUED] + (None if j[STATE] == b"in_flight" else j[REQUEUED],) + j[REQUEUED + 1:]
+                     for j in q["jobs"]]
+    return state
+
+
+def queues_after_crash(state: dict) -> dict:
+    """A crash makes a queue continue at its logged id mark (ids in between
+    may have been handed out): next_id is the one thing that moves."""
+    return {name: dict(q, next_id=None) for name, q in state["queues"].items()}
+
+
+def build_varied(store, now=T0) -> None:
+    """Jobs in every state and with every optional field."""
+    a = new_queue(store, b"a", maxdeliveries=2, deadletter="dl", retain_completed=60_000)
+    b = new_queue(store, b"b", durability="async", retain_dead=120_000)
+    m = new_queue(store, b"m", durability="memory")
+    gone = new_queue(store, b"gone")
+    push(store, gone, 3, now=now)
+    from core import call, client_of
+    call(client_of(store), "QDROP", b"gone", "FORCE", now=now)
+    push(store, a, 10, now=now, priority=7)
+    push(store, a, 2, now=now, delay=5_000)
+    push_key(store, a, b"k1", b"exists", now=now)
+    jobs = claim(store, a, now, count=4)
+    ack(store, a, [jobs[0].token], now)                     # completed, retained
+    nack(store, a, [jobs[1].token], now, delay=0, error=b"boom")
+    nack(store, a, [jobs[2].token], now, delay=0, error=b"")  # an empty error is a value
+    claim(store, a, now + LEASE + 1, count=1)               # expires jobs[3]; claims the nacked one
+    expired = claim(store, a, now + 2 * LEASE + 5, count=3)  # the lease ran out: ready again, token kept
+    nack_dead(store, a, [expired[0].token], now + 2 * LEASE + 6, error=b"poison")   # to dl with provenance
+    push(store, b, 5, now=now, max_deliveries=1, expire_ms=100_000)
+    bj = claim(store, b, now, count=2)
+    nack_dead(store, b, [bj[0].token], now, error=b"dead here")   # dead in its own queue
+    delete(store, b, [bj[1].id], now)
+    push(store, m, 4, now=now)
+    claim(store, m, now, count=1)
+    store.set_clock(123, True, now + 7)
+
+
+def take_snapshot(store, now=T0):
+    return datadir_of(store).take_snapshot(now)
+
+
+def test_snapshot_of_every_job_state_reads_back_identical(tmp_path):
+    store = open_store(tmp_path / "d", T0)
+    build_varied(store)
+    before = state_of(store, durable_only=True)
+    info = take_snapshot(store)
+    loaded, got = snapshot.load(info.path)
+    assert state_of(loaded) == before
+    assert (got.covers, got.queues, got.jobs, got.bytes) == (info.covers, 4, info.jobs, os.path.getsize(info.path))
+    assert info.jobs == sum(len(q.jobs) for q in store.queues.values() if q.durability != "memory")
+    close(store)
+
+
+def test_recovery_from_snapshot_and_later_segments_equals_replay_of_the_whole_log(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    build_varied(store)
+    take_snapshot(store)
+    a = store.queues[b"a"]
+    later = T0 + 3 * LEASE
+    push(store, a, 3, now=later)
+    jobs = claim(store, a, later, count=2)
+    ack(store, a, [jobs[0].token], later)
+    crash(store)
+    replay_dir = tmp_path / "replay"
+    shutil.copytree(d, replay_dir)
+    for _covers, path in snapshot.list_snapshots(str(replay_dir)):
+        os.unlink(path)
+    from_snapshot = open_store(d, later)
+    from_log = open_store(replay_dir, later)
+    assert datadir_of(from_snapshot).loaded is not None and datadir_of(from_log).loaded is None
+    assert replay_view(state_of(from_snapshot, durable_only=True)) == \
+        replay_view(state_of(from_log, durable_only=True))
+    assert datadir_of(from_snapshot).report.segments < datadir_of(from_log).report.segments
+    close(from_snapshot)
+    close(from_log)
+
+
+def test_tokens_of_a_snapshot_still_ack_after_restart(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    push(store, q, 3)
+    tokens = [j.token for j in claim(store, q, T0, count=3)]
+    take_snapshot(store)
+    crash(store)
+    store = open_store(d, T0 + 1)
+    q = store.queues[b"q"]
+    assert ack(store, q, tokens[:2], T0 + 1) == 2
+    assert [j.deliveries for j in q.jobs.values()] == [1]
+    close(store)
+
+
+def test_ids_stay_unique_across_a_snapshot_and_a_crash(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    m = new_queue(store, b"m", durability="memory")
+    top = push(store, q, 5)[-1].id
+    mtop = push(store, m, 5)[-1].id
+    take_snapshot(store)
+    crash(store)
+    store = open_store(d, T0 + 1)
+    assert push(store, store.queues[b"q"], 1, now=T0 + 1)[0].id > top
+    assert push(store, store.queues[b"m"], 1, now=T0 + 1)[0].id > mtop
+    assert len(store.queues[b"m"].jobs) == 1                    # memory jobs are not in a snapshot
+    close(store)
+
+
+@pytest.mark.parametrize("where", ["header", "first-frame", "middle", "last-frame"])
+def test_a_flipped_bit_in_a_snapshot_is_named_with_file_and_offset(tmp_path, where):
+    store = open_store(tmp_path / "d", T0)
+    build_varied(store)
+    info = take_snapshot(store)
+    close(store)
+    data = bytearray(open(info.path, "rb").read())
+    at = {"header": 9, "first-frame": records.SNAPSHOT_HEADER_SIZE + 2,
+          "middle": len(data) // 2, "last-frame": len(data) - 3}[where]
+    data[at] ^= 0x10
+    open(info.path, "wb").write(bytes(data))
+    with pytest.raises(snapshot.CorruptSnapshot) as e:
+        snapshot.load(info.path)
+    assert e.value.path == info.path
+    assert e.value.offset <= at and (where != "header" or e.value.offset == 0)
+    assert info.path in str(e.value) and str(e.value.offset) in str(e.value)
+
+
+@pytest.mark.parametrize("keep", [0, 10, records.SNAPSHOT_HEADER_SIZE, 0.5, -1])
+def test_a_snapshot_cut_short_is_refused(tmp_path, keep):
+    store = open_store(tmp_path / "d", T0)
+    build_varied(store)
+    info = take_snapshot(store)
+    close(store)
+    data = open(info.path, "rb").read()
+    n = int(len(data) * keep) if isinstance(keep, float) else (len(data) + keep if keep < 0 else keep)
+    open(info.path, "wb").write(data[:n])
+    with pytest.raises(snapshot.CorruptSnapshot):
+        snapshot.load(info.path)
+
+
+def _three_snapshots(d, archive=""):
+    store = open_store(d, T0)
+    datadir_of(store).archive_dir = archive
+    q = new_queue(store)
+    for i in range(3):
+        push(store, q, 4)
+        jobs = claim(store, q, T0, count=2)
+        ack(store, q, [j.token for j in jobs], T0)
+        take_snapshot(store)
+    return store
+
+
+def test_compaction_keeps_two_snapshots_and_the_segments_after_the_older(tmp_path):
+    d = tmp_path / "d"
+    store = _three_snapshots(d)
+    snaps = snapshot.list_snapshots(str(d))
+    assert len(snaps) == 2
+    older = snaps[0][0]
+    numbers = [n for n, _p in list_segments(str(d))]
+    assert numbers and numbers[0] == older + 1
+    assert numbers == list(range(older + 1, numbers[-1] + 1))
+    before = state_of(store, durable_only=True)
+    crash(store)
+    store = open_store(d, T0)
+    assert queues_after_crash(state_of(store, durable_only=True)) == queues_after_crash(before)
+    close(store)
+
+
+def test_archive_dir_receives_the_segments_compaction_lets_go(tmp_path):
+    d, archive = tmp_path / "d", tmp_path / "archive"
+    store = _three_snapshots(d, archive=str(archive))
+    archived = sorted(os.listdir(archive))
+    kept = [os.path.basename(p) for _n, p in list_segments(str(d))]
+    assert archived and not set(archived) & set(kept)
+    assert [n for n, _p in list_segments(str(archive))] == list(range(1, len(archived) + 1))
+    close(store)
+
+
+def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, caplog):
+    d = tmp_path / "d"
+    store = _three_snapshots(d)
+    before = state_of(store, durable_only=True)
+    crash(store)
+    newest = snapshot.list_snapshots(str(d))[-1][1]
+    data = bytearray(open(newest, "rb").read())
+    data[len(data) // 2] ^= 1
+    open(newest, "wb").write(bytes(data))
+    store = open_store(d, T0)
+    assert datadir_of(store).loaded.path == snapshot.list_snapshots(str(d))[0][1]
+    assert queues_after_crash(state_of(store, durable_only=True)) == queues_after_crash(before)
+    assert "instead of the damaged" in caplog.text and os.path.basename(newest) in caplog.text
+    close(store)
+
+
+def test_a_damaged_snapshot_with_nothing_to_fall_back_on_refuses_to_start(tmp_path):
+    d = tmp_path / "d"
+    store = _three_snapshots(d)
+    crash(store)
+    for _covers, path in snapshot.list_snapshots(str(d)):
+        data = bytearray(open(path, "rb").read())
+        data[records.SNAPSHOT_HEADER_SIZE + 1] ^= 1
+        open(path, "wb").write(bytes(data))
+    newest = snapshot.list_snapshots(str(d))[-1][1]
+    with pytest.raises(CorruptLog) as e:
+        DataDir.open(str(d), T0)
+    assert e.value.path == newest and e.value.offset == records.SNAPSHOT_HEADER_SIZE
+    assert "--repair" in str(e.value)
+    repaired = DataDir.open(str(d), T0, repair=True)        # starts, from what the segments hold
+    assert b"q" not in repaired.store.queues or repaired.store.queues[b"q"].jobs is not None
+    repaired.close()
+    assert snapshot.list_snapshots(str(d)) == []
+    assert len([n for n in os.listdir(d) if n.endswith(".snap.corrupt")]) == 2
+
+
+def test_a_segment_missing_after_the_snapshot_refuses_to_start(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    take_snapshot(store)
+    push(store, q, 2)
+    datadir_of(store).begin_snapshot()      # flush and rotate, as a snapshot begins
+    push(store, q, 2)
+    crash(store)
+    covers = snapshot.list_snapshots(str(d))[-1][0]
+    missing = dict(list_segments(str(d)))[covers + 1]
+    os.unlink(missing)
+    with pytest.raises(CorruptLog) as e:
+        DataDir.open(str(d), T0)
+    assert e.value.path == missing and "missing" in str(e.value)
+
+
+def test_a_half_written_snapshot_is_removed_at_start(tmp_path, caplog):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    push(store, new_queue(store), 2)
+    crash(store)
+    stray = d / (snapshot.snapshot_name(1) + snapshot.TEMPORARY)
+    stray.write_bytes(b"LEASEQSN partial")
+    store = open_store(d, T0)
+    assert not stray.exists()
+    assert "did not finish" in caplog.text
+    assert len(store.queues[b"q"].jobs) == 2
+    close(store)
+
+
+def test_log_bytes_since_snapshot_counts_from_the_snapshot_start(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    push(store, q, 50, payload=b"x" * 100)
+    dd = datadir_of(store)
+    dd.wal.flush()
+    assert dd.log_bytes_since_snapshot > 50 * 100
+    take_snapshot(store)
+    assert dd.log_bytes_since_snapshot == 0
+    push(store, q, 1)
+    dd.wal.flush()
+    grew = dd.log_bytes_since_snapshot
+    assert 0 < grew < 200
+    crash(store)
+    store = open_store(d, T0)
+    assert datadir_of(store).log_bytes_since_snapshot >= grew
+    close(store)
