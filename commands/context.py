@@ -79,6 +79,13 @@ class ServerContext(Protocol):
 
     def request_shutdown(self, reason: str) -> None: ...
 
+    def bgsave(self, schedule: bool) -> str:
+        """BGSAVE: start a snapshot; "started", "scheduled" (SCHEDULE while
+        one runs) or "running" (one runs already)."""
+
+    def lastsave(self) -> int:
+        """LASTSAVE: unix time of the last snapshot written (0: none yet)."""
+
 
 @runtime_checkable
 class ClientContext(Protocol):

@@ -61,6 +61,7 @@ HELLO_NOAUTH = Error("NOAUTH", "HELLO must be called with the client already aut
                                "and select the RESP protocol version at the same time")
 NO_KEY_ARGUMENTS = err("The command has no key arguments")
 MAX_CLIENTS = err("max number of clients reached")
+BGSAVE_RUNNING = err("Background save already in progress")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:

@@ -1,4 +1,4 @@
-"""Server commands: COMMAND, INFO, CONFIG, TIME, DBSIZE, SHUTDOWN."""
+"""Server commands: COMMAND, INFO, CONFIG, TIME, DBSIZE, BGSAVE, LASTSAVE, SHUTDOWN."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from fnmatch import fnmatchcase
 
 from . import errors
-from .replies import NO_REPLY, OK, Map, Verbatim
+from .replies import NO_REPLY, OK, Map, Simple, Verbatim
 
 
 # -- COMMAND --------------------------------------------------------------------------
@@ -106,6 +106,20 @@ def time_cmd(client, args):
 
 def dbsize(client, args):
     return len(client.server.store.queues)
+
+
+def bgsave(client, args):
+    """BGSAVE [SCHEDULE]: Redis's replies, for a leaseq snapshot."""
+    if len(args) > 2 or (len(args) == 2 and args[1].upper() != b"SCHEDULE"):
+        raise errors.SYNTAX
+    started = client.server.bgsave(len(args) == 2)
+    if started == "running":
+        raise errors.BGSAVE_RUNNING
+    return Simple("Background saving started" if started == "started" else "Background saving scheduled")
+
+
+def lastsave(client, args):
+    return client.server.lastsave()
 
 
 def shutdown(client, args):

@@ -39,6 +39,9 @@ class Settings:
                                choices=("async", "fsync"))
     fsync_interval: int = _s(1000, "ms", "async queues: written data is fsynced at least this often (ms)")
     segment_size: int = _s(64 << 20, "bytes", "a new log segment starts when the current one reaches this size")
+    snapshot_min_bytes: int = _s(64 << 20, "bytes",
+                                 "snapshot when the log since the last one exceeds this and twice the live data")
+    archive_dir: str = _s("", "str", "move segments a snapshot lets go here instead of deleting them (empty: delete)")
     auto_create: bool = _s(True, "bool", "QPUSH and QCLAIM create missing queues with default options")
     maxclients: int = _s(10000, "int", "connections beyond this are refused with an error")
     timeout: int = _s(0, "int", "close connections idle for this many seconds (0 = never)")

@@ -27,6 +27,7 @@ from .clock import Clock
 from .committer import Committer
 from .connection import Connection
 from .process import os_line, peak_rss_bytes, rss_bytes
+from .snapshots import Snapshots
 from .resp import encode
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class Server:
         self.loop = None
         self.blocking: Blocking | None = None
         self.committer: Committer | None = None
+        self.snapshots: Snapshots | None = None
+        datadir.archive_dir = settings.archive_dir
 
     # -- clock and settings --------------------------------------------------------------
 
@@ -101,6 +104,7 @@ class Server:
         self.store.journal.lease_sync = s.lease_durability == "fsync"
         self.store.default_config = QueueConfig(durability=s.default_durability)
         self.wal.set_segment_size(s.segment_size)
+        self.datadir.archive_dir = s.archive_dir
         for c in self.clients.values():
             c.parser.max_args = s.max_args
             c.parser.max_bulk = s.proto_max_bulk_len
@@ -131,6 +135,12 @@ class Server:
 
     def queue_dropped(self, queue) -> None:
         self.blocking.queue_dropped(queue)
+
+    def bgsave(self, schedule: bool) -> str:
+        return self.snapshots.bgsave(schedule)
+
+    def lastsave(self) -> int:
+        return self.snapshots.last_time
 
     def ops_per_sec(self) -> int:
         if len(self._ops_samples) < 2:
@@ -179,8 +189,7 @@ class Server:
                 ("default_durability", s.default_durability),
                 ("lease_durability", s.lease_durability),
                 ("fsync_interval_ms", s.fsync_interval),
-                ("last_snapshot", "none"),
-            ],
+            ] + (self.snapshots.info_fields() if self.snapshots else []),
             "stats": [
                 ("total_connections_received", stats.connections),
                 ("total_commands_processed", stats.commands),
@@ -201,6 +210,7 @@ class Server:
         self._stopped = asyncio.Event()
         self.blocking = Blocking(self, loop)
         self.committer = Committer(self, loop)
+        self.snapshots = Snapshots(self, loop)
         s = self.settings
         self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
                                                   reuse_address=True, backlog=511)
@@ -227,6 +237,7 @@ class Server:
             fn()
 
     def _housekeeping(self) -> None:
+        self.snapshots.check()
         now = time.monotonic()
         self._ops_samples.append((now, self.stats.commands))
         s = self.settings
@@ -255,6 +266,7 @@ class Server:
         self._listener.close()
         for task in self._tasks:
             task.cancel()
+        self.snapshots.stop()
         self.blocking.release_all()
         for c in list(self.clients.values()):
             c.release_holdings()        # SESSION and QWORK leases end with their connections

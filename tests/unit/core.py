@@ -48,6 +48,7 @@ class Core:
         self.oom = False
         self.dropped: list = []
         self.shutdown_reason = None
+        self.last_save = 0
 
     @property
     def auth_required(self) -> bool:
@@ -80,6 +81,17 @@ class Core:
 
     def request_shutdown(self, reason: str) -> None:
         self.shutdown_reason = reason
+
+    def bgsave(self, schedule: bool) -> str:
+        """No child process here: the snapshot is written at once, in this
+        thread, when the store has a data directory."""
+        d = _dirs.get(self.store)
+        if d is not None:
+            self.last_save = d.take_snapshot(self.now_ms()).ts // 1000
+        return "started"
+
+    def lastsave(self) -> int:
+        return self.last_save
 
 
 class Client:

@@ -1,0 +1,199 @@
+"""Snapshots in the running daemon: when to take one, and taking it without
+pausing the event loop.
+
+When.  ``check`` runs with the housekeeping tick: a snapshot starts when the
+log written since the last one exceeds ``max(snapshot-min-bytes, 2 x live
+data)`` (live data = the payloads of the jobs of fsync and async queues, plus
+64 bytes per job for the rest of its record), and on ``BGSAVE``.
+
+How.  Between two event-loop turns the parent writes out the log buffer and
+starts a new segment (``DataDir.begin_snapshot``): at that instant the store
+holds exactly what the sealed segments hold.  It then forks.  The child owns
+a copy-on-write image of that instant: it writes the snapshot file
+(``storage.snapshot.write``: temp file, fsync, rename, directory fsync),
+reports ``ok <bytes> <jobs>`` through a pipe and exits.  The parent goes on
+serving; the pipe's end-of-file wakes it (``loop.add_reader``), it reaps the
+child and, on success, compacts (``DataDir.compact``).  Only the fork itself
+(copying page tables: milliseconds per GB) happens on the loop.
+
+Why a fork.  A thread would share the GIL with the loop for the seconds a
+million jobs take to encode, and would need a frozen copy of the state made
+on the loop first; the fork gets that copy from the kernel, and the encoding
+runs on the other core.  The price is memory: pages the child reads are
+copied once touched (reference counts), up to the size of the job state.
+
+The child lets go of everything the parent owns that outlives it: it closes
+its copy of the directory lock (the lock stays the parent's) and stops, with
+its temporary file removed, as soon as it sees the parent is gone.  A
+shutdown kills a running child; the next start replays the log instead.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import time
+
+from leaseq.storage import snapshot
+from leaseq.storage.queue import MEMORY
+
+log = logging.getLogger(__name__)
+
+RECORD_OVERHEAD = 64      # bytes a job's record costs beyond its payload, about
+
+
+class Snapshots:
+    def __init__(self, server, loop) -> None:
+        self.server = server
+        self.loop = loop
+        self.child = 0                 # pid of the running child, 0 when none
+        self.scheduled = False         # BGSAVE SCHEDULE asked for one after the running one
+        self.started = 0.0             # monotonic time the running one started
+        self.taken = 0
+        loaded = server.datadir.loaded
+        self.last_time = loaded.ts // 1000 if loaded else 0   # unix seconds of the last good one
+        self.last_status = "ok"
+        self.last_duration_ms = -1
+        self.last_bytes = loaded.bytes if loaded else 0
+        self._pipe = -1
+        self._said = b""
+
+    @property
+    def in_progress(self) -> bool:
+        return self.child != 0
+
+    def live_bytes(self) -> int:
+        return sum(q.payload_bytes + RECORD_OVERHEAD * len(q.jobs)
+                   for q in self.server.store.queues.values() if q.durability is not MEMORY)
+
+    def due(self) -> bool:
+        since = self.server.datadir.log_bytes_since_snapshot
+        return since > self.server.settings.snapshot_min_bytes and since > 2 * self.live_bytes()
+
+    def check(self) -> None:
+        if not self.in_progress and not self.server.stopping and self.due():
+            self.start("the log grew past its threshold")
+
+    def bgsave(self, schedule: bool = False) -> str:
+        """BGSAVE: "started", or "scheduled" (SCHEDULE while one runs), or
+        "running" (one runs and no SCHEDULE)."""
+        if self.in_progress:
+            if schedule:
+                self.scheduled = True
+                return "scheduled"
+            return "running"
+        self.start("BGSAVE")
+        return "started"
+
+    # -- the fork ---------------------------------------------------------------------------
+
+    def start(self, reason: str) -> None:
+        server = self.server
+        datadir = server.datadir
+        covers = datadir.begin_snapshot()
+        server.committer.touch()           # the buffer just written may release replies
+        now = server.now_ms()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                        # the child: never returns
+            os.close(r)
+            self._child(w, covers, now)
+        os.close(w)
+        self.child = pid
+        self.started = time.monotonic()
+        self._pipe = r
+        self._said = b""
+        os.set_blocking(r, False)
+        self.loop.add_reader(r, self._readable)
+        log.info("snapshot started (%s): covers segments up to %d, child pid %d", reason, covers, pid)
+
+    def _child(self, w: int, covers: int, now: int) -> None:
+        code = 1
+        try:
+            gc.disable()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            try:
+                signal.set_wakeup_fd(-1)
+            except ValueError:
+                pass
+            datadir = self.server.datadir
+            if datadir.lock_fd >= 0:
+                os.close(datadir.lock_fd)   # the lock stays with the parent's descriptor
+            parent = os.getppid()
+            info = snapshot.write(self.server.store, datadir.directory, covers, now,
+                                  still_wanted=lambda: os.getppid() == parent)
+            os.write(w, b"ok %d %d\n" % (info.bytes, info.jobs))
+            code = 0
+        except BaseException as e:          # noqa: BLE001 - the child reports everything, then exits
+            try:
+                os.write(w, f"error {e}\n".encode(errors="replace"))
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._pipe, 4096)
+        except BlockingIOError:
+            return
+        if chunk:
+            self._said += chunk
+            return
+        self.loop.remove_reader(self._pipe)
+        os.close(self._pipe)
+        self._pipe = -1
+        _pid, status = os.waitpid(self.child, 0)
+        self.child = 0
+        self._finished(os.waitstatus_to_exitcode(status), self._said.decode(errors="replace").strip())
+
+    def _finished(self, code: int, said: str) -> None:
+        self.last_duration_ms = int((time.monotonic() - self.started) * 1000)
+        if code == 0 and said.startswith("ok "):
+            _ok, size, jobs = said.split()
+            datadir = self.server.datadir
+            datadir.snapshot_written()
+            gone = datadir.compact()
+            self.taken += 1
+            self.last_status = "ok"
+            self.last_time = int(time.time())
+            self.last_bytes = int(size)
+            log.info("snapshot written: %s jobs, %s bytes in %d ms; %s %d segments", jobs, size,
+                     self.last_duration_ms, "archived" if datadir.archive_dir else "removed", len(gone))
+        else:
+            self.last_status = "err"
+            log.error("snapshot failed (child exit %d): %s", code, said or "no report")
+        if self.scheduled and not self.server.stopping:
+            self.scheduled = False
+            self.start("BGSAVE SCHEDULE")
+
+    def stop(self) -> None:
+        """Shutdown: a running child is killed; its temporary file removed."""
+        if not self.child:
+            return
+        try:
+            os.kill(self.child, signal.SIGKILL)
+            os.waitpid(self.child, 0)
+        except ChildProcessError:
+            pass
+        self.loop.remove_reader(self._pipe)
+        os.close(self._pipe)
+        self.child = 0
+        snapshot.remove_temporaries(self.server.datadir.directory)
+        log.info("shutdown stopped a running snapshot; the next start replays the log instead")
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        return [
+            ("snapshot_in_progress", 1 if self.in_progress else 0),
+            ("last_snapshot_time", self.last_time),
+            ("last_snapshot_status", self.last_status),
+            ("last_snapshot_duration_ms", self.last_duration_ms),
+            ("last_snapshot_bytes", self.last_bytes),
+            ("snapshots_taken", self.taken),
+            ("log_bytes_since_snapshot", self.server.datadir.log_bytes_since_snapshot),
+            ("snapshot_min_bytes", self.server.settings.snapshot_min_bytes),
+            ("archive_dir", self.server.datadir.archive_dir),
+        ]
