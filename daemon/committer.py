@@ -5,7 +5,8 @@ the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
 blocked claimers take the jobs this turn made ready, then writes the log
 buffer with one ``write`` (one generation) and releases the replies whose
 tickets needed only that; if a record written needs fsync before its reply,
-it starts an ``fdatasync`` in the worker thread.  While that runs the loop
+it starts an ``fdatasync`` in the worker thread.  Last it asks whether the
+log has grown enough for a snapshot (``daemon.snapshots``).  While that runs the loop
 keeps reading, parsing and running commands; a later turn's records are
 written and covered by the next ``fdatasync``, which starts as soon as the
 running one ends.  When one ends, connections release the replies whose
@@ -63,6 +64,7 @@ class Committer:
         if wal.sync_wanted:
             self.start_sync()
         self._release()
+        self.server.snapshots.check()      # a turn that wrote may have grown the log past its threshold
 
     def start_sync(self) -> None:
         """Start an fdatasync of everything written (unless one runs: when it

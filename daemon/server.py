@@ -237,7 +237,6 @@ class Server:
             fn()
 
     def _housekeeping(self) -> None:
-        self.snapshots.check()
         now = time.monotonic()
         self._ops_samples.append((now, self.stats.commands))
         s = self.settings

@@ -1,7 +1,8 @@
 """Snapshots in the running daemon: when to take one, and taking it without
 pausing the event loop.
 
-When.  ``check`` runs with the housekeeping tick: a snapshot starts when the
+When.  ``check`` runs at the end of every event-loop turn that wrote to the
+log (``daemon.committer``; it compares two integers first): a snapshot starts when the
 log written since the last one exceeds ``max(snapshot-min-bytes, 2 x live
 data)`` (live data = the payloads of the jobs of fsync and async queues, plus
 64 bytes per job for the rest of its record), and on ``BGSAVE``.
