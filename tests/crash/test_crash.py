@@ -46,7 +46,7 @@ from collections import defaultdict, deque
 import hiredis
 import pytest
 
-from harness import HOST, Daemon
+from harness import HOST, Daemon, as_map
 
 QUEUES = ("crash-a", "crash-b")
 PRODUCERS = 3
@@ -79,17 +79,6 @@ class Resp:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = hiredis.Reader()
 
-    @staticmethod
-    def pack(args) -> bytes:
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            if isinstance(a, int):
-                a = b"%d" % a
-            elif isinstance(a, str):
-                a = a.encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
     def _read(self):
         deadline = time.monotonic() + self.timeout
         while True:
@@ -104,7 +93,7 @@ class Resp:
             self.reader.feed(data)
 
     def call(self, *args):
-        self.sock.sendall(self.pack(args))
+        self.sock.sendall(hiredis.pack_command(args))
         reply = self._read()
         if isinstance(reply, hiredis.ReplyError):
             raise ReplyError(str(reply))
@@ -114,7 +103,7 @@ class Resp:
         out = []
         for i in range(0, len(commands), AUDIT_CHUNK):
             chunk = commands[i:i + AUDIT_CHUNK]
-            self.sock.sendall(b"".join(self.pack(c) for c in chunk))
+            self.sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in chunk))
             out.extend(self._read() for _ in chunk)
         return out
 
@@ -123,10 +112,6 @@ class Resp:
             self.sock.close()
         except OSError:
             pass
-
-
-def jmap(flat) -> dict:
-    return {k.decode(): v for k, v in zip(flat[::2], flat[1::2])}
 
 
 # -- what the clients saw -----------------------------------------------------------------------
@@ -399,7 +384,7 @@ class Worker:
                     reply = self.conn.call("QCLAIM", q, consumer, "COUNT", count, "LEASE", lease_ms,
                                            "BLOCK", 100)
                     claim.t_recv = now_ms()
-                    claim.entries = [Lease(claim, jmap(m)) for m in reply]
+                    claim.entries = [Lease(claim, as_map(m, str_keys=True)) for m in reply]
                 except OSError:
                     claim.unknown = True
                     raise
@@ -437,7 +422,7 @@ def audit(world: World, run: int) -> None:
     try:
         info = {}
         for q in QUEUES:
-            info[q] = jmap(conn.call("QINFO", q))
+            info[q] = as_map(conn.call("QINFO", q), str_keys=True)
             world.start_id[(q, run)] = info[q]["next_id"]
         with world.lock:
             keys = set(world.known_ids)
@@ -449,7 +434,7 @@ def audit(world: World, run: int) -> None:
         replies = conn.pipeline([("QGET", q, i) for q, i in keys])
     finally:
         conn.close()
-    world.audits[run] = {k: (None if r is None else jmap(r)) for k, r in zip(keys, replies)}
+    world.audits[run] = {k: (None if r is None else as_map(r, str_keys=True)) for k, r in zip(keys, replies)}
     world.audit_info[run] = info
 
 

@@ -15,10 +15,9 @@ import time
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from harness import Daemon, unique, wait_for
+from harness import (Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget, qinfo, unique,
+                     wait_blocked, wait_for)
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -30,45 +29,8 @@ def other(daemon):
     c.close()
 
 
-def as_map(reply) -> dict:
-    if isinstance(reply, dict):
-        return reply
-    assert isinstance(reply, list) and len(reply) % 2 == 0, reply
-    return dict(zip(reply[::2], reply[1::2]))
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def qinfo(r, q) -> dict:
-    return as_map(r.execute_command("QINFO", q))
-
-
-def qget(r, q, job_id):
-    reply = r.execute_command("QGET", q, job_id)
-    return None if reply is None else as_map(reply)
-
-
-def claim(r, q, consumer="w", *options) -> list[dict]:
-    return [as_map(j) for j in r.execute_command("QCLAIM", q, consumer, *options)]
-
-
-def claim_one(r, q, consumer="w", *options) -> dict:
-    jobs = claim(r, q, consumer, *options)
-    assert len(jobs) == 1, jobs
-    return jobs[0]
-
-
-def error_text(r, *args) -> str:
-    """The error reply as redis-py reports it: ``ERR`` is stripped, other codes kept."""
-    with pytest.raises(redis.ResponseError) as e:
-        r.execute_command(*args)
-    return str(e.value)
-
-
-def wait_blocked(r, q, n: int) -> None:
-    wait_for(lambda: qinfo(r, q)[b"consumers_blocked"] == n, what=f"{n} claimers blocked on {q}")
 
 
 class Claimer(threading.Thread):
@@ -782,7 +744,7 @@ def test_ten_blocked_claimers_share_a_qpushmany_of_50(daemon, r, q):
 
 def test_blocked_claimer_that_disconnects_gets_nothing_leased(daemon, r, q):
     r.execute_command("QCREATE", q)
-    c = daemon.client(protocol=2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    c = no_retry_client(daemon, socket_timeout=0.2)
     with pytest.raises(redis.TimeoutError):
         c.execute_command("QCLAIM", q, "gone", "BLOCK", "10000")
     c.close()
