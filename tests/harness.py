@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 
 import pytest
 import redis
@@ -123,6 +125,23 @@ class Daemon:
 
     def __exit__(self, *exc) -> None:
         self.kill() if exc[0] else self.stop()
+
+
+class CheckedThread(threading.Thread):
+    """A (daemon) thread that keeps what its target raised, an assertion
+    included, in ``failure`` (the traceback text; None when it ran through).
+    An exception in a plain thread only becomes a warning, so the test asserts
+    ``t.failure is None`` in its own thread after the join."""
+
+    def __init__(self, target, args: tuple = (), daemon: bool = True) -> None:
+        super().__init__(target=target, args=args, daemon=daemon)
+        self.failure: str | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException:
+            self.failure = traceback.format_exc()
 
 
 # -- reply helpers ----------------------------------------------------------------------------

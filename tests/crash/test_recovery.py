@@ -23,7 +23,7 @@ import time
 import pytest
 import redis
 
-from harness import Daemon, as_map, no_retry_client, qinfo, wait_for
+from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, wait_for
 
 SEG_RE = re.compile(r"^seg-\d{20}\.wal$")
 SEGMENT_HEADER_SIZE = 24
@@ -461,8 +461,8 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
             blocked_reply.append(e)
         c.close()
 
-    threads = [threading.Thread(target=producer, args=(n,), daemon=True) for n in range(4)]
-    threads.append(threading.Thread(target=blocked_claimer, daemon=True))
+    threads = [CheckedThread(target=producer, args=(n,)) for n in range(4)]
+    threads.append(CheckedThread(target=blocked_claimer))
     for t in threads:
         t.start()
     watch = d.client(protocol=2)
@@ -475,6 +475,7 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
     for t in threads:
         t.join(30)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     assert rc == 0, f"SIGTERM exit code {rc}:\n{log_since(d, mark)}"
     assert not problems, problems
     assert blocked_reply and blocked_reply[0] == [], \

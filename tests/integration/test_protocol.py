@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 
 import hiredis
@@ -21,7 +20,7 @@ from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import HOST, Daemon, as_map, error_text, no_retry_client, unique, wait_for
+from harness import HOST, CheckedThread, Daemon, as_map, error_text, no_retry_client, unique, wait_for
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -1116,7 +1115,7 @@ def test_garbage_while_another_client_is_blocked_does_not_disturb_it(fresh, fres
         c.close()
 
     r.execute_command("QCREATE", "g")
-    t = threading.Thread(target=claimer)
+    t = CheckedThread(target=claimer)
     t.start()
     wait_for(lambda: as_map(r.execute_command("QINFO", "g"))[b"consumers_blocked"] == 1, what="claimer blocked")
     for blob in GARBAGE:
@@ -1126,5 +1125,6 @@ def test_garbage_while_another_client_is_blocked_does_not_disturb_it(fresh, fres
     r.execute_command("QPUSH", "g", "payload")
     t.join(10)
     assert not t.is_alive()
+    assert t.failure is None, t.failure
     [job] = results[0]
     assert as_map(job)[b"payload"] == b"payload"

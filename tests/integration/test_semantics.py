@@ -30,7 +30,7 @@ import hiredis
 import pytest
 import redis
 
-from harness import (HOST, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget, qinfo, unique,
+from harness import (HOST, CheckedThread, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget, qinfo, unique,
                      wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
@@ -220,12 +220,13 @@ def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
         finally:
             pc.close()
 
-    t = threading.Thread(target=producer, daemon=True)
+    t = CheckedThread(target=producer)
     t.start()
     wait_for(lambda: len(replied) >= 400, 20, "400 pushes replied")
     d.kill()                                   # while the producer is still pushing
     t.join(10)
     assert not t.is_alive() and errors, "the producer should have lost its connection"
+    assert t.failure is None, t.failure
     snapshot = dict(replied)
     d.restart()
     c = no_retry_client(d, socket_timeout=10)
@@ -284,12 +285,13 @@ def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
         finally:
             ac.close()
 
-    t = threading.Thread(target=acker, daemon=True)
+    t = CheckedThread(target=acker)
     t.start()
     wait_for(lambda: len(acked) >= 60, 20, "60 acks replied")
     d.kill()
     t.join(10)
     assert not t.is_alive()
+    assert t.failure is None, t.failure
     acked_before_crash = set(acked)
     assert len(acked_before_crash) < 200, "the crash should come while acks are still being sent"
     d.restart()
@@ -318,6 +320,7 @@ def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill
     c.execute_command("QPUSHMANY", q, 300, *[f"s{i}" for i in range(300)])
     jobs = claim(c, q, "w", "COUNT", 300)
     replied: dict[int, int] = {}            # job id -> id of its follow-up job
+    ack_replies: dict[int, int] = {}        # job id -> its QACK's reply in the EXEC (checked below)
 
     def worker() -> None:
         wc = no_retry_client(d, socket_timeout=10)
@@ -327,18 +330,22 @@ def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill
                 pipe.execute_command("QACK", q, j[b"lease"])
                 pipe.execute_command("QPUSH", nxt, b"follow-%d" % j[b"id"])
                 acked, follow = pipe.execute()
-                assert acked == 1
+                ack_replies[j[b"id"]] = acked
                 replied[j[b"id"]] = follow
         except redis.ConnectionError:
             pass
         finally:
             wc.close()
 
-    t = threading.Thread(target=worker, daemon=True)
+    t = CheckedThread(target=worker)
     t.start()
     wait_for(lambda: len(replied) >= 60, 20, "60 EXECs replied")
     d.kill()
     t.join(10)
+    assert not t.is_alive()
+    assert t.failure is None, t.failure
+    for jid, acked in ack_replies.items():
+        assert acked == 1, f"job {jid}: the QACK in the EXEC replied {acked}"
     done = dict(replied)
     assert len(done) < 300
     d.restart()
@@ -390,13 +397,14 @@ def test_rule3_concurrent_claimers_draining_a_queue_never_get_the_same_job(daemo
             got[i] += [(j[b"id"], j[b"lease"]) for j in jobs]
         c.close()
 
-    threads = [threading.Thread(target=claimer, args=(i,), daemon=True) for i in range(8)]
+    threads = [CheckedThread(target=claimer, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     barrier.wait(10)
     for t in threads:
         t.join(30)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     all_ids = [jid for lst in got.values() for jid, _ in lst]
     tokens = [tok for lst in got.values() for _, tok in lst]
     assert len(all_ids) == len(set(all_ids)), "a job was leased to two consumers at once"
@@ -430,12 +438,13 @@ def test_rule3_no_two_leases_overlap_under_claim_and_nack_churn(daemon, r, q):
                 spans.extend((j[b"id"], j[b"lease"], t_got, t_release) for j in jobs)
         c.close()
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
+    threads = [CheckedThread(target=worker, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     assert len(spans) > 100
     assert len({s[1] for s in spans}) == len(spans), "a token was handed out twice"
     by_job: dict[int, list] = {}
@@ -1459,12 +1468,13 @@ def _concurrent_claims(daemon, q, n, *options) -> list[list[dict]]:
         out[i] = claim(c, q, f"c{i}", *options)
         c.close()
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    threads = [CheckedThread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(15)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     return out
 
 
