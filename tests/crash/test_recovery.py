@@ -1,4 +1,4 @@
-"""Startup behaviour of the real daemon on crashed and damaged logs (SPEC 4, 5.1, 8).
+"""Startup behaviour of the real daemon on crashed and damaged logs (docs/semantics.md §4, §5.1, §8).
 
 Every test drives ``leaseq serve`` as a subprocess (tests/harness.py) on a
 loopback port and a temporary data directory, kills it with SIGKILL or stops
@@ -181,7 +181,7 @@ def test_torn_tail_before_an_empty_newest_segment_is_truncated(tmp_path, daemons
     tail and the segment started after it exists with no bytes (its header
     never reached the disk).  Nothing in either was acknowledged; the empty
     file is no segment at all, so the torn tail is the log's tail and recovery
-    should truncate it (SPEC 5.1), not demand --repair."""
+    should truncate it (docs/semantics.md §5.1), not demand --repair."""
     data_dir = tmp_path / "data"
     d = new_daemon(daemons, data_dir, "--config", small_segments).start()
     c = d.client(protocol=2)
@@ -497,7 +497,7 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
     d.stop()
 
 
-# -- (h) live counters survive a crash (SPEC rule 9) ------------------------------------------------
+# -- (h) live counters survive a crash (docs/semantics.md §4.9) -------------------------------------
 
 @pytest.mark.parametrize("lease_durability", ["fsync", "async"])
 def test_qinfo_live_counters_survive_kill(tmp_path, daemons, lease_durability):

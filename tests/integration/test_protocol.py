@@ -1,5 +1,6 @@
 """Wire behaviour and connection/server commands against the real daemon
-(SPEC sections 2, 3.6, 6 and 7's NOAUTH rule; research/clients.md).
+(docs/semantics.md §2, §3.6, §6 and §7's NOAUTH rule; §2.4 for what clients
+send when they connect).
 
 Tests whose reply *shape* matters (nulls, maps, arrays) run with four
 redis-py clients: RESP2 and RESP3, each with hiredis and with redis-py's
@@ -86,7 +87,7 @@ def call(c: redis.Redis, *args):
 
 
 def assert_map_shape(c, reply) -> dict:
-    """SPEC 2: maps are RESP3 maps, and flat field/value arrays in RESP2."""
+    """docs/semantics.md §2.1: maps are RESP3 maps, and flat field/value arrays in RESP2."""
     if c.proto == 3:
         assert isinstance(reply, dict), reply
     else:
@@ -187,7 +188,7 @@ def replies_before_end(conn: Raw, data: bytes, timeout: float = 5.0) -> bytes:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    """A daemon with ``requirepass secret`` (SPEC 7), shared by this module's auth tests."""
+    """A daemon with ``requirepass secret`` (docs/semantics.md §7), shared by this module's auth tests."""
     d = Daemon(tmp_path_factory.mktemp("secured") / "data", env={"LEASEQ_REQUIREPASS": "secret"})
     d.start()
     yield d
@@ -436,7 +437,7 @@ def test_requirepass_redis_py_without_or_with_wrong_password_fails(secured, mode
 
 
 def test_requirepass_unauthenticated_shutdown_is_refused(tmp_path):
-    """SPEC 7: NOAUTH for everything but AUTH/HELLO/PING/QUIT — SHUTDOWN included."""
+    """docs/semantics.md §7: NOAUTH for everything but AUTH/HELLO/PING/QUIT — SHUTDOWN included."""
     secured = Daemon(tmp_path / "shutdown", env={"LEASEQ_REQUIREPASS": "secret"})
     secured.start()
     try:
@@ -1000,7 +1001,7 @@ def test_commands_before_the_bad_bytes_in_the_same_write_are_answered(raw):
 
 
 def test_huge_multibulk_count_is_refused_with_protocol_error(fresh):
-    """SPEC 6: a count far above max-args gets a clear error and a close
+    """docs/semantics.md §6: a count far above max-args gets a clear error and a close
     (Redis: invalid multibulk length)."""
     c = Raw(fresh.port)
     c.send(b"*2147483647\r\n")
@@ -1024,7 +1025,7 @@ def _worst_ping(r, seconds: float) -> float:
 
 
 def test_client_sending_a_huge_multibulk_count_does_not_stall_others(fresh, fresh_r):
-    """SPEC 6: the daemon keeps serving everyone else while it refuses the
+    """docs/semantics.md §6: the daemon keeps serving everyone else while it refuses the
     count and when that client goes away."""
     r = fresh_r
     r.ping()

@@ -1,8 +1,8 @@
-"""SPEC section 4 (the semantics that tests check, rules 1-10) and the queue
-options of issue 3, against the real daemon subprocess.
+"""docs/semantics.md §4 (the semantics that tests check, §4.1-§4.10) and the
+queue options of issue 3, against the real daemon subprocess.
 
-Names map to the contract: ``test_rule<N>_...`` checks SPEC 4 rule N,
-``test_option_...`` one option or command of sections 1 and 3,
+Names map to the contract: ``test_rule<N>_...`` checks docs/semantics.md §4.N,
+``test_option_...`` one option or command of §1 and §3,
 ``test_qinfo_counter_<name>`` one QINFO counter.
 
 Daemons:
@@ -30,8 +30,8 @@ import hiredis
 import pytest
 import redis
 
-from harness import (HOST, CheckedThread, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget, qinfo, unique,
-                     wait_blocked, wait_for)
+from harness import (HOST, CheckedThread, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget,
+                     qinfo, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 # the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
@@ -186,7 +186,7 @@ def is_job_push(frame) -> bool:
 
 
 # ===============================================================================================
-# SPEC 4 rule 1: an id QPUSH/QPUSHMANY returned on an fsync queue survives kill -9
+# docs/semantics.md §4.1: an id QPUSH/QPUSHMANY returned on an fsync queue survives kill -9
 # ===============================================================================================
 
 def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
@@ -261,7 +261,7 @@ def test_rule1_qpushmany_ids_survive_kill9_right_after_the_reply(own):
 
 
 # ===============================================================================================
-# SPEC 4 rule 2: a job acked on an fsync queue never comes back after kill -9
+# docs/semantics.md §4.2: a job acked on an fsync queue never comes back after kill -9
 # ===============================================================================================
 
 def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
@@ -374,7 +374,7 @@ def test_rule2_retained_completed_job_stays_completed_after_kill9(own):
 
 
 # ===============================================================================================
-# SPEC 4 rule 3: no job is leased to two consumers at once while both leases are unexpired
+# docs/semantics.md §4.3: no job is leased to two consumers at once while both leases are unexpired
 # ===============================================================================================
 
 def test_rule3_concurrent_claimers_draining_a_queue_never_get_the_same_job(daemon, r, q):
@@ -474,7 +474,7 @@ def test_rule3_a_leased_job_goes_to_nobody_else_until_its_deadline(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 4: an expired lease is claimable by a blocked claimer within 50 ms of its deadline
+# docs/semantics.md §4.4: an expired lease is claimable by a blocked claimer within 50 ms of its deadline
 # ===============================================================================================
 
 def test_rule4_blocked_claimer_gets_an_expired_lease_within_50ms_of_its_deadline(daemon, r, q):
@@ -514,7 +514,7 @@ def test_rule4_blocked_claimer_on_several_leases_gets_each_as_it_expires(daemon,
 
 
 # ===============================================================================================
-# SPEC 4 rule 5: deliveries == number of distinct tokens handed out
+# docs/semantics.md §4.5: deliveries == number of distinct tokens handed out
 # ===============================================================================================
 
 def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own):
@@ -576,7 +576,7 @@ def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own)
 
 
 # ===============================================================================================
-# SPEC 4 rule 6: dead-lettering exactly on the (MAXDELIVERIES+1)-th attempt, provenance, QREDRIVE
+# docs/semantics.md §4.6: dead-lettering exactly on the (MAXDELIVERIES+1)-th attempt, provenance, QREDRIVE
 # ===============================================================================================
 
 def test_rule6_dead_lettered_on_the_fourth_attempt_with_maxdeliveries_3_and_redriven(f):
@@ -600,7 +600,7 @@ def test_rule6_dead_lettered_on_the_fourth_attempt_with_maxdeliveries_3_and_redr
     assert dead[b"dead_letter_deliveries"] == 3
     assert dead[b"dead_letter_reason"] == b"max-deliveries"
     assert dead[b"last_error"] == b"fail 3"
-    # a claim on the dead-letter queue carries the provenance too (SPEC 3.3)
+    # a claim on the dead-letter queue carries the provenance too (docs/semantics.md §3.3)
     seen = claim_one(f, dlq, "inspector")
     for field in (b"dead_letter_from", b"dead_letter_src_id", b"dead_letter_deliveries",
                   b"dead_letter_reason", b"last_error"):
@@ -650,7 +650,7 @@ def test_rule6_a_job_past_its_limit_is_skipped_and_the_next_one_delivered(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 7 and the DELAY / AT options: never claimable before visible_at, whatever the priority
+# docs/semantics.md §4.7 and the DELAY / AT options: never claimable before visible_at, whatever the priority
 # ===============================================================================================
 
 def test_rule7_option_delay_and_at_never_let_a_job_out_early_whatever_its_priority(f):
@@ -699,7 +699,7 @@ def test_rule7_blocked_claimer_gets_a_delayed_job_at_visible_at_never_before(dae
 
 
 # ===============================================================================================
-# SPEC 4 rule 8: stale tokens are skipped by QACK / QNACK / QEXTEND, never applied
+# docs/semantics.md §4.8: stale tokens are skipped by QACK / QNACK / QEXTEND, never applied
 # ===============================================================================================
 
 def test_rule8_stale_tokens_of_every_kind_are_skipped_by_qack_qnack_qextend(f):
@@ -758,7 +758,7 @@ def test_rule8_an_expired_token_works_until_the_job_is_claimed_again(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 9: after kill -9, live QINFO counters equal those before
+# docs/semantics.md §4.9: after kill -9, live QINFO counters equal those before
 # ===============================================================================================
 
 def _build_live_state(c) -> tuple[str, str, str]:
@@ -812,7 +812,7 @@ def test_rule9_live_counters_after_kill9_with_async_leases_only_in_flight_may_tu
 
 
 # ===============================================================================================
-# SPEC 4 rule 10: bad input gets an error reply, never crashes the daemon or corrupts the log
+# docs/semantics.md §4.10: bad input gets an error reply, never crashes the daemon or corrupts the log
 # ===============================================================================================
 
 BAD_COMMANDS = [
@@ -943,7 +943,7 @@ def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_r
 
 
 # ===============================================================================================
-# Ordering (SPEC 1): priority, then ready-again before never-delivered, then ascending id
+# Ordering (docs/semantics.md §1.6): priority, then ready-again before never-delivered, then ascending id
 # ===============================================================================================
 
 def test_option_order_priority_0_to_9_higher_first_then_ascending_id(f):
@@ -1262,7 +1262,7 @@ def test_option_qredrive_on_a_deadletter_queue_moves_ready_jobs_back_to_their_so
 
 
 def test_option_qredrive_gives_an_expired_job_a_new_chance_in_place_as_via_a_deadletter_queue(f):
-    """QREDRIVE restores a dead job (SPEC 4 rule 6).  Via a dead-letter queue an
+    """QREDRIVE restores a dead job (docs/semantics.md §4.6).  Via a dead-letter queue an
     expired job comes back deliverable; redriven in place it must be too."""
     via, dlq, in_place = unique("rx-via"), unique("rx-dlq"), unique("rx-in")
     f.execute_command("QCREATE", via, "EXPIRE", 1000, "DEADLETTER", dlq)
@@ -1411,7 +1411,7 @@ def test_option_dedupe_keys_survive_a_restart(own):
 
 
 # ===============================================================================================
-# Claim fairness (SPEC 3.3): blocked claimers share arriving jobs in proportion to COUNT
+# Claim fairness (docs/semantics.md §3.3): blocked claimers share arriving jobs in proportion to COUNT
 # ===============================================================================================
 
 def _block_in_order(daemon, r, q, counts) -> list[BlockedClaim]:
