@@ -1,5 +1,6 @@
 """Run the real daemon as a subprocess for tests: free loopback port, temp
-directory, readiness polled with a deadline, stopped by PID."""
+directory, readiness polled with a deadline, stopped by PID; and the small
+reply helpers the daemon tests share (maps, QINFO / QGET / QCLAIM, errors)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 
+import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 LEASEQ = [sys.executable, "-m", "leaseq.daemon.cli"]
 HOST = "127.0.0.1"
@@ -25,8 +31,9 @@ def unique(prefix: str = "q") -> str:
     return f"{prefix}-{next(_names)}"
 
 
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
-    """Poll ``predicate`` until it returns something true (returned), with a deadline."""
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition", interval: float = 0.005):
+    """Poll ``predicate`` every ``interval`` s until it returns something true
+    (returned), with a deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -34,7 +41,7 @@ def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.005)
+        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -118,3 +125,74 @@ class Daemon:
 
     def __exit__(self, *exc) -> None:
         self.kill() if exc[0] else self.stop()
+
+
+class CheckedThread(threading.Thread):
+    """A (daemon) thread that keeps what its target raised, an assertion
+    included, in ``failure`` (the traceback text; None when it ran through).
+    An exception in a plain thread only becomes a warning, so the test asserts
+    ``t.failure is None`` in its own thread after the join."""
+
+    def __init__(self, target, args: tuple = (), daemon: bool = True) -> None:
+        super().__init__(target=target, args=args, daemon=daemon)
+        self.failure: str | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException:
+            self.failure = traceback.format_exc()
+
+
+# -- reply helpers ----------------------------------------------------------------------------
+
+def no_retry_client(d: Daemon, **kw) -> redis.Redis:
+    """redis-py (RESP2 unless ``protocol=`` says) without its automatic
+    retries: a command cut by a kill or stop must fail (unknown outcome),
+    never be silently re-sent."""
+    kw.setdefault("protocol", 2)
+    return d.client(retry=Retry(NoBackoff(), 0), **kw)
+
+
+def as_map(reply, *, str_keys: bool = False) -> dict:
+    """A map reply: RESP3 dict, or RESP2 flat [k1, v1, k2, v2 ...].
+    ``str_keys=True``: the keys decoded to str."""
+    if not isinstance(reply, dict):
+        assert isinstance(reply, list) and len(reply) % 2 == 0, reply
+        reply = dict(zip(reply[::2], reply[1::2]))
+    if str_keys:
+        return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
+    return reply
+
+
+def qinfo(c, q, *, str_keys: bool = False) -> dict:
+    return as_map(c.execute_command("QINFO", q), str_keys=str_keys)
+
+
+def qget(c, q, job_id, *, str_keys: bool = False):
+    """QGET as a map, or None for an unknown job."""
+    reply = c.execute_command("QGET", q, job_id)
+    return None if reply is None else as_map(reply, str_keys=str_keys)
+
+
+def claim(c, q, consumer="w", *options) -> list[dict]:
+    return [as_map(j) for j in c.execute_command("QCLAIM", q, consumer, *options)]
+
+
+def claim_one(c, q, consumer="w", *options) -> dict:
+    jobs = claim(c, q, consumer, *options)
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+def error_text(c, *args) -> str:
+    """The error reply of a command as redis-py reports it: ``ERR`` is
+    stripped, other codes kept."""
+    with pytest.raises(redis.ResponseError) as e:
+        c.execute_command(*args)
+    return str(e.value)
+
+
+def wait_blocked(c, q, n: int) -> None:
+    """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
+    wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")

@@ -1,7 +1,7 @@
 """Crash test: a concurrent workload against fsync queues while the daemon is
 killed with SIGKILL at random moments, then a check of everything the clients
-saw against SPEC section 4 (rules 1, 2, 3, 5 and 8, and rule 9 job by job);
-the comments in ``analyze`` say exactly what each check accepts.
+saw against docs/semantics.md §4 (§4.1, §4.2, §4.3, §4.5 and §4.8, and §4.9 job by
+job); the comments in ``analyze`` say exactly what each check accepts.
 
 Shape of a run (one per lease durability, ``LEASEQ_LEASE_DURABILITY``):
 
@@ -46,7 +46,7 @@ from collections import defaultdict, deque
 import hiredis
 import pytest
 
-from harness import HOST, Daemon
+from harness import HOST, Daemon, as_map
 
 QUEUES = ("crash-a", "crash-b")
 PRODUCERS = 3
@@ -79,17 +79,6 @@ class Resp:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = hiredis.Reader()
 
-    @staticmethod
-    def pack(args) -> bytes:
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            if isinstance(a, int):
-                a = b"%d" % a
-            elif isinstance(a, str):
-                a = a.encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
     def _read(self):
         deadline = time.monotonic() + self.timeout
         while True:
@@ -104,7 +93,7 @@ class Resp:
             self.reader.feed(data)
 
     def call(self, *args):
-        self.sock.sendall(self.pack(args))
+        self.sock.sendall(hiredis.pack_command(args))
         reply = self._read()
         if isinstance(reply, hiredis.ReplyError):
             raise ReplyError(str(reply))
@@ -114,7 +103,7 @@ class Resp:
         out = []
         for i in range(0, len(commands), AUDIT_CHUNK):
             chunk = commands[i:i + AUDIT_CHUNK]
-            self.sock.sendall(b"".join(self.pack(c) for c in chunk))
+            self.sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in chunk))
             out.extend(self._read() for _ in chunk)
         return out
 
@@ -123,10 +112,6 @@ class Resp:
             self.sock.close()
         except OSError:
             pass
-
-
-def jmap(flat) -> dict:
-    return {k.decode(): v for k, v in zip(flat[::2], flat[1::2])}
 
 
 # -- what the clients saw -----------------------------------------------------------------------
@@ -399,7 +384,7 @@ class Worker:
                     reply = self.conn.call("QCLAIM", q, consumer, "COUNT", count, "LEASE", lease_ms,
                                            "BLOCK", 100)
                     claim.t_recv = now_ms()
-                    claim.entries = [Lease(claim, jmap(m)) for m in reply]
+                    claim.entries = [Lease(claim, as_map(m, str_keys=True)) for m in reply]
                 except OSError:
                     claim.unknown = True
                     raise
@@ -437,7 +422,7 @@ def audit(world: World, run: int) -> None:
     try:
         info = {}
         for q in QUEUES:
-            info[q] = jmap(conn.call("QINFO", q))
+            info[q] = as_map(conn.call("QINFO", q), str_keys=True)
             world.start_id[(q, run)] = info[q]["next_id"]
         with world.lock:
             keys = set(world.known_ids)
@@ -449,15 +434,16 @@ def audit(world: World, run: int) -> None:
         replies = conn.pipeline([("QGET", q, i) for q, i in keys])
     finally:
         conn.close()
-    world.audits[run] = {k: (None if r is None else jmap(r)) for k, r in zip(keys, replies)}
+    world.audits[run] = {k: (None if r is None else as_map(r, str_keys=True)) for k, r in zip(keys, replies)}
     world.audit_info[run] = info
 
 
 # -- the check ----------------------------------------------------------------------------------
 
 def analyze(world: World, exact_leases: bool):
-    """Count violations of SPEC 4 rules 1, 2, 3, 5, 8, 9 (per job) and of plain
-    integrity (payloads, duplicates, all-or-none pushes, QINFO vs QGET, error replies).
+    """Count violations of docs/semantics.md §4.1, §4.2, §4.3, §4.5, §4.8, §4.9
+    (per job) and of plain integrity (payloads, duplicates, all-or-none pushes,
+    QINFO vs QGET, error replies).
 
     Returns (violations per rule, details, stats)."""
     V = {"rule1": set(), "rule2": set(), "rule3": set(), "rule5": set(), "rule8": set(), "rule9": set(),
@@ -609,10 +595,10 @@ def analyze(world: World, exact_leases: bool):
     # lower of the two.  No overlap is a violation if A's lease was ended first by a
     # successful QNACK (or QACK: then rule 2 applies), or maybe by one whose reply
     # was lost.  With lease-durability async, claim and extend records may be lost
-    # in a crash (SPEC 5.3): when B's run is later than A's, A's lease is judged by
-    # what recovery restored, read from the audit that opened B's run (A's claim
-    # lost if deliveries are below A's; else the audited deadline, or a later
-    # QEXTEND of A in B's run).  Such excused overlaps are counted in the summary.
+    # in a crash (docs/semantics.md §5.3): when B's run is later than A's, A's
+    # lease is judged by what recovery restored, read from the audit that opened
+    # B's run (A's claim lost if deliveries are below A's; else the audited
+    # deadline, or a later QEXTEND of A in B's run).  Such excused overlaps are counted in the summary.
     def deadline_of(a: Lease, ops, base=None) -> float:
         """A's deadline (a lower bound) after ``ops``, starting from ``base``
         (default: the claim's deadline)."""
@@ -664,8 +650,9 @@ def analyze(world: World, exact_leases: bool):
     #     that recovery replayed, plus g = 1 if the job is leased to the consumer of
     #     a QCLAIM of run k whose reply was lost (a token handed out that nobody saw).
     #     With lease-durability fsync, and after the clean stop, nothing may be lost:
-    #     D' == D + m + g.  With async lease records (SPEC 5.3, best effort) the lost
-    #     claims are a suffix of the log, so D + m_durable <= D' <= D + m + g, where
+    #     D' == D + m + g.  With async lease records (docs/semantics.md §5.3, best
+    #     effort) the lost claims are a suffix of the log, so
+    #     D + m_durable <= D' <= D + m + g, where
     #     m_durable counts claims whose reply arrived before a later fsync-acked write
     #     of the same run was sent (that fsync covered them); D' never exceeds what
     #     was handed out.  Together: deliveries never counts a token that was not
@@ -749,8 +736,9 @@ def analyze(world: World, exact_leases: bool):
     # the daemon's ms clock floored, + 1 <= send time), or the token's own lease had
     # been ended by a successful QACK/QNACK whose reply had arrived.  With async
     # lease records a crash may lose that later claim or that nack, which revives the
-    # token (SPEC 5.3); that is excused only across a crash, and for a lost claim only
-    # if the audit after it shows the claim was indeed not recovered.
+    # token (docs/semantics.md §5.3); that is excused only across a crash, and for
+    # a lost claim only if the audit after it shows the claim was indeed not
+    # recovered.
     def claim_recovered(e: Lease) -> bool:
         g = aud(e.inc + 1, e.job)
         return g is None or g["deliveries"] >= e.deliveries

@@ -1,4 +1,4 @@
-"""Startup behaviour of the real daemon on crashed and damaged logs (SPEC 4, 5.1, 8).
+"""Startup behaviour of the real daemon on crashed and damaged logs (docs/semantics.md §4, §5.1, §8).
 
 Every test drives ``leaseq serve`` as a subprocess (tests/harness.py) on a
 loopback port and a temporary data directory, kills it with SIGKILL or stops
@@ -22,10 +22,8 @@ import time
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from harness import Daemon
+from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, wait_for
 
 SEG_RE = re.compile(r"^seg-\d{20}\.wal$")
 SEGMENT_HEADER_SIZE = 24
@@ -35,12 +33,6 @@ LONG = 600_000                          # ms: leases and delays that cannot run 
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-def jmap(flat) -> dict:
-    """A RESP2 flat [k, v, ...] map as a dict with str keys."""
-    assert flat is not None and len(flat) % 2 == 0, flat
-    return {k.decode(): v for k, v in zip(flat[::2], flat[1::2])}
-
 
 def segments(data_dir) -> list[str]:
     names = sorted(n for n in os.listdir(data_dir) if SEG_RE.match(n))
@@ -78,18 +70,6 @@ def flip_byte(path, offset: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01):
-    """Poll ``predicate`` until it returns something truthy, up to ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
 def log_since(d: Daemon, mark: int) -> str:
     return d.log()[mark:]
 
@@ -99,16 +79,6 @@ def log_lines_naming(text: str, path: str, offset: int) -> list[str]:
     base = os.path.basename(path)
     pat = re.compile(rf"\boffset {offset}\b")
     return [ln for ln in text.splitlines() if base in ln and pat.search(ln)]
-
-
-def no_retry_client(d: Daemon, **kw) -> redis.Redis:
-    """redis-py without its automatic retries: a command cut by a stop must
-    fail (unknown outcome), never be silently re-sent."""
-    return d.client(protocol=2, retry=Retry(NoBackoff(), 0), **kw)
-
-
-def qinfo(c) -> dict:
-    return jmap(c.execute_command("QINFO", "q"))
 
 
 @pytest.fixture
@@ -193,7 +163,7 @@ def test_torn_tail_of_newest_segment_is_truncated(tmp_path, daemons, small_segme
 
     c = d.client(protocol=2)
     assert present_ids(c, pushed.values()) == set(pushed.values()), "an acknowledged push is missing"
-    assert qinfo(c)["ready"] == len(pushed)
+    assert qinfo(c, "q", str_keys=True)["ready"] == len(pushed)
     # the repaired log keeps working across another crash
     more = push_numbered(c, 10, start=1000)
     c.close()
@@ -211,7 +181,7 @@ def test_torn_tail_before_an_empty_newest_segment_is_truncated(tmp_path, daemons
     tail and the segment started after it exists with no bytes (its header
     never reached the disk).  Nothing in either was acknowledged; the empty
     file is no segment at all, so the torn tail is the log's tail and recovery
-    should truncate it (SPEC 5.1), not demand --repair."""
+    should truncate it (docs/semantics.md §5.1), not demand --repair."""
     data_dir = tmp_path / "data"
     d = new_daemon(daemons, data_dir, "--config", small_segments).start()
     c = d.client(protocol=2)
@@ -350,7 +320,7 @@ def test_second_daemon_on_same_directory_refuses(tmp_path, daemons):
     assert str(data_dir) in text or os.path.basename(str(data_dir)) in text
     # the first one was not disturbed
     assert c.execute_command("PING") in (True, b"PONG")
-    assert jmap(c.execute_command("QGET", "q", job))["payload"] == b"before"
+    assert as_map(c.execute_command("QGET", "q", job), str_keys=True)["payload"] == b"before"
     assert c.execute_command("QPUSH", "q", "after") > job
     c.close()
     first.stop()
@@ -389,7 +359,8 @@ def test_tokens_from_before_restart_are_stale_after_reclaim(tmp_path, daemons, l
     c = d.client(protocol=2)
     assert c.execute_command("QCREATE", "q", "DURABILITY", "fsync") == b"OK"
     ids = c.execute_command("QPUSHMANY", "q", 3, "a", "b", "c")
-    old = {jmap(j)["id"]: jmap(j) for j in c.execute_command("QCLAIM", "q", "w1", "COUNT", 3, "LEASE", 200)}
+    claimed = c.execute_command("QCLAIM", "q", "w1", "COUNT", 3, "LEASE", 200)
+    old = {m["id"]: m for m in (as_map(j, str_keys=True) for j in claimed)}
     assert set(old) == set(ids)
     d.kill()
     d.restart()
@@ -400,7 +371,7 @@ def test_tokens_from_before_restart_are_stale_after_reclaim(tmp_path, daemons, l
     deadline = time.monotonic() + 10
     while len(again) < 3 and time.monotonic() < deadline:
         for j in c.execute_command("QCLAIM", "q", "w2", "COUNT", 3, "LEASE", LONG, "BLOCK", 1000):
-            j = jmap(j)
+            j = as_map(j, str_keys=True)
             again[j["id"]] = j
     assert set(again) == set(ids), "the jobs did not come back after their leases expired"
     for i in ids:
@@ -415,7 +386,7 @@ def test_tokens_from_before_restart_are_stale_after_reclaim(tmp_path, daemons, l
         assert c.execute_command("QEXTEND", "q", o["lease"], "LEASE", 1000) == [None]
     # the stale ops changed nothing: the new leases are intact
     for i in ids:
-        g = jmap(c.execute_command("QGET", "q", i))
+        g = as_map(c.execute_command("QGET", "q", i), str_keys=True)
         assert g["state"] == b"in_flight" and g["deadline"] == again[i]["deadline"]
     assert c.execute_command("QACK", "q", *[again[i]["lease"] for i in ids]) == 3
     all_tokens = {old[i]["lease"] for i in ids} | {again[i]["lease"] for i in ids}
@@ -431,13 +402,13 @@ def test_fsynced_lease_survives_restart_and_its_token_still_works(tmp_path, daem
     c = d.client(protocol=2)
     assert c.execute_command("QCREATE", "q", "DURABILITY", "fsync") == b"OK"
     ids = c.execute_command("QPUSHMANY", "q", 2, "a", "b")
-    jobs = [jmap(j) for j in c.execute_command("QCLAIM", "q", "w1", "COUNT", 2, "LEASE", LONG)]
+    jobs = [as_map(j, str_keys=True) for j in c.execute_command("QCLAIM", "q", "w1", "COUNT", 2, "LEASE", LONG)]
     d.kill()
     d.restart()
     c = d.client(protocol=2)
     assert c.execute_command("QCLAIM", "q", "w2", "COUNT", 2) == [], "a live lease was handed out again"
     for j in jobs:
-        g = jmap(c.execute_command("QGET", "q", j["id"]))
+        g = as_map(c.execute_command("QGET", "q", j["id"]), str_keys=True)
         assert g["state"] == b"in_flight" and g["deadline"] == j["deadline"] and g["deliveries"] == 1
     assert c.execute_command("QACK", "q", jobs[0]["lease"]) == 1
     assert c.execute_command("QEXTEND", "q", jobs[1]["lease"], "LEASE", LONG)[0] is not None
@@ -490,13 +461,13 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
             blocked_reply.append(e)
         c.close()
 
-    threads = [threading.Thread(target=producer, args=(n,), daemon=True) for n in range(4)]
-    threads.append(threading.Thread(target=blocked_claimer, daemon=True))
+    threads = [CheckedThread(target=producer, args=(n,)) for n in range(4)]
+    threads.append(CheckedThread(target=blocked_claimer))
     for t in threads:
         t.start()
     watch = d.client(protocol=2)
-    wait_until(lambda: sum(len(r) for r in results) >= 300 and jmap(
-        watch.execute_command("QINFO", "empty"))["consumers_blocked"] == 1, timeout=20)
+    wait_for(lambda: sum(len(r) for r in results) >= 300 and qinfo(
+        watch, "empty", str_keys=True)["consumers_blocked"] == 1, timeout=20, interval=0.01)
     watch.close()
     mark = len(d.log())
     rc = d.stop()                    # SIGTERM in the middle of the stream
@@ -504,6 +475,7 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
     for t in threads:
         t.join(30)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     assert rc == 0, f"SIGTERM exit code {rc}:\n{log_since(d, mark)}"
     assert not problems, problems
     assert blocked_reply and blocked_reply[0] == [], \
@@ -517,14 +489,15 @@ def test_sigterm_answers_and_fsyncs_every_replied_push(tmp_path, daemons, durabi
     pipe = c.pipeline(transaction=False)
     for i in replied:
         pipe.execute_command("QGET", "q", i)
-    missing = [i for i, g in zip(replied, pipe.execute()) if g is None or jmap(g)["payload"] != replied[i]]
+    missing = [i for i, g in zip(replied, pipe.execute())
+               if g is None or as_map(g, str_keys=True)["payload"] != replied[i]]
     assert not missing, f"{len(missing)} pushes answered before SIGTERM are gone, e.g. {missing[:5]} " \
                         f"({unknown} pushes had no reply)"
     c.close()
     d.stop()
 
 
-# -- (h) live counters survive a crash (SPEC rule 9) ------------------------------------------------
+# -- (h) live counters survive a crash (docs/semantics.md §4.9) -------------------------------------
 
 @pytest.mark.parametrize("lease_durability", ["fsync", "async"])
 def test_qinfo_live_counters_survive_kill(tmp_path, daemons, lease_durability):
@@ -535,18 +508,18 @@ def test_qinfo_live_counters_survive_kill(tmp_path, daemons, lease_durability):
     for i in range(8):
         c.execute_command("QPUSH", "q", b"d%d" % i, "DELAY", LONG)
     c.execute_command("QPUSH", "q", b"hi", "PRIORITY", 9)
-    claimed = [jmap(j) for j in c.execute_command("QCLAIM", "q", "w1", "COUNT", 15, "LEASE", LONG)]
-    other = [jmap(j) for j in c.execute_command("QCLAIM", "q", "w2", "COUNT", 5, "LEASE", 5000)]
+    claimed = [as_map(j, str_keys=True) for j in c.execute_command("QCLAIM", "q", "w1", "COUNT", 15, "LEASE", LONG)]
+    other = [as_map(j, str_keys=True) for j in c.execute_command("QCLAIM", "q", "w2", "COUNT", 5, "LEASE", 5000)]
     assert len(claimed) == 15 and len(other) == 5
     assert c.execute_command("QNACK", "q", *[j["lease"] for j in claimed[:4]], "DELAY", LONG) == 4
     assert c.execute_command("QACK", "q", *[j["lease"] for j in claimed[4:7]]) == 3
     assert all(c.execute_command("QEXTEND", "q", *[j["lease"] for j in other], "LEASE", LONG))
-    before = qinfo(c)
+    before = qinfo(c, "q", str_keys=True)
     assert (before["ready"], before["delayed"], before["in_flight"]) == (41 - 20, 8 + 4, 20 - 4 - 3)
     d.kill()
     d.restart()
     c = d.client(protocol=2)
-    after = qinfo(c)
+    after = qinfo(c, "q", str_keys=True)
     live = ("ready", "delayed", "in_flight", "dead")
     if lease_durability == "fsync":
         assert {k: after[k] for k in live} == {k: before[k] for k in live}

@@ -1,5 +1,6 @@
 """Wire behaviour and connection/server commands against the real daemon
-(SPEC sections 2, 3.6, 6 and 7's NOAUTH rule; research/clients.md).
+(docs/semantics.md §2, §3.6, §6 and §7's NOAUTH rule; §2.4 for what clients
+send when they connect).
 
 Tests whose reply *shape* matters (nulls, maps, arrays) run with four
 redis-py clients: RESP2 and RESP3, each with hiredis and with redis-py's
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 
 import hiredis
@@ -21,7 +21,7 @@ from redis._parsers import _RESP2Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import HOST, Daemon, unique, wait_for
+from harness import HOST, CheckedThread, Daemon, as_map, error_text, no_retry_client, unique, wait_for
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -86,33 +86,13 @@ def call(c: redis.Redis, *args):
         pool.release(conn)
 
 
-def as_map(reply) -> dict:
-    """A map reply: RESP3 dict, or RESP2 flat [k1, v1, k2, v2 ...]."""
-    if isinstance(reply, dict):
-        return reply
-    assert isinstance(reply, list) and len(reply) % 2 == 0, reply
-    return dict(zip(reply[::2], reply[1::2]))
-
-
 def assert_map_shape(c, reply) -> dict:
-    """SPEC 2: maps are RESP3 maps, and flat field/value arrays in RESP2."""
+    """docs/semantics.md §2.1: maps are RESP3 maps, and flat field/value arrays in RESP2."""
     if c.proto == 3:
         assert isinstance(reply, dict), reply
     else:
         assert isinstance(reply, list), reply
     return as_map(reply)
-
-
-def error_text(c: redis.Redis, *args) -> str:
-    """The error reply of a command as redis-py reports it (``ERR`` stripped)."""
-    with pytest.raises(redis.ResponseError) as e:
-        c.execute_command(*args)
-    return str(e.value)
-
-
-def resp(*args) -> bytes:
-    """One command encoded as a RESP multibulk request."""
-    return hiredis.pack_command(args)
 
 
 class Raw:
@@ -194,7 +174,7 @@ def raw(daemon):
         c.close()
 
 
-END = resp("ECHO", "--end--")
+END = hiredis.pack_command(("ECHO", "--end--"))
 END_REPLY = b"$7\r\n--end--\r\n"
 
 
@@ -208,7 +188,7 @@ def replies_before_end(conn: Raw, data: bytes, timeout: float = 5.0) -> bytes:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    """A daemon with ``requirepass secret`` (SPEC 7), shared by this module's auth tests."""
+    """A daemon with ``requirepass secret`` (docs/semantics.md §7), shared by this module's auth tests."""
     d = Daemon(tmp_path_factory.mktemp("secured") / "data", env={"LEASEQ_REQUIREPASS": "secret"})
     d.start()
     yield d
@@ -225,7 +205,7 @@ def test_ping_without_message_answers_pong(client):
 def test_ping_with_message_echoes_it_as_bulk(raw):
     c = raw()
     assert c.request(b"PING\r\n") == b"+PONG\r\n"
-    assert c.request(resp("PING", "hello there"), b"there\r\n") == b"$11\r\nhello there\r\n"
+    assert c.request(hiredis.pack_command(("PING", "hello there")), b"there\r\n") == b"$11\r\nhello there\r\n"
 
 
 def test_ping_with_two_arguments_is_an_arity_error(r):
@@ -241,7 +221,7 @@ def test_echo_is_binary_safe_for_every_byte_value(client):
 def test_echo_binary_on_raw_socket_keeps_exact_bytes(raw):
     c = raw()
     payload = bytes(range(256))
-    c.send(resp(b"ECHO", payload))
+    c.send(hiredis.pack_command((b"ECHO", payload)))
     want = b"$256\r\n" + payload + b"\r\n"
     assert c.read_exactly(len(want)) == want
 
@@ -384,14 +364,15 @@ NOAUTH_COMMANDS = [
 def test_requirepass_refuses_commands_before_auth_with_noauth(secured, command):
     c = Raw(secured.port)
     try:
-        assert replies_before_end_noauth(c, resp(*command)) == b"-NOAUTH Authentication required.\r\n"
+        assert replies_before_end_noauth(c, hiredis.pack_command(tuple(command))) == (
+            b"-NOAUTH Authentication required.\r\n")
     finally:
         c.close()
 
 
 def replies_before_end_noauth(c: Raw, data: bytes) -> bytes:
     # ECHO needs auth too, so the sentinel is a PING with a message
-    c.send(data + resp("PING", "--end--"))
+    c.send(data + hiredis.pack_command(("PING", "--end--")))
     return c.read_until(END_REPLY)[:-len(END_REPLY)]
 
 
@@ -456,13 +437,13 @@ def test_requirepass_redis_py_without_or_with_wrong_password_fails(secured, mode
 
 
 def test_requirepass_unauthenticated_shutdown_is_refused(tmp_path):
-    """SPEC 7: NOAUTH for everything but AUTH/HELLO/PING/QUIT — SHUTDOWN included."""
+    """docs/semantics.md §7: NOAUTH for everything but AUTH/HELLO/PING/QUIT — SHUTDOWN included."""
     secured = Daemon(tmp_path / "shutdown", env={"LEASEQ_REQUIREPASS": "secret"})
     secured.start()
     try:
         c = Raw(secured.port)
         try:
-            c.send(b"SHUTDOWN\r\n" + resp("PING", "--end--"))
+            c.send(b"SHUTDOWN\r\n" + hiredis.pack_command(("PING", "--end--")))
             got = c.read_until(END_REPLY)
         except AssertionError as e:
             got = f"<no reply: {e}>".encode()
@@ -496,7 +477,7 @@ def test_select_0_is_ok_and_other_indexes_are_out_of_range(raw):
 
 
 def test_redis_py_with_db_1_cannot_connect_and_db_0_can(daemon):
-    bad = daemon.client(protocol=2, db=1, retry=Retry(NoBackoff(), 0))
+    bad = no_retry_client(daemon, db=1)
     with pytest.raises(redis.ResponseError, match="DB index is out of range"):
         bad.ping()
     bad.close()
@@ -928,7 +909,7 @@ def test_many_commands_in_one_write_are_answered_in_order(raw):
         if i % 3 == 0:
             data.append(b"ECHO " + msg + b"\r\n")          # inline between multibulk commands
         else:
-            data.append(resp("ECHO", msg))
+            data.append(hiredis.pack_command(("ECHO", msg)))
         expected.append(b"$%d\r\n%b\r\n" % (len(msg), msg))
     blob = b"".join(data)
     c.send(blob)
@@ -939,7 +920,8 @@ def test_many_commands_in_one_write_are_answered_in_order(raw):
 def test_pipeline_split_byte_by_byte_is_parsed_the_same(raw):
     c = raw()
     name = unique().encode()
-    blob = resp("QPUSH", name, "a b") + b"QPUSH %b \"c d\"\r\n" % name + resp("QLEN", name) + b"PING\r\n"
+    blob = (hiredis.pack_command(("QPUSH", name, "a b")) + b"QPUSH %b \"c d\"\r\n" % name
+            + hiredis.pack_command(("QLEN", name)) + b"PING\r\n")
     for i in range(len(blob)):
         c.send(blob[i:i + 1])
     assert c.read_exactly(len(b":1\r\n:2\r\n:2\r\n+PONG\r\n")) == b":1\r\n:2\r\n:2\r\n+PONG\r\n"
@@ -1011,14 +993,15 @@ def test_malformed_request_gets_protocol_error_then_close(raw, bad, message):
 def test_commands_before_the_bad_bytes_in_the_same_write_are_answered(raw):
     c = raw()
     name = unique().encode()
-    c.send(resp("QPUSH", name, "x") + b"PING\r\n" + resp("ECHO", "hi") + b"*1\r\n$abc\r\n" + resp("PING"))
+    c.send(hiredis.pack_command(("QPUSH", name, "x")) + b"PING\r\n" + hiredis.pack_command(("ECHO", "hi"))
+           + b"*1\r\n$abc\r\n" + hiredis.pack_command(("PING",)))
     assert c.read_until_closed() == b":1\r\n+PONG\r\n$2\r\nhi\r\n-ERR Protocol error: invalid bulk length\r\n"
     probe = raw()
     assert probe.request(b"QLEN %b\r\n" % name) == b":1\r\n"
 
 
 def test_huge_multibulk_count_is_refused_with_protocol_error(fresh):
-    """SPEC 6: a count far above max-args gets a clear error and a close
+    """docs/semantics.md §6: a count far above max-args gets a clear error and a close
     (Redis: invalid multibulk length)."""
     c = Raw(fresh.port)
     c.send(b"*2147483647\r\n")
@@ -1042,7 +1025,7 @@ def _worst_ping(r, seconds: float) -> float:
 
 
 def test_client_sending_a_huge_multibulk_count_does_not_stall_others(fresh, fresh_r):
-    """SPEC 6: the daemon keeps serving everyone else while it refuses the
+    """docs/semantics.md §6: the daemon keeps serving everyone else while it refuses the
     count and when that client goes away."""
     r = fresh_r
     r.ping()
@@ -1082,7 +1065,8 @@ def test_inline_empty_lines_get_no_reply(raw):
 
 def test_inline_and_multibulk_mixed_in_one_write(raw):
     c = raw()
-    got = replies_before_end(c, b"\r\n" + resp("PING") + b"ECHO x\r\n" + resp("ECHO", "y") + b"PING z\r\n")
+    got = replies_before_end(c, b"\r\n" + hiredis.pack_command(("PING",)) + b"ECHO x\r\n"
+                             + hiredis.pack_command(("ECHO", "y")) + b"PING z\r\n")
     assert got == b"+PONG\r\n$1\r\nx\r\n$1\r\ny\r\n$1\r\nz\r\n"
 
 
@@ -1132,7 +1116,7 @@ def test_garbage_while_another_client_is_blocked_does_not_disturb_it(fresh, fres
         c.close()
 
     r.execute_command("QCREATE", "g")
-    t = threading.Thread(target=claimer)
+    t = CheckedThread(target=claimer)
     t.start()
     wait_for(lambda: as_map(r.execute_command("QINFO", "g"))[b"consumers_blocked"] == 1, what="claimer blocked")
     for blob in GARBAGE:
@@ -1142,5 +1126,6 @@ def test_garbage_while_another_client_is_blocked_does_not_disturb_it(fresh, fres
     r.execute_command("QPUSH", "g", "payload")
     t.join(10)
     assert not t.is_alive()
+    assert t.failure is None, t.failure
     [job] = results[0]
     assert as_map(job)[b"payload"] == b"payload"

@@ -1,5 +1,5 @@
-"""SPEC section 3 (queues, producing, claiming, completing, inspecting) and
-the section 4 rules they carry, against the real daemon as implemented now.
+"""docs/semantics.md §3 (queues, producing, claiming, completing, inspecting)
+and the §4 rules they carry, against the real daemon as implemented now.
 
 Most tests share one daemon and each uses queue names of its own (``q``);
 tests that need server settings or a restart start their own daemon.
@@ -15,10 +15,9 @@ import time
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from harness import Daemon, unique, wait_for
+from harness import (Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget, qinfo, unique,
+                     wait_blocked, wait_for)
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -30,45 +29,8 @@ def other(daemon):
     c.close()
 
 
-def as_map(reply) -> dict:
-    if isinstance(reply, dict):
-        return reply
-    assert isinstance(reply, list) and len(reply) % 2 == 0, reply
-    return dict(zip(reply[::2], reply[1::2]))
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def qinfo(r, q) -> dict:
-    return as_map(r.execute_command("QINFO", q))
-
-
-def qget(r, q, job_id):
-    reply = r.execute_command("QGET", q, job_id)
-    return None if reply is None else as_map(reply)
-
-
-def claim(r, q, consumer="w", *options) -> list[dict]:
-    return [as_map(j) for j in r.execute_command("QCLAIM", q, consumer, *options)]
-
-
-def claim_one(r, q, consumer="w", *options) -> dict:
-    jobs = claim(r, q, consumer, *options)
-    assert len(jobs) == 1, jobs
-    return jobs[0]
-
-
-def error_text(r, *args) -> str:
-    """The error reply as redis-py reports it: ``ERR`` is stripped, other codes kept."""
-    with pytest.raises(redis.ResponseError) as e:
-        r.execute_command(*args)
-    return str(e.value)
-
-
-def wait_blocked(r, q, n: int) -> None:
-    wait_for(lambda: qinfo(r, q)[b"consumers_blocked"] == n, what=f"{n} claimers blocked on {q}")
 
 
 class Claimer(threading.Thread):
@@ -99,7 +61,7 @@ class Claimer(threading.Thread):
         return self.reply
 
 
-# -- QCREATE (SPEC 3.1) -----------------------------------------------------------------------------
+# -- QCREATE (docs/semantics.md §3.1) ---------------------------------------------------------------
 
 DEFAULTS = {
     b"lease": 30000, b"maxdeliveries": 0, b"deadletter": None, b"backoff_base": 1000,
@@ -317,7 +279,7 @@ def test_qdrop_then_recreate_starts_an_empty_queue_with_new_ids(r, q):
     r.execute_command("QDROP", q, "FORCE")
     second = r.execute_command("QPUSH", q, "y")
     assert r.execute_command("QLEN", q) == 1
-    assert second > first     # ids are never reused (SPEC 1)
+    assert second > first     # ids are never reused (docs/semantics.md §1.2)
 
 
 # -- QLIST ---------------------------------------------------------------------------------------
@@ -428,7 +390,7 @@ def test_qlen_counts_ready_jobs_only(r, q):
     assert r.execute_command("QLEN", q) == 2
 
 
-# -- QPUSH (SPEC 3.2) -------------------------------------------------------------------------------
+# -- QPUSH (docs/semantics.md §3.2) -----------------------------------------------------------------
 
 def test_qpush_returns_increasing_ids_and_stores_the_payload(r, q):
     payload = bytes(range(256))
@@ -570,7 +532,7 @@ def test_qpushmany_bad_arguments_push_nothing(r, q, args, message):
     assert qinfo(r, q)[b"pushed"] == 0
 
 
-# -- QCLAIM (SPEC 3.3) ------------------------------------------------------------------------------
+# -- QCLAIM (docs/semantics.md §3.3) ----------------------------------------------------------------
 
 JOB_FIELDS = {b"id", b"payload", b"lease", b"deadline", b"deliveries", b"priority", b"enqueued_at"}
 
@@ -703,7 +665,7 @@ def test_qclaim_block_0_waits_until_a_push(daemon, r, q):
 
 
 def test_blocked_claimer_is_woken_by_an_expiring_lease_within_50ms(other, r, q):
-    """SPEC 4 rule 4: claimable again within 50 ms of its deadline by a blocked claimer."""
+    """docs/semantics.md §4.4: claimable again within 50 ms of its deadline by a blocked claimer."""
     r.execute_command("QPUSH", q, "x")
     first = claim_one(r, q, "w1", "LEASE", "200")
     t0 = time.monotonic()
@@ -717,7 +679,7 @@ def test_blocked_claimer_is_woken_by_an_expiring_lease_within_50ms(other, r, q):
 
 
 def test_blocked_claimer_is_woken_when_a_lease_is_shortened_by_qextend(daemon, r, q):
-    """SPEC 4 rule 4 and 3.3 ('at its moment, not at the next poll'): the
+    """docs/semantics.md §4.4 and §3.3 ('at its moment, not at the next poll'): the
     deadline that counts is the one QEXTEND set, also when it is earlier."""
     r.execute_command("QPUSH", q, "x")
     job = claim_one(r, q, "w1", "LEASE", "3000")
@@ -731,7 +693,7 @@ def test_blocked_claimer_is_woken_when_a_lease_is_shortened_by_qextend(daemon, r
 
 
 def test_blocked_claimer_is_woken_when_a_nacked_job_becomes_due(daemon, r, q):
-    """SPEC 3.3: a due delayed job wakes the waiter at its moment — also one
+    """docs/semantics.md §3.3: a due delayed job wakes the waiter at its moment — also one
     made delayed by QNACK ... DELAY while the claimer was already waiting."""
     r.execute_command("QPUSH", q, "x")
     job = claim_one(r, q, "w1", "LEASE", "3000")
@@ -746,7 +708,7 @@ def test_blocked_claimer_is_woken_when_a_nacked_job_becomes_due(daemon, r, q):
 
 
 def test_blocked_claimer_on_a_delayed_job_wakes_when_due_never_before(r, q):
-    """SPEC 4 rule 7 and 3.3: not claimable before visible_at; woken at that moment."""
+    """docs/semantics.md §4.7 and §3.3: not claimable before visible_at; woken at that moment."""
     job_id = r.execute_command("QPUSH", q, "later", "DELAY", "300", "PRIORITY", "9")
     visible_at = qget(r, q, job_id)[b"visible_at"]
     t0 = time.monotonic()
@@ -767,7 +729,7 @@ def test_delayed_job_is_never_claimable_before_visible_at_whatever_its_priority(
 
 
 def test_ten_blocked_claimers_share_a_qpushmany_of_50(daemon, r, q):
-    """SPEC 3.3 fairness: jobs divided among the waiters, not first-come-takes-all."""
+    """docs/semantics.md §3.3 fairness: jobs divided among the waiters, not first-come-takes-all."""
     r.execute_command("QCREATE", q)
     waiters = [Claimer(daemon, q, f"w{i}", "COUNT", "10", "BLOCK", "10000") for i in range(10)]
     wait_blocked(r, q, 10)
@@ -782,7 +744,7 @@ def test_ten_blocked_claimers_share_a_qpushmany_of_50(daemon, r, q):
 
 def test_blocked_claimer_that_disconnects_gets_nothing_leased(daemon, r, q):
     r.execute_command("QCREATE", q)
-    c = daemon.client(protocol=2, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    c = no_retry_client(daemon, socket_timeout=0.2)
     with pytest.raises(redis.TimeoutError):
         c.execute_command("QCLAIM", q, "gone", "BLOCK", "10000")
     c.close()
@@ -792,7 +754,7 @@ def test_blocked_claimer_that_disconnects_gets_nothing_leased(daemon, r, q):
     assert claim_one(r, q, "alive")[b"id"] == job_id
 
 
-# -- QACK (SPEC 3.4) --------------------------------------------------------------------------------
+# -- QACK (docs/semantics.md §3.4) ------------------------------------------------------------------
 
 def test_qack_counts_acked_jobs_and_removes_them(r, q):
     r.execute_command("QPUSHMANY", q, "3", "a", "b", "c")
@@ -972,7 +934,7 @@ def test_qextend_nil_in_resp3(daemon, q):
     c.close()
 
 
-# -- QGET (SPEC 3.5) --------------------------------------------------------------------------------
+# -- QGET (docs/semantics.md §3.5) ------------------------------------------------------------------
 
 def test_qget_state_follows_the_job(r, q):
     delayed = r.execute_command("QPUSH", q, "d", "DELAY", "60000")
@@ -1001,7 +963,7 @@ def test_qget_nil_in_resp3(daemon, q):
     c.close()
 
 
-# -- auto-create (SPEC 3.1) --------------------------------------------------------------------------
+# -- auto-create (docs/semantics.md §3.1) ------------------------------------------------------------
 
 def test_qpush_and_qclaim_create_missing_queues_with_defaults(r, q):
     pushed, claimed = q + ":pushed", q + ":claimed"
@@ -1033,7 +995,7 @@ def test_auto_create_no_refuses_push_and_claim(own):
     c.close()
 
 
-# -- stale-token fencing (SPEC 4 rule 8, SPEC 1 Lease) ----------------------------------------------------
+# -- stale-token fencing (docs/semantics.md §4.8, §1.4) ---------------------------------------------------
 
 def test_expired_lease_token_still_works_until_the_job_is_claimed_again(r, q):
     job_id = r.execute_command("QPUSH", q, "x")
@@ -1058,7 +1020,7 @@ def test_stale_token_after_reclaim_is_skipped_by_ack_nack_extend(other, r, q):
 
 
 def test_no_job_is_leased_twice_while_both_leases_are_unexpired(r, other, q):
-    """SPEC 4 rule 3, with two workers claiming everything."""
+    """docs/semantics.md §4.3, with two workers claiming everything."""
     r.execute_command("QPUSHMANY", q, "20", *[str(i) for i in range(20)])
     a = claim(r, q, "a", "COUNT", "15", "LEASE", "60000")
     b = claim(other, q, "b", "COUNT", "15", "LEASE", "60000")

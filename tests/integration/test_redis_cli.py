@@ -1,5 +1,5 @@
 """redis-cli (a real client, as a subprocess) against the real daemon
-(SPEC 2; research/clients.md, "redis-cli 7.0.15").
+(docs/semantics.md §2; §2.4, "redis-cli 7.0.15").
 
 redis-cli prints raw replies when its stdout is not a terminal (as here);
 ``--no-raw`` gives the terminal formatting: ``(integer) 1``, ``(error) ...``,

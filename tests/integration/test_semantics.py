@@ -1,8 +1,8 @@
-"""SPEC section 4 (the semantics that tests check, rules 1-10) and the queue
-options of issue 3, against the real daemon subprocess.
+"""docs/semantics.md §4 (the semantics that tests check, §4.1-§4.10) and the
+queue options of issue 3, against the real daemon subprocess.
 
-Names map to the contract: ``test_rule<N>_...`` checks SPEC 4 rule N,
-``test_option_...`` one option or command of sections 1 and 3,
+Names map to the contract: ``test_rule<N>_...`` checks docs/semantics.md §4.N,
+``test_option_...`` one option or command of §1 and §3,
 ``test_qinfo_counter_<name>`` one QINFO counter.
 
 Daemons:
@@ -29,25 +29,17 @@ import time
 import hiredis
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from harness import HOST, Daemon, unique, wait_for
+from harness import (HOST, CheckedThread, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget,
+                     qinfo, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
+# the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
+SHARED_DAEMON_ENV = DEBUG_ENV
 HOUR = 3_600_000
 
 
 # -- daemons ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory):
-    """The module's shared daemon, with DEBUG enabled (its clock keeps running)."""
-    d = Daemon(tmp_path_factory.mktemp("semantics") / "data", env=DEBUG_ENV)
-    d.start()
-    yield d
-    d.kill()
-
 
 @pytest.fixture(scope="module")
 def frozen_daemon(tmp_path_factory):
@@ -69,41 +61,10 @@ def f(frozen_daemon):
     c.close()
 
 
-def no_retry_client(d: Daemon, **kw) -> redis.Redis:
-    """A client that fails at once when the daemon is gone (no reconnect loop)."""
-    return d.client(protocol=2, retry=Retry(NoBackoff(), 0), socket_timeout=10, **kw)
-
-
 # -- helpers -------------------------------------------------------------------------------------
-
-def as_map(reply) -> dict:
-    if isinstance(reply, dict):
-        return reply
-    assert isinstance(reply, list) and len(reply) % 2 == 0, reply
-    return dict(zip(reply[::2], reply[1::2]))
-
-
-def qinfo(c, q) -> dict:
-    return as_map(c.execute_command("QINFO", q))
-
-
-def qget(c, q, jid):
-    reply = c.execute_command("QGET", q, jid)
-    return None if reply is None else as_map(reply)
-
 
 def push(c, q, payload="x", *options) -> int:
     return c.execute_command("QPUSH", q, payload, *options)
-
-
-def claim(c, q, consumer="w", *options) -> list[dict]:
-    return [as_map(j) for j in c.execute_command("QCLAIM", q, consumer, *options)]
-
-
-def claim_one(c, q, consumer="w", *options) -> dict:
-    jobs = claim(c, q, consumer, *options)
-    assert len(jobs) == 1, jobs
-    return jobs[0]
 
 
 def peek(c, q, count=10) -> list[dict]:
@@ -130,12 +91,6 @@ def now(c) -> int:
 
 def advance(c, ms: int) -> None:
     assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
-
-
-def error_of(c, *args) -> str:
-    with pytest.raises(redis.ResponseError) as e:
-        c.execute_command(*args)
-    return str(e.value)
 
 
 def ids(jobs) -> list[int]:
@@ -176,14 +131,6 @@ class BlockedClaim(threading.Thread):
         return self.reply
 
 
-def wait_blocked(c, q, n: int) -> None:
-    wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")
-
-
-def encode_command(*args) -> bytes:
-    return hiredis.pack_command(args)
-
-
 class Raw:
     """A raw socket with hiredis's reader: to see RESP2 push arrays, RESP3
     ``>`` frames, protocol errors and closes exactly as sent."""
@@ -193,7 +140,7 @@ class Raw:
         self.reader = hiredis.Reader()
 
     def send(self, *args) -> None:
-        self.sock.sendall(encode_command(*args))
+        self.sock.sendall(hiredis.pack_command(args))
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -239,19 +186,19 @@ def is_job_push(frame) -> bool:
 
 
 # ===============================================================================================
-# SPEC 4 rule 1: an id QPUSH/QPUSHMANY returned on an fsync queue survives kill -9
+# docs/semantics.md §4.1: an id QPUSH/QPUSHMANY returned on an fsync queue survives kill -9
 # ===============================================================================================
 
 def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
     d = own(env=DEBUG_ENV)
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("r1")
     assert c.execute_command("QCREATE", q, "DURABILITY", "fsync") == b"OK"
     replied: dict[int, bytes] = {}
     errors: list = []
 
     def producer() -> None:
-        pc = no_retry_client(d)
+        pc = no_retry_client(d, socket_timeout=10)
         try:
             for i in range(20_000):
                 kind = i % 4
@@ -273,15 +220,16 @@ def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
         finally:
             pc.close()
 
-    t = threading.Thread(target=producer, daemon=True)
+    t = CheckedThread(target=producer)
     t.start()
     wait_for(lambda: len(replied) >= 400, 20, "400 pushes replied")
     d.kill()                                   # while the producer is still pushing
     t.join(10)
     assert not t.is_alive() and errors, "the producer should have lost its connection"
+    assert t.failure is None, t.failure
     snapshot = dict(replied)
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     missing = [jid for jid, p in snapshot.items()
                if (job := qget(c, q, jid)) is None or job[b"payload"] != p]
     assert missing == [], f"{len(missing)} of {len(snapshot)} replied ids lost after kill -9: {missing[:10]}"
@@ -300,25 +248,25 @@ def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
 
 def test_rule1_qpushmany_ids_survive_kill9_right_after_the_reply(own):
     d = own()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("r1m")
     c.execute_command("QCREATE", q, "DURABILITY", "fsync")
     got = c.execute_command("QPUSHMANY", q, 3, "a", "b", "c", "PRIORITY", "7", "DELAY", HOUR)
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     jobs = [qget(c, q, jid) for jid in got]
     assert [j[b"payload"] for j in jobs] == [b"a", b"b", b"c"]
     assert {(j[b"state"], j[b"priority"]) for j in jobs} == {(b"delayed", 7)}
 
 
 # ===============================================================================================
-# SPEC 4 rule 2: a job acked on an fsync queue never comes back after kill -9
+# docs/semantics.md §4.2: a job acked on an fsync queue never comes back after kill -9
 # ===============================================================================================
 
 def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
     d = own(env=DEBUG_ENV)
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("r2")
     c.execute_command("QCREATE", q, "DURABILITY", "fsync", "LEASE", HOUR)
     pushed = c.execute_command("QPUSHMANY", q, 200, *[f"job{i}" for i in range(200)])
@@ -327,7 +275,7 @@ def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
     acked: list[int] = []
 
     def acker() -> None:
-        ac = no_retry_client(d)
+        ac = no_retry_client(d, socket_timeout=10)
         try:
             for j in jobs:
                 if ac.execute_command("QACK", q, j[b"lease"]) == 1:
@@ -337,16 +285,17 @@ def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
         finally:
             ac.close()
 
-    t = threading.Thread(target=acker, daemon=True)
+    t = CheckedThread(target=acker)
     t.start()
     wait_for(lambda: len(acked) >= 60, 20, "60 acks replied")
     d.kill()
     t.join(10)
     assert not t.is_alive()
+    assert t.failure is None, t.failure
     acked_before_crash = set(acked)
     assert len(acked_before_crash) < 200, "the crash should come while acks are still being sent"
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     assert [jid for jid in acked_before_crash if qget(c, q, jid) is not None] == []
     advance(c, 2 * HOUR)                         # every surviving lease expires
     back = set()
@@ -364,38 +313,43 @@ def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
 
 def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill9(own):
     d = own(env=DEBUG_ENV)
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q, nxt = unique("r2x"), unique("r2x-next")
     for name in (q, nxt):
         c.execute_command("QCREATE", name, "DURABILITY", "fsync", "LEASE", HOUR)
     c.execute_command("QPUSHMANY", q, 300, *[f"s{i}" for i in range(300)])
     jobs = claim(c, q, "w", "COUNT", 300)
     replied: dict[int, int] = {}            # job id -> id of its follow-up job
+    ack_replies: dict[int, int] = {}        # job id -> its QACK's reply in the EXEC (checked below)
 
     def worker() -> None:
-        wc = no_retry_client(d)
+        wc = no_retry_client(d, socket_timeout=10)
         try:
             for j in jobs:
                 pipe = wc.pipeline(transaction=True)
                 pipe.execute_command("QACK", q, j[b"lease"])
                 pipe.execute_command("QPUSH", nxt, b"follow-%d" % j[b"id"])
                 acked, follow = pipe.execute()
-                assert acked == 1
+                ack_replies[j[b"id"]] = acked
                 replied[j[b"id"]] = follow
         except redis.ConnectionError:
             pass
         finally:
             wc.close()
 
-    t = threading.Thread(target=worker, daemon=True)
+    t = CheckedThread(target=worker)
     t.start()
     wait_for(lambda: len(replied) >= 60, 20, "60 EXECs replied")
     d.kill()
     t.join(10)
+    assert not t.is_alive()
+    assert t.failure is None, t.failure
+    for jid, acked in ack_replies.items():
+        assert acked == 1, f"job {jid}: the QACK in the EXEC replied {acked}"
     done = dict(replied)
     assert len(done) < 300
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     for jid, follow in done.items():
         assert qget(c, q, jid) is None, f"acked job {jid} came back"
         assert qget(c, nxt, follow)[b"payload"] == b"follow-%d" % jid
@@ -407,20 +361,20 @@ def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill
 
 def test_rule2_retained_completed_job_stays_completed_after_kill9(own):
     d = own()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("r2c")
     c.execute_command("QCREATE", q, "DURABILITY", "fsync", "RETAIN-COMPLETED", HOUR)
     jid = push(c, q, "done")
     assert c.execute_command("QACK", q, claim_one(c, q)[b"lease"]) == 1
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     assert qget(c, q, jid)[b"state"] == b"completed"
     assert claim(c, q) == []
 
 
 # ===============================================================================================
-# SPEC 4 rule 3: no job is leased to two consumers at once while both leases are unexpired
+# docs/semantics.md §4.3: no job is leased to two consumers at once while both leases are unexpired
 # ===============================================================================================
 
 def test_rule3_concurrent_claimers_draining_a_queue_never_get_the_same_job(daemon, r, q):
@@ -443,13 +397,14 @@ def test_rule3_concurrent_claimers_draining_a_queue_never_get_the_same_job(daemo
             got[i] += [(j[b"id"], j[b"lease"]) for j in jobs]
         c.close()
 
-    threads = [threading.Thread(target=claimer, args=(i,), daemon=True) for i in range(8)]
+    threads = [CheckedThread(target=claimer, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     barrier.wait(10)
     for t in threads:
         t.join(30)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     all_ids = [jid for lst in got.values() for jid, _ in lst]
     tokens = [tok for lst in got.values() for _, tok in lst]
     assert len(all_ids) == len(set(all_ids)), "a job was leased to two consumers at once"
@@ -483,12 +438,13 @@ def test_rule3_no_two_leases_overlap_under_claim_and_nack_churn(daemon, r, q):
                 spans.extend((j[b"id"], j[b"lease"], t_got, t_release) for j in jobs)
         c.close()
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
+    threads = [CheckedThread(target=worker, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     assert len(spans) > 100
     assert len({s[1] for s in spans}) == len(spans), "a token was handed out twice"
     by_job: dict[int, list] = {}
@@ -518,7 +474,7 @@ def test_rule3_a_leased_job_goes_to_nobody_else_until_its_deadline(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 4: an expired lease is claimable by a blocked claimer within 50 ms of its deadline
+# docs/semantics.md §4.4: an expired lease is claimable by a blocked claimer within 50 ms of its deadline
 # ===============================================================================================
 
 def test_rule4_blocked_claimer_gets_an_expired_lease_within_50ms_of_its_deadline(daemon, r, q):
@@ -558,12 +514,12 @@ def test_rule4_blocked_claimer_on_several_leases_gets_each_as_it_expires(daemon,
 
 
 # ===============================================================================================
-# SPEC 4 rule 5: deliveries == number of distinct tokens handed out
+# docs/semantics.md §4.5: deliveries == number of distinct tokens handed out
 # ===============================================================================================
 
 def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own):
     d = own(env={**DEBUG_ENV, "LEASEQ_LEASE_DURABILITY": "fsync"})
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     c.execute_command("DEBUG", "CLOCK", "FREEZE")
     q = unique("r5")
     jid = push(c, q, "tracked")
@@ -592,7 +548,7 @@ def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own)
     j = claim_one(c, q, "c", "LEASE", 1000)                # 3: after an expired lease
     handed_out(j)
     c.execute_command("QNACK", q, j[b"lease"], "DELAY", 0)
-    s = no_retry_client(d)
+    s = no_retry_client(d, socket_timeout=10)
     handed_out(claim_one(s, q, "session", "SESSION"))       # 4: a SESSION claim, then its connection closes
     s.close()
     wait_for(lambda: qget(c, q, jid)[b"state"] == b"ready", 5, "session lease released")
@@ -610,7 +566,7 @@ def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own)
     handed_out(j)
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     check()                                                 # derived from the log
     advance(c, 60_000)
     j = claim_one(c, q, "e")                                # 7: tokens stay unique across restarts
@@ -620,7 +576,7 @@ def test_rule5_deliveries_equal_distinct_tokens_through_every_kind_of_lease(own)
 
 
 # ===============================================================================================
-# SPEC 4 rule 6: dead-lettering exactly on the (MAXDELIVERIES+1)-th attempt, provenance, QREDRIVE
+# docs/semantics.md §4.6: dead-lettering exactly on the (MAXDELIVERIES+1)-th attempt, provenance, QREDRIVE
 # ===============================================================================================
 
 def test_rule6_dead_lettered_on_the_fourth_attempt_with_maxdeliveries_3_and_redriven(f):
@@ -644,7 +600,7 @@ def test_rule6_dead_lettered_on_the_fourth_attempt_with_maxdeliveries_3_and_redr
     assert dead[b"dead_letter_deliveries"] == 3
     assert dead[b"dead_letter_reason"] == b"max-deliveries"
     assert dead[b"last_error"] == b"fail 3"
-    # a claim on the dead-letter queue carries the provenance too (SPEC 3.3)
+    # a claim on the dead-letter queue carries the provenance too (docs/semantics.md §3.3)
     seen = claim_one(f, dlq, "inspector")
     for field in (b"dead_letter_from", b"dead_letter_src_id", b"dead_letter_deliveries",
                   b"dead_letter_reason", b"last_error"):
@@ -694,7 +650,7 @@ def test_rule6_a_job_past_its_limit_is_skipped_and_the_next_one_delivered(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 7 and the DELAY / AT options: never claimable before visible_at, whatever the priority
+# docs/semantics.md §4.7 and the DELAY / AT options: never claimable before visible_at, whatever the priority
 # ===============================================================================================
 
 def test_rule7_option_delay_and_at_never_let_a_job_out_early_whatever_its_priority(f):
@@ -743,7 +699,7 @@ def test_rule7_blocked_claimer_gets_a_delayed_job_at_visible_at_never_before(dae
 
 
 # ===============================================================================================
-# SPEC 4 rule 8: stale tokens are skipped by QACK / QNACK / QEXTEND, never applied
+# docs/semantics.md §4.8: stale tokens are skipped by QACK / QNACK / QEXTEND, never applied
 # ===============================================================================================
 
 def test_rule8_stale_tokens_of_every_kind_are_skipped_by_qack_qnack_qextend(f):
@@ -802,7 +758,7 @@ def test_rule8_an_expired_token_works_until_the_job_is_claimed_again(f):
 
 
 # ===============================================================================================
-# SPEC 4 rule 9: after kill -9, live QINFO counters equal those before
+# docs/semantics.md §4.9: after kill -9, live QINFO counters equal those before
 # ===============================================================================================
 
 def _build_live_state(c) -> tuple[str, str, str]:
@@ -826,7 +782,7 @@ LIVE = (b"ready", b"delayed", b"in_flight", b"dead", b"completed")
 
 def test_rule9_live_counters_are_equal_after_kill9_with_fsynced_leases(own):
     d = own(env={**DEBUG_ENV, "LEASEQ_LEASE_DURABILITY": "fsync"})
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     c.execute_command("DEBUG", "CLOCK", "FREEZE")
     queues = _build_live_state(c)
     before = {q: {k: qinfo(c, q)[k] for k in LIVE} for q in queues}
@@ -834,20 +790,20 @@ def test_rule9_live_counters_are_equal_after_kill9_with_fsynced_leases(own):
     assert before[queues[2]][b"ready"] == 1
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     after = {q: {k: qinfo(c, q)[k] for k in LIVE} for q in queues}
     assert after == before
 
 
 def test_rule9_live_counters_after_kill9_with_async_leases_only_in_flight_may_turn_ready(own):
     d = own(env={**DEBUG_ENV, "LEASEQ_LEASE_DURABILITY": "async"})
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     c.execute_command("DEBUG", "CLOCK", "FREEZE")
     queues = _build_live_state(c)
     before = {q: {k: qinfo(c, q)[k] for k in LIVE} for q in queues}
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     for q in queues:
         b, a = before[q], {k: qinfo(c, q)[k] for k in LIVE}
         assert (a[b"delayed"], a[b"dead"], a[b"completed"]) == (b[b"delayed"], b[b"dead"], b[b"completed"]), q
@@ -856,7 +812,7 @@ def test_rule9_live_counters_after_kill9_with_async_leases_only_in_flight_may_tu
 
 
 # ===============================================================================================
-# SPEC 4 rule 10: bad input gets an error reply, never crashes the daemon or corrupts the log
+# docs/semantics.md §4.10: bad input gets an error reply, never crashes the daemon or corrupts the log
 # ===============================================================================================
 
 BAD_COMMANDS = [
@@ -942,7 +898,7 @@ BAD_BYTES = [
 
 def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_replays(own):
     d = own(env=DEBUG_ENV)
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("r10")
     c.execute_command("QCREATE", q, "LEASE", HOUR)
     jobs = c.execute_command("QPUSHMANY", q, 3, "a", "b\x00", "c")
@@ -979,7 +935,7 @@ def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_r
     # the log is intact: a crash and restart recovers the same state
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     again = qinfo(c, q)
     assert {k: again[k] for k in LIVE} == {k: before[k] for k in LIVE}
     assert [qget(c, q, j)[b"payload"] for j in jobs] == [b"a", b"b\x00", b"c"]
@@ -987,7 +943,7 @@ def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_r
 
 
 # ===============================================================================================
-# Ordering (SPEC 1): priority, then ready-again before never-delivered, then ascending id
+# Ordering (docs/semantics.md §1.6): priority, then ready-again before never-delivered, then ascending id
 # ===============================================================================================
 
 def test_option_order_priority_0_to_9_higher_first_then_ascending_id(f):
@@ -1167,7 +1123,7 @@ def test_option_qnack_dead_dead_letters_now_with_reason_nack_and_error_as_last_e
     f.execute_command("QNACK", own_q, claim_one(f, own_q)[b"lease"], "ERROR", "boom", "DEAD")
     job = qget(f, own_q, jid)
     assert (job[b"state"], job[b"dead_reason"], job[b"last_error"]) == (b"dead", b"nack", b"boom")
-    assert "DELAY and DEAD" in error_of(f, "QNACK", own_q, "1.1.1", "DELAY", 5, "DEAD")
+    assert "DELAY and DEAD" in error_text(f, "QNACK", own_q, "1.1.1", "DELAY", 5, "DEAD")
 
 
 # ===============================================================================================
@@ -1232,7 +1188,7 @@ def test_option_expire_on_a_queue_without_expire(f):
 def test_option_deadletter_queue_is_created_on_demand_with_defaults(f):
     q, dlq = unique("dl"), unique("dl-target")
     f.execute_command("QCREATE", q, "DEADLETTER", dlq, "MAXDELIVERIES", 1, "LEASE", 5000)
-    assert "NOQUEUE" in error_of(f, "QINFO", dlq)
+    assert "NOQUEUE" in error_text(f, "QINFO", dlq)
     push(f, q, "x")
     f.execute_command("QNACK", q, claim_one(f, q)[b"lease"], "DELAY", 0)
     assert claim(f, q) == []
@@ -1306,7 +1262,7 @@ def test_option_qredrive_on_a_deadletter_queue_moves_ready_jobs_back_to_their_so
 
 
 def test_option_qredrive_gives_an_expired_job_a_new_chance_in_place_as_via_a_deadletter_queue(f):
-    """QREDRIVE restores a dead job (SPEC 4 rule 6).  Via a dead-letter queue an
+    """QREDRIVE restores a dead job (docs/semantics.md §4.6).  Via a dead-letter queue an
     expired job comes back deliverable; redriven in place it must be too."""
     via, dlq, in_place = unique("rx-via"), unique("rx-dlq"), unique("rx-in")
     f.execute_command("QCREATE", via, "EXPIRE", 1000, "DEADLETTER", dlq)
@@ -1436,7 +1392,7 @@ def test_option_dedupe_older_job_still_in_flight_holds_its_key_while_active(f):
 
 def test_option_dedupe_keys_survive_a_restart(own):
     d = own(env=DEBUG_ENV)
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("dr")
     c.execute_command("QCREATE", q, "DURABILITY", "fsync", "RETAIN-COMPLETED", HOUR)
     k1 = push(c, q, "a", "KEY", "k1")
@@ -1446,7 +1402,7 @@ def test_option_dedupe_keys_survive_a_restart(own):
     assert qget(c, q, done)[b"state"] == b"completed"
     d.kill()
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     base = qinfo(c, q)[b"duplicates"]
     assert push(c, q, "a2", "KEY", "k1") == k1
     assert c.execute_command("QPUSHMANY", q, 2, "x", "y", "KEYS", "k3", "k2") == many[::-1]
@@ -1455,7 +1411,7 @@ def test_option_dedupe_keys_survive_a_restart(own):
 
 
 # ===============================================================================================
-# Claim fairness (SPEC 3.3): blocked claimers share arriving jobs in proportion to COUNT
+# Claim fairness (docs/semantics.md §3.3): blocked claimers share arriving jobs in proportion to COUNT
 # ===============================================================================================
 
 def _block_in_order(daemon, r, q, counts) -> list[BlockedClaim]:
@@ -1512,12 +1468,13 @@ def _concurrent_claims(daemon, q, n, *options) -> list[list[dict]]:
         out[i] = claim(c, q, f"c{i}", *options)
         c.close()
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    threads = [CheckedThread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(15)
         assert not t.is_alive()
+        assert t.failure is None, t.failure
     return out
 
 
@@ -1887,7 +1844,7 @@ def test_option_qalter_maxlen_refuses_pushes_beyond_it(f):
     push(f, q, "a")
     push(f, q, "b")
     f.execute_command("QALTER", q, "MAXLEN", 2)
-    assert error_of(f, "QPUSH", q, "c").startswith("FULL")
+    assert error_text(f, "QPUSH", q, "c").startswith("FULL")
     f.execute_command("QALTER", q, "MAXLEN", 0)
     assert push(f, q, "c") > 0
 
@@ -1935,20 +1892,20 @@ def test_option_qalter_durability_between_fsync_and_async_but_not_memory(f):
     f.execute_command("QCREATE", q)
     assert f.execute_command("QALTER", q, "DURABILITY", "async") == b"OK"
     assert qinfo(f, q)[b"durability"] == b"async"
-    assert error_of(f, "QALTER", q, "DURABILITY", "memory")
+    assert error_text(f, "QALTER", q, "DURABILITY", "memory")
     assert qinfo(f, q)[b"durability"] == b"async"
 
 
 def test_option_qalter_durability_async_takes_effect_across_a_restart(own):
     d = own()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     q = unique("adr")
     c.execute_command("QCREATE", q, "DURABILITY", "fsync")
     c.execute_command("QALTER", q, "DURABILITY", "async")
     jid = push(c, q, "kept")
     d.stop()                                          # graceful: async data is fsynced at shutdown
     d.restart()
-    c = no_retry_client(d)
+    c = no_retry_client(d, socket_timeout=10)
     assert qinfo(c, q)[b"durability"] == b"async"
     assert qget(c, q, jid)[b"payload"] == b"kept"
 
@@ -2081,7 +2038,7 @@ def test_debug_is_refused_without_enable_debug_command(own):
     d = own(env={"LEASEQ_ENABLE_DEBUG_COMMAND": "no"})
     c = d.client(protocol=2)
     for args in (("DEBUG", "CLOCK"), ("DEBUG", "CLOCK", "ADVANCE", 1000), ("DEBUG", "CLOCK", "FREEZE")):
-        assert "DEBUG command not allowed" in error_of(c, *args)
+        assert "DEBUG command not allowed" in error_text(c, *args)
     assert c.ping() is True
     q = unique("nodebug")
     jid = push(c, q, "x", "DELAY", 60_000)

@@ -1,4 +1,4 @@
-"""A small pure-Python reference model of ONE leaseq queue (SPEC 1, 3, 4).
+"""A small pure-Python reference model of ONE leaseq queue (docs/semantics.md §1, §3, §4).
 
 No leaseq imports: this is the specification written as code, so that a
 model-based test can compare the real daemon's replies with it.

@@ -54,7 +54,7 @@ errors_ = st.sampled_from([None, None, b"", b"boom", b"timeout after 3 s", "\u00
 
 
 def claim_view(job: RefJob) -> dict:
-    """What QCLAIM answers for a job (SPEC 3.3), without the token."""
+    """What QCLAIM answers for a job (docs/semantics.md §3.3), without the token."""
     m = {b"id": job.id, b"payload": job.payload, b"deadline": job.deadline, b"deliveries": job.deliveries,
          b"priority": job.priority, b"enqueued_at": job.enqueued_at}
     if job.last_error is not None:

@@ -751,8 +751,8 @@ def test_dead_lettered_copy_carries_no_key(store):
 
 
 def test_key_still_held_by_an_older_job_is_found_after_a_newer_holder_goes(store):
-    # SPEC 3.2: "while a job with the same key exists in the scope, QPUSH creates
-    # nothing".  Job 1 holds k and is in flight, so a `queued` push of k creates
+    # docs/semantics.md §3.2: "while a job with the same key exists in the scope,
+    # QPUSH creates nothing".  Job 1 holds k and is in flight, so a `queued` push of k creates
     # job 2; job 1 is nacked (ready again, still with k); job 2 is deleted.  Job 1
     # is a ready job with key k: the next `queued` push of k is its duplicate.
     q = new_queue(store)
@@ -1322,7 +1322,7 @@ def test_move_back_into_a_memory_source_gets_no_jobs_back_after_replay(store, re
     (new_id,) = [new for _, new in moved[b"q"]]
     assert list(memory_q.jobs) == [new_id] and store.queues[b"dlq"].jobs == {}
     store = reopen(store, T0 + LEASE)
-    assert store.queues[b"q"].jobs == {}                     # memory: lost on restart, as SPEC 3.1 says
+    assert store.queues[b"q"].jobs == {}                     # memory: lost on restart, as docs/semantics.md §3.1 says
     assert store.queues[b"dlq"].jobs == {}                   # and it left the durable dlq for good
     assert store.take_ids(store.queues[b"q"], 1) > new_id    # its id is not reused
 

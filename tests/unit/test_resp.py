@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import hiredis
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -22,11 +23,6 @@ FOLLOWERS = [
     (b"*2\r\n$4\r\nECHO\r\n$5\r\nhel", b"lo\r\n", [b"ECHO", b"hello"]),
     (b"QPU", b"SH q job\r\n", [b"QPUSH", b"q", b"job"]),
 ]
-
-
-def multibulk(*args: bytes) -> bytes:
-    """The canonical multibulk encoding, written out independently of the parser."""
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 def parses_to(data: bytes, expected: list, **limits) -> None:
@@ -84,36 +80,36 @@ def rejects(data: bytes, message: str, parsed_before: list | None = None, **limi
 # -- multibulk requests ---------------------------------------------------------------
 
 def test_multibulk_command_parses_to_its_arguments():
-    parses_to(b"*3\r\n$5\r\nQPUSH\r\n$1\r\nq\r\n$3\r\njob\r\n", [[b"QPUSH", b"q", b"job"]])
+    parses_to(hiredis.pack_command((b"QPUSH", b"q", b"job")), [[b"QPUSH", b"q", b"job"]])
 
 
 def test_multibulk_arguments_are_binary_safe():
     payload = bytes(range(256)) + b"\r\n*1\r\n$4\r\nPING\r\n"
-    parses_to(multibulk(b"QPUSH", b"q", payload), [[b"QPUSH", b"q", payload]])
+    parses_to(hiredis.pack_command((b"QPUSH", b"q", payload)), [[b"QPUSH", b"q", payload]])
 
 
 def test_multibulk_empty_argument_is_kept():
-    parses_to(multibulk(b"ECHO", b""), [[b"ECHO", b""]])
+    parses_to(hiredis.pack_command((b"ECHO", b"")), [[b"ECHO", b""]])
 
 
 @pytest.mark.parametrize("size", [9, 10, 99, 100, 999, 1000, 12345])
 def test_multibulk_argument_lengths_across_digit_counts(size):
     arg = b"x" * size
-    parses_to(multibulk(b"ECHO", arg) + multibulk(b"PING"), [[b"ECHO", arg], [b"PING"]])
+    parses_to(hiredis.pack_command((b"ECHO", arg)) + hiredis.pack_command((b"PING",)), [[b"ECHO", arg], [b"PING"]])
 
 
 def test_pipelined_multibulk_commands_come_out_in_order():
     cmds = [[b"QPUSH", b"q", b"%d" % i] for i in range(12)]
-    parses_to(b"".join(multibulk(*c) for c in cmds), cmds)
+    parses_to(b"".join(hiredis.pack_command(tuple(c)) for c in cmds), cmds)
 
 
 def test_multibulk_with_ten_or_more_arguments():
     args = [b"QPUSHMANY", b"q", b"10"] + [b"job%d" % i for i in range(10)]
-    parses_to(multibulk(*args), [args])
+    parses_to(hiredis.pack_command(tuple(args)), [args])
 
 
 def test_empty_multibulk_yields_no_command_and_parsing_continues():
-    parses_to(b"*0\r\n" + multibulk(b"PING"), [[b"PING"]])
+    parses_to(hiredis.pack_command(()) + hiredis.pack_command((b"PING",)), [[b"PING"]])
 
 
 # -- inline requests -----------------------------------------------------------------------
@@ -136,18 +132,19 @@ def test_empty_inline_lines_yield_no_command():
 
 def test_redis_cli_pipe_leading_crlf_then_multibulk():
     # redis-cli --pipe starts with a bare CRLF before its multibulk commands
-    parses_to(b"\r\n" + multibulk(b"ECHO", b"hi"), [[b"ECHO", b"hi"]])
+    parses_to(b"\r\n" + hiredis.pack_command((b"ECHO", b"hi")), [[b"ECHO", b"hi"]])
 
 
 def test_inline_and_multibulk_mixed_in_one_stream():
-    data = (b"PING\r\n" + multibulk(b"ECHO", b"a") + b"ECHO b\r\n" + multibulk(b"ECHO", b"c")
-            + multibulk(b"ECHO", b"d") + b"ECHO e\n")
+    data = (b"PING\r\n" + hiredis.pack_command((b"ECHO", b"a")) + b"ECHO b\r\n"
+            + hiredis.pack_command((b"ECHO", b"c")) + hiredis.pack_command((b"ECHO", b"d")) + b"ECHO e\n")
     parses_to(data, [[b"PING"], [b"ECHO", b"a"], [b"ECHO", b"b"], [b"ECHO", b"c"],
                      [b"ECHO", b"d"], [b"ECHO", b"e"]])
 
 
 def test_inline_command_after_a_multibulk_split_across_feeds():
-    parses_to(multibulk(b"PING") + b"ECHO x\r\n" + multibulk(b"PING"), [[b"PING"], [b"ECHO", b"x"], [b"PING"]])
+    parses_to(hiredis.pack_command((b"PING",)) + b"ECHO x\r\n" + hiredis.pack_command((b"PING",)),
+              [[b"PING"], [b"ECHO", b"x"], [b"PING"]])
     # and in the chunks where the multibulk offsets have to carry over
     p = RequestParser()
     assert p.feed(b"*1\r\n$4\r\nPI") == []
@@ -237,7 +234,7 @@ def test_inline_line_over_the_limit_with_newline_is_too_big():
 
 
 def test_too_many_arguments_is_invalid_multibulk_length():
-    rejects(multibulk(b"A", b"B", b"C"), "invalid multibulk length", max_args=2)
+    rejects(hiredis.pack_command((b"A", b"B", b"C")), "invalid multibulk length", max_args=2)
 
 
 def test_too_many_inline_arguments_is_invalid_multibulk_length():
@@ -245,7 +242,7 @@ def test_too_many_inline_arguments_is_invalid_multibulk_length():
 
 
 def test_argument_over_max_bulk_is_invalid_bulk_length():
-    rejects(multibulk(b"ECHO", b"12345"), "invalid bulk length", max_bulk=4)
+    rejects(hiredis.pack_command((b"ECHO", b"12345")), "invalid bulk length", max_bulk=4)
 
 
 def test_bulk_length_over_max_bulk_is_rejected_at_its_header():
@@ -254,7 +251,7 @@ def test_bulk_length_over_max_bulk_is_rejected_at_its_header():
 
 
 def test_error_keeps_commands_parsed_before_it():
-    data = b"PING\r\n" + multibulk(b"ECHO", b"a") + b"*1\r\n$x\r\n"
+    data = b"PING\r\n" + hiredis.pack_command((b"ECHO", b"a")) + b"*1\r\n$x\r\n"
     rejects(data, "invalid bulk length", [[b"PING"], [b"ECHO", b"a"]])
 
 
@@ -305,7 +302,7 @@ def test_split_args_rejects_unbalanced_quotes(line):
     [b"a"] * 100,
 ])
 def test_wire_size_is_the_canonical_encoding_length(args):
-    assert wire_size(args) == len(multibulk(*args))
+    assert wire_size(args) == len(hiredis.pack_command(tuple(args)))
 
 
 # -- properties ---------------------------------------------------------------------------------
@@ -327,7 +324,7 @@ def test_any_commands_parse_back_identically_whatever_the_chunking(commands, dat
         else:
             if data.draw(st.booleans(), label="blank line before"):
                 parts.append(b"\r\n")
-            parts.append(multibulk(*cmd))
+            parts.append(hiredis.pack_command(tuple(cmd)))
     stream = b"".join(parts)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10), label="cuts"))
     p = RequestParser()

@@ -781,8 +781,9 @@ def _append_checksummed_frame(path, rtype, body):
     (records.ACK, b"\x01\x02"),
 ])
 def test_open_refuses_a_checksummed_record_it_cannot_decode_naming_file_and_offset(data_dir, rtype, body):
-    # records.py: "an unknown type is corruption"; SPEC 5.1: corruption refuses to
-    # start with a clear message naming file and offset (CorruptLog, which the CLI reports)
+    # records.py: "an unknown type is corruption"; docs/semantics.md §5.1: corruption
+    # refuses to start with a clear message naming file and offset (CorruptLog, which
+    # the CLI reports)
     close(open_store(data_dir, T0))
     path = data_dir / segment_name(1)
     offset = path.stat().st_size

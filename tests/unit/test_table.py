@@ -3,9 +3,11 @@
 import pathlib
 import re
 
+import hiredis
 import pytest
 
 from leaseq.commands import errors
+from leaseq.commands.replies import Map
 from leaseq.commands.table import TABLE, command_docs, command_info, render_markdown
 from leaseq.daemon import config
 from leaseq.daemon.resp import encode
@@ -35,13 +37,43 @@ def test_table_entry_is_complete(name):
     assert not ({"write", "readonly"} <= c.flags)
 
 
+def decoded(data: bytes):
+    """The one reply in ``data`` as hiredis's reader (a real client's) parses it."""
+    reader = hiredis.Reader()
+    reader.feed(data)
+    reply = reader.gets()
+    assert reply is not False, f"incomplete reply: {data!r}"
+    assert reader.gets() is False, f"bytes after the reply: {data!r}"
+    return reply
+
+
+def as_read(value, resp3: bool):
+    """What a client reads for a reply value: a Map is a dict in RESP3 and a
+    flat [k1, v1, ...] array in RESP2; simple and bulk strings are bytes."""
+    if isinstance(value, Map):
+        if resp3:
+            return {as_read(k, resp3): as_read(v, resp3) for k, v in value.items}
+        return [as_read(x, resp3) for kv in value.items for x in kv]
+    if isinstance(value, (list, tuple)):
+        return [as_read(v, resp3) for v in value]
+    if isinstance(value, str):
+        return value.encode()
+    return value
+
+
 @pytest.mark.parametrize("resp3", [False, True])
 def test_command_info_and_docs_encode(resp3):
     for c in TABLE.values():
         info = command_info(c)
         assert info[0] == c.name.encode() and info[1] == c.arity and len(info) == 10
-        assert encode(info, resp3)
+        got = decoded(encode(info, resp3))
+        assert got == as_read(info, resp3)
+        assert got[:3] == [c.name.encode(), c.arity, sorted(f.encode() for f in c.flags)]
         assert encode(command_docs(c), resp3).startswith(b"%" if resp3 else b"*")
+        docs = decoded(encode(command_docs(c), resp3))
+        assert docs == as_read(command_docs(c), resp3)
+        fields = docs if resp3 else dict(zip(docs[::2], docs[1::2]))
+        assert fields[b"summary"] == c.summary.encode() and fields[b"group"] == c.group.encode()
 
 
 def test_qpush_syntax_reads_like_the_spec():
