@@ -89,15 +89,6 @@ def small_segments(tmp_path):
     return str(path)
 
 
-@pytest.fixture
-def daemons():
-    """Daemons a test starts; whatever is still running at the end is killed."""
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.kill()
-
-
 def new_daemon(daemons, data_dir, *args, **kw) -> Daemon:
     d = Daemon(data_dir, *args, **kw)
     daemons.append(d)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from harness import Daemon
+from harness import Daemon, as_map, qinfo
 
 LONG = 600_000
 
@@ -48,30 +48,11 @@ def push_many(c, queue: str, n: int, size: int = 100, batch: int = 1000) -> list
     return ids
 
 
-def as_map(reply) -> dict:
-    """A map reply (RESP3 dict or RESP2 flat list) with str keys."""
-    if not isinstance(reply, dict):
-        reply = dict(zip(reply[::2], reply[1::2]))
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
-
-
-def qinfo(c, queue: str) -> dict:
-    return as_map(c.execute_command("QINFO", queue))
-
-
 def tokens_of(jobs) -> list[bytes]:
-    return [as_map(j)["lease"] for j in jobs]
+    return [as_map(j)[b"lease"] for j in jobs]
 
 
 LIVE = ("ready", "delayed", "in_flight", "dead", "completed", "pushed", "acked", "dead_lettered")
-
-
-@pytest.fixture
-def daemons():
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.kill()
 
 
 def start(daemons, path, *args, **kw) -> Daemon:
@@ -119,11 +100,11 @@ def test_restart_after_snapshot_and_kill_keeps_every_job_and_counter(tmp_path, d
     # after the snapshot: more changes, in the segments after it
     assert c.execute_command("QACK", "q", *tokens[40:50]) == 10
     later = push_many(c, "q", 500)
-    before = qinfo(c, "q")
+    before = qinfo(c, "q", str_keys=True)
     d.kill()
     d.restart()
     c = d.client()
-    after = qinfo(c, "q")
+    after = qinfo(c, "q", str_keys=True)
     assert {k: after[k] for k in LIVE} == {k: before[k] for k in LIVE}
     assert "snap-" in persistence(c)["recovery_snapshot"]
     assert c.execute_command("QACK", "q", *tokens[50:]) == 50          # leases of the snapshot still hold
@@ -160,7 +141,7 @@ def test_churn_keeps_the_directory_a_small_multiple_of_live_data(tmp_path, daemo
     assert info["wal_bytes_written"] > 5 * total, (info["wal_bytes_written"], total)
     assert total <= 2 * info["last_snapshot_bytes"] + 3 * 4096, total
     assert len(files(d, "snap-")) == 2
-    assert qinfo(c, "q")["ready"] + qinfo(c, "q")["in_flight"] == 200
+    assert qinfo(c, "q", str_keys=True)["ready"] + qinfo(c, "q", str_keys=True)["in_flight"] == 200
 
 
 def test_archive_dir_receives_compacted_segments_readable_in_order(tmp_path, daemons):
