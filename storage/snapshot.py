@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from . import records
 from .queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, MEMORY, READY, Counters, Job, Provenance, QueueConfig
 from .store import Store
-from .wal import fsync_directory
+from .wal import fsync_directory, numbered_files
 
 PREFIX = "snap-"
 SUFFIX = ".snap"
@@ -64,13 +64,7 @@ def snapshot_name(covers: int) -> str:
 
 def list_snapshots(directory: str) -> list[tuple[int, str]]:
     """``(covers, path)`` of every snapshot file, oldest first."""
-    found = []
-    for name in os.listdir(directory):
-        if name.startswith(PREFIX) and name.endswith(SUFFIX):
-            digits = name[len(PREFIX):-len(SUFFIX)]
-            if digits.isdigit():
-                found.append((int(digits), os.path.join(directory, name)))
-    return sorted(found)
+    return numbered_files(directory, PREFIX, SUFFIX)
 
 
 def remove_temporaries(directory: str) -> list[str]:

@@ -45,14 +45,20 @@ def segment_name(number: int) -> str:
     return f"{SEGMENT_PREFIX}{number:020d}{SEGMENT_SUFFIX}"
 
 
-def list_segments(directory: str) -> list[tuple[int, str]]:
+def numbered_files(directory: str, prefix: str, suffix: str) -> list[tuple[int, str]]:
+    """``(number, path)`` of the files named ``<prefix><digits><suffix>``, in
+    number order (segments, snapshots)."""
     found = []
     for name in os.listdir(directory):
-        if name.startswith(SEGMENT_PREFIX) and name.endswith(SEGMENT_SUFFIX):
-            digits = name[len(SEGMENT_PREFIX):-len(SEGMENT_SUFFIX)]
+        if name.startswith(prefix) and name.endswith(suffix):
+            digits = name[len(prefix):-len(suffix)]
             if digits.isdigit():
                 found.append((int(digits), os.path.join(directory, name)))
     return sorted(found)
+
+
+def list_segments(directory: str) -> list[tuple[int, str]]:
+    return numbered_files(directory, SEGMENT_PREFIX, SEGMENT_SUFFIX)
 
 
 class DirectoryLocked(RuntimeError):
