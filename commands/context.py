@@ -53,6 +53,7 @@ class ServerContext(Protocol):
     clock: DebugClock
     clients: dict[int, "ClientContext"]
     oom: bool                        # maxmemory is exceeded: denyoom commands get -OOM
+    loading: bool                    # recovery still runs: commands not flagged loading get -LOADING
 
     @property
     def auth_required(self) -> bool: ...

@@ -27,6 +27,7 @@ CODES = {
     "WRONGPASS": "wrong user name or password",
     "OOM": "maxmemory is exceeded; pushes are refused",
     "CLOSED": "the queue was dropped while the command was waiting on it",
+    "LOADING": "the daemon is still recovering its data directory; retry shortly",
 }
 
 
@@ -62,6 +63,7 @@ HELLO_NOAUTH = Error("NOAUTH", "HELLO must be called with the client already aut
 NO_KEY_ARGUMENTS = err("The command has no key arguments")
 MAX_CLIENTS = err("max number of clients reached")
 BGSAVE_RUNNING = err("Background save already in progress")
+LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:

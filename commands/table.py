@@ -217,9 +217,9 @@ _COMMANDS = [
        (QUEUE, opt("COUNT", "n")), "O(M log N)",
        reply="integer: jobs moved (deliveries reset to 0)", notes="Without COUNT, all of them."),
     # -- connection -----------------------------------------------------------------------------
-    _c("ping", connection.ping, -1, "fast noauth loading", "connection", "Ping the server",
+    _c("ping", connection.ping, -1, "fast noauth", "connection", "Ping the server",
        (Arg("message", optional=True),), reply="+PONG, or the message"),
-    _c("echo", connection.echo, 2, "fast loading", "connection", "Return the given string",
+    _c("echo", connection.echo, 2, "fast", "connection", "Return the given string",
        (Arg("message"),), reply="bulk string"),
     _c("hello", connection.hello, -1, "fast noauth loading no-multi", "connection",
        "Handshake: choose RESP2 or RESP3, authenticate, name the connection",

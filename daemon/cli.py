@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 
 import click
@@ -53,24 +53,18 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
 
     from .server import serve as run_server
 
-    import time
+    def open_datadir():
+        return DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
+                            lease_sync=settings.lease_durability == "fsync", repair=repair)
+
     try:
-        datadir = DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
-                               lease_sync=settings.lease_durability == "fsync", repair=repair)
+        uvloop.run(run_server(settings, open_datadir))
     except (CorruptLog, DirectoryLocked) as e:
         log.error("%s", e)
         sys.exit(1)
     except OSError as e:
-        log.error("cannot open data directory %s: %s", os.path.abspath(settings.dir), e)
+        log.error("cannot start: %s (port %s, data directory %s)", e, settings.port, os.path.abspath(settings.dir))
         sys.exit(1)
-    # Jobs hold no reference cycles (refcounting frees them), yet each one is
-    # tracked by the cyclic collector: at the default threshold a push spends
-    # more time in collections than in the push. Collect the young generation
-    # less often, and move what recovery built into the permanent generation so
-    # full collections never rescan it (it is still freed by refcounting).
-    gc.set_threshold(50_000, 20, 20)
-    gc.freeze()
-    uvloop.run(run_server(settings, datadir))
 
 
 @main.command()

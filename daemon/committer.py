@@ -64,7 +64,9 @@ class Committer:
         if wal.sync_wanted:
             self.start_sync()
         self._release()
-        self.server.snapshots.check()      # a turn that wrote may have grown the log past its threshold
+        snapshots = self.server.snapshots  # None while recovery runs
+        if snapshots is not None:
+            snapshots.check()              # a turn that wrote may have grown the log past its threshold
 
     def start_sync(self) -> None:
         """Start an fdatasync of everything written (unless one runs: when it

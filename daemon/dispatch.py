@@ -1,7 +1,8 @@
 """Dispatch: the checks every command gets, in one place, then its handler.
 
 Order (as Redis's processCommand): unknown command, arity, authentication,
-transaction queueing, memory; then the handler.  Handlers raise
+recovery still running (-LOADING), transaction queueing, memory; then the
+handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
 bug, logged with its traceback and answered with an error, never a crash.
 
@@ -42,6 +43,8 @@ def _execute(client, args: list):
         return _refuse(client, errors.wrong_arity(cmd.name))
     if server.auth_required and not client.authenticated and "noauth" not in cmd.flags:
         return _refuse(client, errors.NOAUTH)
+    if server.loading and "loading" not in cmd.flags:
+        return _refuse(client, errors.LOADING)
     client.last_command = cmd.name
     if client.multi is not None and "direct" not in cmd.flags:
         if "transaction" in cmd.flags:

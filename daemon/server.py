@@ -9,6 +9,7 @@ INFO, shutdown, blocked claimers).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -20,6 +21,8 @@ from leaseq.commands import errors
 from leaseq.commands.connection import VERSION
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
+from leaseq.storage.store import Store
+from leaseq.storage.wal import MemoryLog
 
 from . import config
 from .blocking import Blocking
@@ -42,12 +45,16 @@ class Stats:
 
 
 class Server:
-    def __init__(self, settings: config.Settings, datadir: DataDir) -> None:
+    """Listens at once and answers -LOADING until ``attach`` hands it the
+    recovered data directory (docs/operations.md, "Starting")."""
+
+    def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
-        self.datadir = datadir
-        self.store = store = datadir.store
-        self.wal = datadir.wal
-        store.journal.lease_sync = settings.lease_durability == "fsync"
+        self.datadir: DataDir | None = None
+        self.loading = True
+        self.loading_started = int(time.time())
+        self.store = Store()          # empty stand-ins until recovery is done; while loading
+        self.wal = MemoryLog()        # no command that writes is run, so nothing reaches them
         self.clients: dict[int, Connection] = {}
         self.next_client_id = 1
         self.stats = Stats()
@@ -55,13 +62,8 @@ class Server:
         self.port = settings.port
         self.oom = False
         self.stopping = False
-        self.clock = Clock(*store.clock, on_change=self._clock_changed)
+        self.clock = Clock(0, False, 0, on_change=self._clock_changed)
         self.now_ms = self.clock.now
-        if self.clock.frozen and not settings.enable_debug_command:
-            # a test froze time in this data directory; without DEBUG nobody could resume it
-            log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
-            self.clock.resume()
-        store.default_config = QueueConfig(durability=settings.default_durability)
         self._ops_samples: deque = deque(maxlen=16)
         self._stopped: asyncio.Event | None = None
         self._listener = None
@@ -70,7 +72,26 @@ class Server:
         self.blocking: Blocking | None = None
         self.committer: Committer | None = None
         self.snapshots: Snapshots | None = None
-        datadir.archive_dir = settings.archive_dir
+
+    def attach(self, datadir: DataDir) -> None:
+        """Recovery is done: serve the recovered store from now on."""
+        s = self.settings
+        self.datadir = datadir
+        self.store = store = datadir.store
+        self.wal = datadir.wal
+        self._apply_settings()
+        self.clock = Clock(*store.clock, on_change=self._clock_changed)
+        self.now_ms = self.clock.now
+        if self.clock.frozen and not s.enable_debug_command:
+            # a test froze time in this data directory; without DEBUG nobody could resume it
+            log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
+            self.clock.resume()
+        self.committer.wal = datadir.wal
+        self.snapshots = Snapshots(self, self.loop)
+        self.loading = False
+        log.info("leaseq ready to serve on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+        if self.stopping:                    # a shutdown asked for while loading
+            self.loop.call_soon(self._shutdown)
 
     # -- clock and settings --------------------------------------------------------------
 
@@ -80,6 +101,14 @@ class Server:
         self.store.set_clock(offset, frozen, frozen_at)
         if self.blocking is not None:
             self.blocking.time_moved()
+
+    def _apply_settings(self) -> None:
+        """Settings the store and the data directory hold copies of."""
+        s = self.settings
+        self.store.journal.lease_sync = s.lease_durability == "fsync"
+        self.store.default_config = QueueConfig(durability=s.default_durability)
+        self.wal.set_segment_size(s.segment_size)
+        self.datadir.archive_dir = s.archive_dir
 
     @property
     def auth_required(self) -> bool:
@@ -101,10 +130,8 @@ class Server:
             except config.ConfigError as e:
                 raise errors.config_invalid(name, str(e)) from None
         self.settings = s = self.settings.replace(**changes)
-        self.store.journal.lease_sync = s.lease_durability == "fsync"
-        self.store.default_config = QueueConfig(durability=s.default_durability)
-        self.wal.set_segment_size(s.segment_size)
-        self.datadir.archive_dir = s.archive_dir
+        if self.datadir is not None:
+            self._apply_settings()
         for c in self.clients.values():
             c.parser.max_args = s.max_args
             c.parser.max_bulk = s.proto_max_bulk_len
@@ -140,7 +167,7 @@ class Server:
         return self.snapshots.bgsave(schedule)
 
     def lastsave(self) -> int:
-        return self.snapshots.last_time
+        return self.snapshots.last_time if self.snapshots else 0
 
     def ops_per_sec(self) -> int:
         if len(self._ops_samples) < 2:
@@ -184,12 +211,7 @@ class Server:
                 ("maxmemory", s.maxmemory),
                 ("jobs_live", sum(len(q.jobs) for q in queues)),
             ],
-            "persistence": [("loading", 0)] + self.datadir.info_fields()
-            + (self.committer.info_fields() if self.committer else []) + [
-                ("default_durability", s.default_durability),
-                ("lease_durability", s.lease_durability),
-                ("fsync_interval_ms", s.fsync_interval),
-            ] + (self.snapshots.info_fields() if self.snapshots else []),
+            "persistence": self._persistence(),
             "stats": [
                 ("total_connections_received", stats.connections),
                 ("total_commands_processed", stats.commands),
@@ -202,15 +224,28 @@ class Server:
             "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
         }
 
+    def _persistence(self) -> list[tuple[str, object]]:
+        s = self.settings
+        if self.loading:
+            return [("loading", 1), ("loading_start_time", self.loading_started),
+                    ("loading_elapsed_ms", int((time.time() - self.loading_started) * 1000)),
+                    ("dir", os.path.abspath(s.dir))]
+        return [("loading", 0)] + self.datadir.info_fields() + self.committer.info_fields() + [
+            ("default_durability", s.default_durability),
+            ("lease_durability", s.lease_durability),
+            ("fsync_interval_ms", s.fsync_interval),
+        ] + self.snapshots.info_fields()
+
     # -- running --------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def listen(self) -> None:
+        """Open the port; until ``attach`` every command but the few flagged
+        ``loading`` is answered -LOADING."""
         loop = asyncio.get_running_loop()
         self.loop = loop
         self._stopped = asyncio.Event()
         self.blocking = Blocking(self, loop)
         self.committer = Committer(self, loop)
-        self.snapshots = Snapshots(self, loop)
         s = self.settings
         self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
                                                   reuse_address=True, backlog=511)
@@ -222,7 +257,7 @@ class Server:
         if s.bind not in ("127.0.0.1", "::1", "localhost") and not s.requirepass:
             log.warning("listening on %s without requirepass: any host that reaches this port can use "
                         "every queue. Set requirepass or bind 127.0.0.1.", s.bind)
-        log.info("leaseq ready to accept connections on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+        log.info("leaseq listening on %s:%d; recovering data directory %s", s.bind, self.port, s.dir)
 
     async def _fsync_ticker(self) -> None:
         """Async queues: fsync at least every fsync-interval (read each time,
@@ -257,8 +292,21 @@ class Server:
         if self.stopping:
             return
         self.stopping = True
+        if self.loading:
+            log.info("shutting down (%s) once recovery is done", reason)
+            return
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
+
+    def abort(self) -> None:
+        """Recovery failed: close the port and every connection."""
+        self._listener.close()
+        for task in self._tasks:
+            task.cancel()
+        for c in list(self.clients.values()):
+            if c.transport is not None and not c.closed:
+                c.transport.close()
+        self._stopped.set()
 
     def _shutdown(self) -> None:
         """Stop accepting, answer what was received, fsync, close."""
@@ -279,9 +327,26 @@ class Server:
         self._stopped.set()
 
 
-async def serve(settings: config.Settings, datadir: DataDir) -> None:
-    server = Server(settings, datadir)
-    await server.start()
+async def serve(settings: config.Settings, open_datadir) -> None:
+    """Listen at once, recover in a worker thread (``open_datadir()``, which
+    returns a ``DataDir``) while answering -LOADING, then serve until stopped.
+    A recovery error closes the port and is raised."""
+    server = Server(settings)
+    await server.listen()
+    loop = asyncio.get_running_loop()
+    try:
+        datadir = await loop.run_in_executor(None, open_datadir)
+    except BaseException:
+        server.abort()
+        raise
+    # Jobs hold no reference cycles (refcounting frees them), yet each one is
+    # tracked by the cyclic collector: at the default threshold a push spends
+    # more time in collections than in the push. Collect the young generation
+    # less often, and move what recovery built into the permanent generation so
+    # full collections never rescan it (it is still freed by refcounting).
+    gc.set_threshold(50_000, 20, 20)
+    gc.freeze()
+    server.attach(datadir)
     await server.wait_stopped()
     # let the transports write what they still hold
     await asyncio.sleep(0.05)

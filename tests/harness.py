@@ -62,11 +62,14 @@ class Daemon:
         self.log_path = log_path or os.path.join(self.data_dir + ".log")
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 20.0, extra: tuple = ()) -> "Daemon":
+    def start(self, timeout: float = 20.0, extra: tuple = (), ready: bool = True) -> "Daemon":
+        """Run the daemon; wait until PING answers PONG (recovery done)
+        unless ``ready`` is False."""
         self._log = open(self.log_path, "ab")
         cmd = LEASEQ + ["serve", "--port", str(self.port), "--dir", self.data_dir] + self.args + list(extra)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-        self.wait_ready(timeout)
+        if ready:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 
+import hiredis
 import pytest
 
 from harness import Daemon, as_map, qinfo
@@ -218,3 +220,53 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+# -- while recovering, the port answers -LOADING ------------------------------------------------
+
+def raw_command(port: int, *args: str) -> bytes:
+    """One command on a fresh socket; its first reply line(s), or b"" if refused."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(hiredis.pack_command(args))
+            return s.recv(65536)
+    except OSError:
+        return b""
+
+
+def test_while_recovering_the_port_answers_loading_then_serves(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    push_many(d.client(), "q", 400_000, size=64)
+    d.kill()
+    d.start(ready=False)
+    seen, info_loading = [], False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = raw_command(d.port, "PING")
+        if got and (not seen or seen[-1] != got):
+            seen.append(got)
+        if got.startswith(b"-LOADING"):
+            info_loading = info_loading or b"loading:1" in raw_command(d.port, "INFO", "persistence")
+        if got == b"+PONG\r\n":
+            break
+        time.sleep(0.01)
+    assert b"-LOADING leaseq is loading the dataset in memory\r\n" in seen, seen
+    assert seen[-1] == b"+PONG\r\n" and info_loading
+    c = d.client()
+    assert c.execute_command("QLEN", "q") == 400_000
+    assert persistence(c)["loading"] == 0
+    assert re.search(r"recovered 1 queues from no snapshot and \d+ segments .* in [0-9.]+ s", d.log())
+
+
+def test_sigterm_while_recovering_stops_once_recovered(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    push_many(d.client(), "q", 300_000, size=64)
+    d.kill()
+    d.start(ready=False)
+    deadline = time.monotonic() + 30
+    while not raw_command(d.port, "PING").startswith(b"-LOADING") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert d.stop() == 0
+    assert "once recovery is done" in d.log() and "the log is fsynced" in d.log()
+    d.start()
+    assert d.client().execute_command("QLEN", "q") == 300_000

@@ -46,6 +46,7 @@ class Core:
         self.clock = Clock(0, True, now, on_change=lambda *state: None)
         self.clients: dict = {}
         self.oom = False
+        self.loading = False
         self.dropped: list = []
         self.shutdown_reason = None
         self.last_save = 0

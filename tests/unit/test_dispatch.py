@@ -21,7 +21,6 @@ from leaseq.daemon.connection import Connection
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.server import Server
 from leaseq.storage import records
-from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
 from leaseq.storage.recovery import Replayer
 from leaseq.storage.store import Store
@@ -53,13 +52,10 @@ def test_the_test_core_fits_the_handler_context(core, c):
 
 
 def test_the_daemon_fits_the_handler_context(tmp_path, core):
-    d = DataDir.open(str(tmp_path / "data"), T0)
-    try:
-        server = Server(config.Settings(dir=str(tmp_path / "data")), d)
-        assert isinstance(server, ServerContext)
-        assert isinstance(Connection(server), ClientContext)
-    finally:
-        d.close()
+    server = Server(config.Settings(dir=str(tmp_path / "data")))     # loading: not attached yet
+    assert isinstance(server, ServerContext)
+    assert isinstance(Connection(server), ClientContext)
+    assert server.loading
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
@@ -291,3 +287,27 @@ def test_memory_log_is_durable_once_written():
     log.flush_and_sync()
     assert log.reached(ticket)
     assert log.records() == [(records.IDMARK, records.idmark(1, 5))]
+
+
+# -- while recovery runs ----------------------------------------------------------------------------
+
+def refusal(c, *args) -> Error:
+    with pytest.raises(Error) as e:
+        call(c, *args)
+    return e.value
+
+
+def test_while_loading_only_commands_flagged_loading_run(core, c):
+    core.loading = True
+    loading = refusal(c, "PING")
+    assert (loading.code, loading.message) == ("LOADING", "leaseq is loading the dataset in memory")
+    assert refusal(c, "QPUSH", "q", "x").code == "LOADING"
+    assert refusal(c, "QLEN", "q").code == "LOADING"
+    assert call(c, "TIME") and call(c, "LASTSAVE") == 0
+    assert call(c, "INFO", "queues") == b"# Queues\r\n"                 # INFO runs (no queues yet)
+    assert call(c, "MULTI") == "OK"
+    assert refusal(c, "QPUSH", "q", "x").code == "LOADING"           # refused, so EXEC aborts
+    assert refusal(c, "EXEC").code == "EXECABORT"
+    assert core.store.queues == {} and logged(core) == []
+    core.loading = False
+    assert call(c, "PING") == "PONG"
