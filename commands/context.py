@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from leaseq.storage.queue import Queue
 from leaseq.storage.store import Store
+from leaseq.storage.wal import Faults
 
 
 class Settings(Protocol):
@@ -54,6 +55,8 @@ class ServerContext(Protocol):
     clients: dict[int, "ClientContext"]
     oom: bool                        # maxmemory is exceeded: denyoom commands get -OOM
     loading: bool                    # recovery still runs: commands not flagged loading get -LOADING
+    disk_error: OSError | None       # the log cannot be written: write commands get -MISCONF
+    faults: Faults                   # DEBUG FAULT: errors the log pretends to get
 
     @property
     def auth_required(self) -> bool: ...

@@ -6,12 +6,19 @@
 ``DEBUG CLOCK FREEZE [ms-epoch]``  stop it (at now, or at a later moment)
 ``DEBUG CLOCK RESUME``             let it run again from where it stands
 
+``DEBUG FAULT``                    map: the errors the log pretends to get
+``DEBUG FAULT WRITE|FSYNC errno``  make every write (after half its bytes) or
+                                   every fsync of the log fail with ENOSPC or
+                                   EIO; ``NONE`` stops it (the disk is back)
+
 The clock only ever moves forward.  Its state is logged, so a restart keeps
 the test's time.  Leases, delays, backoff, EXPIRE and retention all read this
 clock, so tests move time instead of sleeping.
 """
 
 from __future__ import annotations
+
+import errno
 
 from . import errors
 from .args import in_range
@@ -23,6 +30,8 @@ HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
         b"CLOCK ADVANCE <ms>", b"    Move the clock forward.",
         b"CLOCK FREEZE [<ms-epoch>]", b"    Stop the clock now, or at a later moment.",
         b"CLOCK RESUME", b"    Let the clock run again from where it stands.",
+        b"FAULT", b"    Return the errors the log's writes and fsyncs are made to fail with.",
+        b"FAULT WRITE|FSYNC ENOSPC|EIO|NONE", b"    Make the log's writes or fsyncs fail (NONE: the disk is back).",
         b"HELP", b"    Print this help."]
 
 
@@ -34,8 +43,12 @@ def debug(client, args):
     n = len(args)
     if sub == b"HELP" and n == 2:
         return HELP
+    if sub == b"FAULT":
+        return _fault(server, args)
     if sub != b"CLOCK":
         raise errors.unknown_subcommand(args[1], "debug")
+    if n > 2 and server.disk_error is not None:
+        raise errors.misconf(server.disk_error)        # moving the clock logs a record
     clock = server.clock
     if n == 2:
         return Map([(b"now", server.now_ms()), (b"offset", clock.offset), (b"frozen", int(clock.frozen))])
@@ -52,4 +65,19 @@ def debug(client, args):
         clock.resume()
     else:
         raise errors.SYNTAX
+    return OK
+
+
+FAULTS = {b"ENOSPC": errno.ENOSPC, b"EIO": errno.EIO, b"NONE": 0}
+
+
+def _fault(server, args):
+    faults = server.faults
+    if len(args) == 2:
+        name = {v: k for k, v in FAULTS.items()}
+        return Map([(b"write", name.get(faults.write, b"%d" % faults.write)),
+                    (b"fsync", name.get(faults.fsync, b"%d" % faults.fsync))])
+    if len(args) != 4 or args[2].upper() not in (b"WRITE", b"FSYNC") or args[3].upper() not in FAULTS:
+        raise errors.SYNTAX
+    setattr(faults, args[2].lower().decode(), FAULTS[args[3].upper()])
     return OK

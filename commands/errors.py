@@ -28,6 +28,7 @@ CODES = {
     "OOM": "maxmemory is exceeded; pushes are refused",
     "CLOSED": "the queue was dropped while the command was waiting on it",
     "LOADING": "the daemon is still recovering its data directory; retry shortly",
+    "MISCONF": "the log cannot be written (disk full or failing): changes are refused, reads go on",
 }
 
 
@@ -64,6 +65,12 @@ NO_KEY_ARGUMENTS = err("The command has no key arguments")
 MAX_CLIENTS = err("max number of clients reached")
 BGSAVE_RUNNING = err("Background save already in progress")
 LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
+
+
+def misconf(error: OSError) -> Error:
+    reason = error.strerror or str(error)
+    return Error("MISCONF", f"leaseq cannot write its log ({reason}): commands that change queues are refused "
+                            f"until it can, reads keep working; see the server log")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> Error:

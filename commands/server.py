@@ -115,6 +115,8 @@ def bgsave(client, args):
     started = client.server.bgsave(len(args) == 2)
     if started == "running":
         raise errors.BGSAVE_RUNNING
+    if started == "failed":
+        raise errors.misconf(client.server.disk_error)
     return Simple("Background saving started" if started == "started" else "Background saving scheduled")
 
 

@@ -265,7 +265,8 @@ _COMMANDS = [
        reply="array: seconds, microseconds"),
     _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer"),
     _c("debug", debug.debug, -2, "admin", "server",
-       "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME]",
+       "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME], "
+       "FAULT [WRITE|FSYNC ENOSPC|EIO|NONE]",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)),
        reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes."),
     _c("bgsave", server.bgsave, -1, "admin no-multi", "server",

@@ -267,6 +267,29 @@ class Blocking:
                 w.timer.cancel()
             self._answer(w, w.wait.dropped())
 
+    def fail_all(self, error) -> None:
+        """The log failed and the store will be rebuilt from disk: answer every
+        waiter with ``error``, close every QWORK stream (its client reconnects
+        and asks again), and forget every timer; nothing here may keep a
+        reference into the old store."""
+        for queue in list(self.by_queue):
+            for w in list(self.by_queue.get(queue, [])):
+                self.cancel(w)
+                self._answer(w, error)
+        for workers in list(self.workers.values()):
+            for worker in workers:
+                worker.held = {}
+                worker.conn.workers = []
+                worker.conn.kill()
+        self.workers.clear()
+        for _due, timer in self.timers.values():
+            timer.cancel()
+        self.timers.clear()
+        for timer in self.cohorts.values():
+            timer.cancel()
+        self.cohorts.clear()
+        self._woken = set()
+
     def release_all(self) -> None:
         """Shutdown: answer every waiter as if its BLOCK timed out."""
         for queue in list(self.by_queue):

@@ -13,17 +13,21 @@ running one ends.  When one ends, connections release the replies whose
 tickets it reached.  The log's generations (``storage.wal.LogBuffer``) are
 the whole state: the committer only remembers whether an fsync is running.
 
-An fsync or write error is not retried: the daemon stops (fail-stop) so that
-no reply ever claims a durability the disk did not give; a restart recovers
-from what is on disk.
+A write or fsync error is never retried on the same file: ``failed`` answers
+every held reply whose records did not get where its ticket needed with
+-MISCONF, and hands the rest to the server (``Server.log_failed``), which
+cuts the log back, rebuilds the store from disk and resumes writing in a new
+segment once the disk takes it (docs/operations.md, "A full or failing
+disk").
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from leaseq.storage.wal import MemoryLog
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,8 @@ class Committer:
             try:
                 wal.flush()
             except OSError as e:
-                self._fatal(f"cannot write the log: {e}")
+                log.error("cannot write the log: %s", e)
+                self.server.log_failed(e, fsync_failed=False)
                 return
         if wal.sync_wanted:
             self.start_sync()
@@ -74,16 +79,20 @@ class Committer:
         if self.syncing:
             return
         self.syncing = True
-        target = self.wal.start_sync()
+        wal = self.wal
+        target = wal.start_sync()
         started = time.monotonic()
-        future = self.loop.run_in_executor(self.executor, self.wal.sync)
-        future.add_done_callback(lambda f: self._synced(f, target, started))
+        future = self.loop.run_in_executor(self.executor, wal.sync)
+        future.add_done_callback(lambda f: self._synced(f, wal, target, started))
 
-    def _synced(self, future, target: int, started: float) -> None:
+    def _synced(self, future, wal, target: int, started: float) -> None:
         self.syncing = False
+        if wal is not self.wal:             # the log failed meanwhile and was let go
+            return
         error = future.exception()
         if error is not None:
-            self._fatal(f"fsync of the log failed: {error}")
+            log.error("fsync of the log failed: %s", error)
+            self.server.log_failed(error, fsync_failed=True)
             return
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
@@ -116,8 +125,16 @@ class Committer:
     def info_fields(self) -> list[tuple[str, object]]:
         return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs)]
 
-    def _fatal(self, message: str) -> None:
-        log.critical("%s; stopping now so that nothing unsynced is ever acknowledged. "
-                     "Restart the daemon to recover from the log.", message)
-        logging.shutdown()
-        os._exit(70)
+    def failed(self, error) -> None:
+        """The log failed: release what it reached, answer every other held
+        reply with ``error``, and stop using it (a stand-in takes nothing
+        until ``resumed``)."""
+        self._release()
+        for conn in self.waiters:
+            if not conn.closed:
+                conn.fail_held(error)
+        self.waiters.clear()
+        self.wal = MemoryLog()
+
+    def resumed(self, wal) -> None:
+        self.wal = wal

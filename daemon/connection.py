@@ -132,6 +132,12 @@ class Connection(asyncio.Protocol):
         self.workers = []
         server.committer.touch()
 
+    def drop_holdings(self) -> None:
+        """The store these leases live in is being rebuilt from disk (a disk
+        fault): forget them without logging; their deadlines still run."""
+        self._session = None
+        self.workers = []
+
     def pause_writing(self) -> None:
         self.transport.pause_reading()
 
@@ -214,6 +220,21 @@ class Connection(asyncio.Protocol):
             if self.quitting and not held:
                 self.transport.close()
         return not held
+
+    def fail_held(self, error) -> None:
+        """The log failed: every held reply whose records did not get where
+        its ticket needed becomes ``error`` (they will not be found after a
+        restart either), in order."""
+        failed = encode(error, self.resp3)
+        # replies with no ticket (reads behind a write) stand; b"" holds the
+        # place of a parked claim, which gets its own answer
+        chunks = [data if ticket is None else failed for ticket, data in self.held if data]
+        self.held.clear()
+        if chunks and not self.closed:
+            self.transport.write(b"".join(chunks))
+            self._check_output()
+            if self.quitting:
+                self.transport.close()
 
     def _check_output(self) -> None:
         limit = self.server.settings.client_output_buffer_limit

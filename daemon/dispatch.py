@@ -1,7 +1,8 @@
 """Dispatch: the checks every command gets, in one place, then its handler.
 
 Order (as Redis's processCommand): unknown command, arity, authentication,
-recovery still running (-LOADING), transaction queueing, memory; then the
+recovery still running (-LOADING), a log that cannot be written (-MISCONF
+for commands that change queues), transaction queueing, memory; then the
 handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
 bug, logged with its traceback and answered with an error, never a crash.
@@ -45,6 +46,8 @@ def _execute(client, args: list):
         return _refuse(client, errors.NOAUTH)
     if server.loading and "loading" not in cmd.flags:
         return _refuse(client, errors.LOADING)
+    if server.disk_error is not None and "write" in cmd.flags:
+        return _refuse(client, errors.misconf(server.disk_error))
     client.last_command = cmd.name
     if client.multi is not None and "direct" not in cmd.flags:
         if "transaction" in cmd.flags:

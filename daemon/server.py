@@ -22,7 +22,7 @@ from leaseq.commands.connection import VERSION
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
-from leaseq.storage.wal import MemoryLog
+from leaseq.storage.wal import Faults, MemoryLog
 
 from . import config
 from .blocking import Blocking
@@ -61,6 +61,8 @@ class Server:
         self.started_at = time.time()
         self.port = settings.port
         self.oom = False
+        self.disk_error: OSError | None = None   # the log cannot be written: writes get -MISCONF
+        self.faults = Faults()                   # DEBUG FAULT: errors the log pretends to get
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
         self.now_ms = self.clock.now
@@ -87,6 +89,7 @@ class Server:
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
             self.clock.resume()
         self.committer.wal = datadir.wal
+        datadir.faults = datadir.wal.faults = self.faults
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
         log.info("leaseq ready to serve on %s:%d (data directory %s)", s.bind, self.port, s.dir)
@@ -105,10 +108,13 @@ class Server:
     def _apply_settings(self) -> None:
         """Settings the store and the data directory hold copies of."""
         s = self.settings
-        self.store.journal.lease_sync = s.lease_durability == "fsync"
+        d = self.datadir
+        d.lease_sync = self.store.journal.lease_sync = s.lease_durability == "fsync"
+        d.segment_size = s.segment_size
+        d.archive_dir = s.archive_dir
         self.store.default_config = QueueConfig(durability=s.default_durability)
-        self.wal.set_segment_size(s.segment_size)
-        self.datadir.archive_dir = s.archive_dir
+        if d.wal is not None:
+            d.wal.set_segment_size(s.segment_size)
 
     @property
     def auth_required(self) -> bool:
@@ -230,7 +236,10 @@ class Server:
             return [("loading", 1), ("loading_start_time", self.loading_started),
                     ("loading_elapsed_ms", int((time.time() - self.loading_started) * 1000)),
                     ("dir", os.path.abspath(s.dir))]
-        return [("loading", 0)] + self.datadir.info_fields() + self.committer.info_fields() + [
+        error = self.disk_error
+        return [("loading", 0), ("log_write_status", "err" if error else "ok"),
+                ("log_write_error", (error.strerror or str(error)) if error else "")] \
+            + self.datadir.info_fields() + self.committer.info_fields() + [
             ("default_durability", s.default_durability),
             ("lease_durability", s.lease_durability),
             ("fsync_interval_ms", s.fsync_interval),
@@ -297,6 +306,60 @@ class Server:
             return
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
+
+    # -- a full or failing disk -----------------------------------------------------------------
+
+    def log_failed(self, error: OSError, fsync_failed: bool) -> None:
+        """A write or fsync of the log failed.  From now on commands that
+        change queues get -MISCONF; held replies whose records did not become
+        what their tickets needed get it too; blocked claims are answered with
+        it and QWORK streams closed.  Then, in the background: cut the log back
+        to its last good fsync, rebuild the store from disk (reads go on
+        meanwhile, from the store as it was) and resume writing in a new
+        segment as soon as the disk takes it (docs/operations.md)."""
+        if self.disk_error is not None:
+            return
+        self.disk_error = error
+        log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
+                  "reads go on", error)
+        misconf = errors.misconf(error)
+        self.committer.failed(misconf)
+        self.wal = self.committer.wal
+        self.blocking.fail_all(misconf)
+        for c in self.clients.values():
+            c.drop_holdings()                # their leases stay until the rebuilt store's deadlines
+        self._tasks.append(self.loop.create_task(self._recover_from_fault(fsync_failed)))
+
+    async def _recover_from_fault(self, fsync_failed: bool) -> None:
+        loop = self.loop
+        datadir = self.datadir
+        while True:
+            try:
+                dropped = await loop.run_in_executor(self.committer.executor, datadir.cut_back, fsync_failed)
+                break
+            except OSError as e:
+                log.error("cannot cut the log back yet (%s); trying again in 1 s", e)
+                await asyncio.sleep(1)
+        for line in dropped:
+            log.warning("dropped from the log (never acknowledged as durable): %s", line)
+        await loop.run_in_executor(None, datadir.recover)
+        self.store = datadir.store
+        self._apply_settings()
+        log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
+        while not self.stopping:
+            try:
+                await loop.run_in_executor(self.committer.executor, datadir.resume, self.now_ms())
+                break
+            except OSError as e:
+                log.debug("the disk still refuses the log: %s", e)
+                await asyncio.sleep(1)
+        if datadir.wal is None:
+            return
+        self.wal = datadir.wal
+        self.committer.resumed(datadir.wal)
+        self._apply_settings()
+        self.disk_error = None
+        log.info("the log is writable again: writes resume")
 
     def abort(self) -> None:
         """Recovery failed: close the port and every connection."""

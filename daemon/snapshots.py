@@ -74,26 +74,34 @@ class Snapshots:
         return since > self.server.settings.snapshot_min_bytes and since > 2 * self.live_bytes()
 
     def check(self) -> None:
-        if not self.in_progress and not self.server.stopping and self.due():
+        server = self.server
+        if not self.in_progress and not server.stopping and server.disk_error is None and self.due():
             self.start("the log grew past its threshold")
 
     def bgsave(self, schedule: bool = False) -> str:
         """BGSAVE: "started", or "scheduled" (SCHEDULE while one runs), or
-        "running" (one runs and no SCHEDULE)."""
+        "running" (one runs and no SCHEDULE), or "failed" (the log cannot be
+        written: ``server.disk_error`` says why)."""
         if self.in_progress:
             if schedule:
                 self.scheduled = True
                 return "scheduled"
             return "running"
-        self.start("BGSAVE")
-        return "started"
+        return "started" if self.start("BGSAVE") else "failed"
 
     # -- the fork ---------------------------------------------------------------------------
 
-    def start(self, reason: str) -> None:
+    def start(self, reason: str) -> bool:
         server = self.server
         datadir = server.datadir
-        covers = datadir.begin_snapshot()
+        if server.disk_error is not None:
+            return False
+        try:
+            covers = datadir.begin_snapshot()
+        except OSError as e:                # writing the buffer or the new segment failed
+            log.error("cannot start a snapshot: %s", e)
+            server.log_failed(e, fsync_failed=True)     # begin_snapshot fsyncs: treat it as the worse case
+            return False
         server.committer.touch()           # the buffer just written may release replies
         now = server.now_ms()
         r, w = os.pipe()
@@ -109,6 +117,7 @@ class Snapshots:
         os.set_blocking(r, False)
         self.loop.add_reader(r, self._readable)
         log.info("snapshot started (%s): covers segments up to %d, child pid %d", reason, covers, pid)
+        return True
 
     def _child(self, w: int, covers: int, now: int) -> None:
         code = 1

@@ -35,24 +35,27 @@ from . import snapshot
 from .journal import Journal
 from .recovery import CorruptLog, RecoveryReport, Replayer, read_log
 from .store import Store
-from .wal import WriteAheadLog, fsync_directory, list_segments, lock_directory, segment_name
+from .wal import Faults, WriteAheadLog, fsync_directory, list_segments, lock_directory, segment_name
 
 log = logging.getLogger(__name__)
 
 
 class DataDir:
-    def __init__(self, directory: str, lock_fd: int, store: Store, wal: WriteAheadLog,
-                 report: RecoveryReport, recovery_seconds: float,
-                 loaded: snapshot.SnapshotInfo | None) -> None:
+    def __init__(self, directory: str, lock_fd: int, segment_size: int = 64 << 20,
+                 lease_sync: bool = False) -> None:
         self.directory = directory
-        self.store = store
-        self.wal = wal
-        self.report = report
-        self.recovery_seconds = recovery_seconds
-        self.loaded = loaded                 # the snapshot recovery started from, if any
+        self.segment_size = segment_size
+        self.lease_sync = lease_sync
+        self.store = Store()
+        self.wal: WriteAheadLog | None = None   # None until ``resume``, and after a disk fault
+        self.report = RecoveryReport()
+        self.recovery_seconds = 0.0
+        self.loaded: snapshot.SnapshotInfo | None = None   # the snapshot recovery started from
         self.archive_dir = ""                # where compaction moves covered segments ("" = delete them)
+        self.faults = Faults()               # errors to pretend the disk returns (DEBUG FAULT)
+        self._pending = (None, 0)            # the log and its bytes_written when a snapshot began
         self._lock_fd = lock_fd
-        self._since_base = report.bytes      # log bytes after the newest snapshot, at start
+        self._since_base = 0                 # log bytes after the newest snapshot, when recovered
         self._since_mark = 0                 # wal.bytes_written when that snapshot began
 
     @classmethod
@@ -62,29 +65,68 @@ class DataDir:
         and log, and start a new segment."""
         os.makedirs(directory, exist_ok=True)
         lock_fd = lock_directory(directory)
-        t0 = time.monotonic()
+        d = cls(directory, lock_fd, segment_size, lease_sync)
         try:
-            for name in snapshot.remove_temporaries(directory):
-                log.warning("removed %s: a snapshot the previous run did not finish", name)
-            store, loaded = _load_snapshot(directory, repair)
-            after = loaded.covers if loaded else 0
-            report = read_log(directory, Replayer(store).apply, repair=repair, after=after)
-            wal = WriteAheadLog(directory, segment_size, max(report.last_segment, after) + 1)
+            d.recover(repair)
+            d.resume(now)
         except BaseException:
-            os.close(lock_fd)
+            d.wal = None
+            d.release_lock()
             raise
-        store.journal = Journal(wal, lease_sync)
-        store.boot(now)
-        wal.flush_and_sync()
-        seconds = time.monotonic() - t0
+        return d
+
+    def recover(self, repair: bool = False) -> None:
+        """Build ``store`` afresh from the newest usable snapshot and the
+        segments after it.  Writes nothing, except what a torn tail or
+        ``repair`` needs; the store logs nothing until ``resume``."""
+        t0 = time.monotonic()
+        directory = self.directory
+        for name in snapshot.remove_temporaries(directory):
+            log.warning("removed %s: a snapshot the previous run did not finish", name)
+        store, loaded = _load_snapshot(directory, repair)
+        report = read_log(directory, Replayer(store).apply, repair=repair, after=loaded.covers if loaded else 0)
+        self.store, self.loaded, self.report = store, loaded, report
+        self.recovery_seconds = seconds = time.monotonic() - t0
+        self._since_base = report.bytes
+        self._since_mark = 0
         read = (f"snapshot {os.path.basename(loaded.path)} ({loaded.jobs} jobs, {loaded.bytes} bytes) and "
                 if loaded else "no snapshot and ")
         log.info("recovered %d queues from %s%d segments (%d records, %d bytes; truncated %d torn bytes%s) "
-                 "in %.3f s; boot epoch %d", len(store.queues), read, report.segments, report.records,
+                 "in %.3f s", len(store.queues), read, report.segments, report.records,
                  report.bytes, report.truncated_bytes,
-                 f", skipped {len(report.skipped)} corrupt ranges" if report.skipped else "",
-                 seconds, store.epoch)
-        return cls(directory, lock_fd, store, wal, report, seconds, loaded)
+                 f", skipped {len(report.skipped)} corrupt ranges" if report.skipped else "", seconds)
+
+    def resume(self, now: int) -> None:
+        """Start writing: a new segment whose first record, the run's BOOT, is
+        fsynced before this returns.  Raises OSError (and leaves nothing
+        behind) when the disk does not take it."""
+        numbers = [n for n, _p in list_segments(self.directory)]
+        first = max(numbers + [self.loaded.covers if self.loaded else 0]) + 1
+        wal = WriteAheadLog(self.directory, self.segment_size, first)
+        wal.faults = self.faults
+        try:
+            self.store.journal = Journal(wal, self.lease_sync)
+            self.store.boot(now)
+            wal.flush_and_sync()
+        except OSError:
+            self.store.journal = Journal()
+            wal.discard()
+            raise
+        self.wal = wal
+        self._since_mark = 0
+        log.info("writing to %s; boot epoch %d", segment_name(first), self.store.epoch)
+
+    def cut_back(self, fsync_failed: bool) -> list[str]:
+        """A write or fsync failed: stop writing and cut the log back to what
+        is safe (``WriteAheadLog.cut_back``).  The store no longer matches
+        the disk; ``recover`` rebuilds it."""
+        wal = self.wal
+        self.wal = None
+        self.store.journal = Journal()
+        if wal is None:
+            return []
+        self._since_base += wal.bytes_written - self._since_mark
+        return wal.cut_back(fsync_failed)
 
     @property
     def closed(self) -> bool:
@@ -98,8 +140,9 @@ class DataDir:
         """A clean stop: exact id marks, everything fsynced, the lock released."""
         if self.closed:
             return
-        self.store.record_id_marks()
-        self.wal.close()
+        if self.wal is not None:
+            self.store.record_id_marks()
+            self.wal.close()
         self.release_lock()
 
     def release_lock(self) -> None:
@@ -110,17 +153,20 @@ class DataDir:
     # -- snapshots and compaction ---------------------------------------------------------
 
     def begin_snapshot(self) -> int:
-        """Write out what is buffered and start a new segment; return the number
-        of the last segment the snapshot about to be taken covers.  The state
-        of the store at this moment is exactly what those segments hold."""
-        self.wal.flush()
-        self._pending_mark = self.wal.bytes_written
-        return self.wal.rotate()
+        """Write out and fsync what is buffered and start a new segment; return
+        the number of the last segment the snapshot about to be taken covers.
+        The state of the store at this moment is exactly what those segments
+        hold, and all of it is durable."""
+        wal = self.wal
+        wal.flush_and_sync()        # a snapshot never holds a change the log could still lose
+        self._pending = (wal, wal.bytes_written)
+        return wal.rotate()
 
     def snapshot_written(self) -> None:
         """The snapshot begun last is on disk: count log bytes from its start."""
+        wal, mark = self._pending
         self._since_base = 0
-        self._since_mark = self._pending_mark
+        self._since_mark = mark if wal is self.wal else (self.wal.bytes_written if self.wal else 0)
 
     def take_snapshot(self, now: int) -> snapshot.SnapshotInfo:
         """Take a snapshot in this process and thread, then compact (the
@@ -133,7 +179,8 @@ class DataDir:
 
     @property
     def log_bytes_since_snapshot(self) -> int:
-        return self._since_base + self.wal.bytes_written - self._since_mark
+        written = self.wal.bytes_written if self.wal is not None else self._since_mark
+        return self._since_base + written - self._since_mark
 
     def compact(self) -> list[str]:
         """Keep the newest snapshot and the one before it with every segment
@@ -164,7 +211,7 @@ class DataDir:
 
     def info_fields(self) -> list[tuple[str, object]]:
         r = self.report
-        return [("dir", os.path.abspath(self.directory))] + self.wal.info_fields() + [
+        return [("dir", os.path.abspath(self.directory))] + (self.wal.info_fields() if self.wal else []) + [
             ("recovery_seconds", f"{self.recovery_seconds:.3f}"),
             ("recovery_snapshot", os.path.basename(self.loaded.path) if self.loaded else "none"),
             ("recovery_records", r.records),

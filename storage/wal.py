@@ -84,6 +84,14 @@ def lock_directory(directory: str) -> int:
     return fd
 
 
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -227,6 +235,18 @@ class MemoryLog(LogBuffer):
         return [(rtype, body) for _off, rtype, body in records.iter_frames(bytes(self.data), 0)]
 
 
+class Faults:
+    """Errors to pretend the disk returns (DEBUG FAULT, for tests only): an
+    errno for writes (after half the bytes went out) and one for fsyncs; 0
+    means none."""
+
+    __slots__ = ("write", "fsync")
+
+    def __init__(self) -> None:
+        self.write = 0
+        self.fsync = 0
+
+
 class WriteAheadLog(LogBuffer):
     """Appends framed records to the newest segment file of ``directory``."""
 
@@ -240,6 +260,10 @@ class WriteAheadLog(LogBuffer):
         self._fd = -1
         self._size = 0
         self.segment_number = first_segment
+        self.faults = Faults()
+        self._syncing_at = (first_segment, records.SEGMENT_HEADER_SIZE)
+        self.durable_at = (first_segment, 0)   # (segment, size) the last good fsync covered
+        self.written_at = (first_segment, records.SEGMENT_HEADER_SIZE)   # ... the last whole write ended at
         self._open_segment(first_segment)
 
     def set_segment_size(self, size: int) -> None:
@@ -250,10 +274,15 @@ class WriteAheadLog(LogBuffer):
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
+        fault = self.faults.write
+        if fault:
+            os.write(self._fd, view[:len(view) // 2])     # a write cut short, then the error
+            raise OSError(fault, os.strerror(fault))
         while view:
             n = os.write(self._fd, view)
             view = view[n:]
         self._size += len(data)
+        self.written_at = (self.segment_number, self._size)
         if self._size >= self._segment_size:
             self._open_segment(self.segment_number + 1)
             log.info("started segment %s", segment_name(self.segment_number))
@@ -270,7 +299,14 @@ class WriteAheadLog(LogBuffer):
     def _open_segment(self, number: int) -> None:
         path = os.path.join(self.directory, segment_name(number))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, records.segment_header(number))
+        try:
+            header = records.segment_header(number)
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, "segment header cut short")
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            raise
         with self._lock:
             if self._fd >= 0:
                 self._retired.append(self._fd)
@@ -281,6 +317,14 @@ class WriteAheadLog(LogBuffer):
 
     # worker thread ----------------------------------------------------------------
 
+    def start_sync(self) -> int:
+        self._syncing_at = (self.segment_number, self._size)
+        return super().start_sync()
+
+    def synced(self, generation: int, duration_ms: int) -> None:
+        super().synced(generation, duration_ms)
+        self.durable_at = max(self.durable_at, self._syncing_at)
+
     def sync(self) -> None:
         """fdatasync everything written so far (blocking: run it off the loop)."""
         with self._lock:
@@ -289,6 +333,9 @@ class WriteAheadLog(LogBuffer):
             self._retired = []
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
+        fault = self.faults.fsync
+        if fault:
+            raise OSError(fault, os.strerror(fault))
         for fd in fds:
             os.fdatasync(fd)
         for fd in retired:
@@ -296,10 +343,78 @@ class WriteAheadLog(LogBuffer):
         if dir_dirty:
             fsync_directory(self.directory)
 
+    def discard(self) -> None:
+        """A log whose first records never became durable (its BOOT failed):
+        close it and remove its segment."""
+        with self._lock:
+            fds = self._retired + ([self._fd] if self._fd >= 0 else [])
+            self._retired = []
+            self._fd = -1
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.unlink(os.path.join(self.directory, segment_name(self.segment_number)))
+        except OSError:
+            pass
+
+    def cut_back(self, fsync_failed: bool) -> list[str]:
+        """After a failed write or fsync: let go of every file descriptor and
+        cut the log back.  After a failed write, to the end of the last whole
+        write, if an fsync of what lies before it then succeeds; after a
+        failed fsync (or that one), to what the last good fsync covered.  A
+        file whose fsync failed is never fsynced again as if its pages were
+        safe: what it held past that point is dropped, and writing goes on in
+        a new segment (``storage.datadir.DataDir.resume``).  Returns what was
+        dropped, one line each.  Raises OSError when the disk refuses even
+        this; call it again later."""
+        with self._lock:
+            fds = self._retired + ([self._fd] if self._fd >= 0 else [])
+            self._retired = []
+            self._fd = -1
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if not fsync_failed and self.written_at > self.durable_at:
+            dropped = self._truncate_after(*self.written_at)
+            try:
+                for number, path in list_segments(self.directory):
+                    if number >= self.durable_at[0]:
+                        _fsync_path(path)
+                fsync_directory(self.directory)
+                return dropped
+            except OSError as e:
+                log.error("fsync after a failed write failed too (%s): cutting back to the last good fsync", e)
+        dropped = self._truncate_after(*self.durable_at)
+        fsync_directory(self.directory)
+        return dropped
+
+    def _truncate_after(self, segment: int, size: int) -> list[str]:
+        """Remove the segments after ``segment`` and cut it at ``size``."""
+        dropped = []
+        for number, path in list_segments(self.directory):
+            if number > segment:
+                dropped.append(f"{segment_name(number)}: {os.path.getsize(path)} bytes (the whole segment)")
+                os.unlink(path)
+            elif number == segment:
+                have = os.path.getsize(path)
+                keep = max(size, records.SEGMENT_HEADER_SIZE)
+                if have > keep:
+                    dropped.append(f"{segment_name(number)}: {have - keep} bytes from offset {keep}")
+                    fd = os.open(path, os.O_WRONLY)
+                    try:
+                        os.ftruncate(fd, keep)
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+        return dropped
+
     def close(self) -> None:
         self.flush_and_sync()
         with self._lock:
-            os.close(self._fd)
+            if self._fd >= 0:
+                os.close(self._fd)
             self._fd = -1
 
     def info_fields(self) -> list[tuple[str, object]]:

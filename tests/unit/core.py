@@ -26,7 +26,7 @@ from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
 from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
-from leaseq.storage.wal import MemoryLog
+from leaseq.storage.wal import Faults, MemoryLog
 
 T0 = 1_700_000_000_000
 PARKED = "parked"     # what ``call`` answers for a claim the daemon would park
@@ -47,6 +47,8 @@ class Core:
         self.clients: dict = {}
         self.oom = False
         self.loading = False
+        self.disk_error = None
+        self.faults = Faults()
         self.dropped: list = []
         self.shutdown_reason = None
         self.last_save = 0

@@ -1,0 +1,197 @@
+"""A disk that fills or fails (docs/operations.md, "A full or failing disk"):
+the daemon keeps running, refuses changes with -MISCONF (never a success, and
+never found after a restart), keeps answering reads, cuts a half-written
+tail back, and resumes writing by itself once the disk takes it again.
+
+Faults come two ways: injected with ``DEBUG FAULT WRITE|FSYNC ENOSPC|EIO``
+(the daemon runs with enable-debug-command), and for real on a small tmpfs
+that the test fills up (mounting needs root, as CI runs).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import hiredis
+import pytest
+import redis
+
+from harness import Daemon, as_map, error_text, wait_for
+
+DEBUG = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
+MISCONF = "MISCONF leaseq cannot write its log"
+
+
+def start(daemons, path, *args, env=DEBUG, **kw) -> Daemon:
+    d = Daemon(str(path), *args, env=env, **kw)
+    daemons.append(d)
+    return d.start()
+
+
+def writes_resume(c, queue="q", timeout=10.0) -> int:
+    """Push until a push succeeds; its id."""
+    got: list = []
+
+    def pushed() -> bool:
+        try:
+            got.append(c.execute_command("QPUSH", queue, "after"))
+            return True
+        except redis.ResponseError as e:
+            assert str(e).startswith(MISCONF[len("MISCONF "):]) or "MISCONF" in str(e), e
+            return False
+    wait_for(pushed, timeout, "writes to resume", interval=0.05)
+    return got[0]
+
+
+@pytest.mark.parametrize("kind", ["WRITE", "FSYNC"])
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EIO"])
+def test_a_failing_log_refuses_changes_keeps_reads_and_resumes(tmp_path, daemons, kind, errno_name):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    before = c.execute_command("QPUSH", "q", "before")
+    token = as_map(c.execute_command("QCLAIM", "q", "w", "LEASE", 600_000)[0])[b"lease"]
+    assert c.execute_command("DEBUG", "FAULT", kind, errno_name) == b"OK"
+    reason = os.strerror(28 if errno_name == "ENOSPC" else 5)
+    # the command whose records met the fault: -MISCONF naming the reason
+    assert error_text(c, "QPUSH", "q", "lost") == (
+        f"MISCONF leaseq cannot write its log ({reason}): commands that change queues are refused until "
+        f"it can, reads keep working; see the server log")
+    # every change after it: refused before it runs
+    for args in (["QPUSH", "q", "x"], ["QACK", "q", token], ["QCREATE", "other"], ["QCLAIM", "q", "w"],
+                 ["BGSAVE"], ["DEBUG", "CLOCK", "ADVANCE", "10"]):
+        assert error_text(c, *args).startswith("MISCONF"), args
+    # reads go on: from memory at once, from the store rebuilt from disk soon after
+    assert c.info("persistence")["log_write_status"] == "err"
+    wait_for(lambda: "rebuilt the queues from the disk" in d.log(), 10, "the rebuild")
+    # After a failed write the log keeps what was written whole before it
+    # (fsynced now); after a failed fsync only what the last good fsync
+    # covered: the claim's lease record (written, not waited for) is gone,
+    # and its job is ready again, as after a crash (docs/semantics.md §5.3).
+    lease_kept = kind == "WRITE"
+    assert c.execute_command("QLEN", "q") == (0 if lease_kept else 1)
+    assert as_map(c.execute_command("QGET", "q", before))[b"state"] == (b"in_flight" if lease_kept else b"ready")
+    assert as_map(c.execute_command("QINFO", "q"))[b"in_flight"] == (1 if lease_kept else 0)
+    assert len(c.execute_command("QPEEK", "q")) == (0 if lease_kept else 1)
+    assert c.info("persistence")["loading"] == 0
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[kind.lower().encode()] == errno_name.encode()
+    # the disk comes back: writes resume without a restart
+    assert c.execute_command("DEBUG", "FAULT", kind, "NONE") == b"OK"
+    after = writes_resume(c)
+    assert after > before
+    assert c.execute_command("QACK", "q", token) == (1 if lease_kept else 0)
+    assert c.info("persistence")["log_write_status"] == "ok"
+    d.kill()
+    d.restart()
+    c = d.client()
+    payloads = sorted(as_map(j)[b"payload"] for j in c.execute_command("QPEEK", "q", "COUNT", 10))
+    assert payloads == ([b"after"] if lease_kept else [b"after", b"before"])    # "lost" never came back
+    assert "truncated 0 torn bytes" in d.log().rsplit("recovered", 1)[1]   # the tail had been cut back
+    assert "dropped from the log" in d.log()
+
+
+def test_replies_held_for_the_failed_fsync_get_misconf_and_reads_behind_them_stand(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    c.execute_command("QPUSH", "q", "one")
+    c.execute_command("DEBUG", "FAULT", "FSYNC", "EIO")
+    pipe = c.pipeline(transaction=False)
+    pipe.execute_command("QPUSH", "q", "a")
+    pipe.execute_command("QLEN", "q")
+    pipe.execute_command("QPUSHMANY", "q", 2, "b", "c")
+    got = pipe.execute(raise_on_error=False)
+    assert [type(g).__name__ for g in got] == ["ResponseError", "int", "ResponseError"]
+    assert "MISCONF" in str(got[0]) and "MISCONF" in str(got[2])
+    assert got[1] == 2                       # the read ran after the push, in memory, and stands
+    c.execute_command("DEBUG", "FAULT", "FSYNC", "NONE")
+    writes_resume(c)
+    assert c.execute_command("QLEN", "q") == 2                       # "one" and "after"
+
+
+def test_a_blocked_claim_gets_misconf_and_a_qwork_stream_is_closed(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    c.execute_command("QCREATE", "q")
+    result: dict = {}
+
+    def blocked():
+        try:
+            result["reply"] = d.client().execute_command("QCLAIM", "q", "w", "BLOCK", 10_000)
+        except redis.ResponseError as e:
+            result["error"] = str(e)
+    t = threading.Thread(target=blocked)
+    t.start()
+    worker = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    worker.sendall(hiredis.pack_command(("QWORK", "q", "w2")))
+    assert worker.recv(100) == b"+OK\r\n"
+    wait_for(lambda: as_map(c.execute_command("QINFO", "q"))[b"consumers_blocked"] == 1, 5, "the claim to block")
+    c.execute_command("DEBUG", "FAULT", "WRITE", "ENOSPC")
+    assert "MISCONF" in error_text(c, "QPUSH", "q", "x")
+    t.join(10)
+    assert not t.is_alive() and "MISCONF" in result.get("error", ""), result
+    assert worker.recv(100) == b""                                # the stream was closed
+    worker.close()
+    c.execute_command("DEBUG", "FAULT", "WRITE", "NONE")
+    writes_resume(c)
+
+
+def test_fault_subcommand_errors(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    for bad in (["DEBUG", "FAULT", "WRITE"], ["DEBUG", "FAULT", "READ", "EIO"], ["DEBUG", "FAULT", "WRITE", "EPERM"]):
+        assert error_text(c, *bad) == "syntax error", bad
+    plain = start(daemons, tmp_path / "plain", env={})
+    assert "DEBUG" in error_text(plain.client(), "DEBUG", "FAULT", "WRITE", "EIO")
+
+
+# -- a real full disk -------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (root only: CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the injected faults above cover the same paths")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_refuses_writes_and_resumes_when_space_returns(tmp_path, daemons, small_disk):
+    conf = tmp_path / "leaseq.conf"
+    conf.write_text("segment-size 256kb\nsnapshot-min-bytes 64mb\n")
+    d = start(daemons, small_disk / "d", "--config", str(conf), env={}, log_path=str(tmp_path / "d.log"))
+    c = d.client()
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (1 << 20))                        # half the disk
+    acked, refused = [], 0
+    deadline = time.monotonic() + 60
+    while refused < 3 and time.monotonic() < deadline:
+        try:
+            acked.extend(c.execute_command("QPUSHMANY", "q", 50, *[b"p" * 1000] * 50))
+        except redis.ResponseError as e:
+            assert "MISCONF" in str(e) and "No space left on device" in str(e), e
+            refused += 1
+    assert refused == 3 and acked
+    # Each failure is followed by a rebuild from disk; the cut-back tail may
+    # leave room for a new segment, so writes may resume (and fail again)
+    # by themselves while the disk stays nearly full.
+    wait_for(lambda: d.log().count("rebuilt the queues") >= d.log().count("cannot write the log") > 0, 10,
+             "the rebuilds")
+    assert c.execute_command("QLEN", "q") == len(acked)             # reads work on a full disk
+    assert c.execute_command("QGET", "q", acked[0]) is not None
+    filler.unlink()                                                  # space comes back
+    after = writes_resume(c, timeout=15)
+    assert after > acked[-1]
+    d.kill()
+    d.restart()
+    c = d.client()
+    assert c.execute_command("QLEN", "q") == len(acked) + 1        # nothing acknowledged was lost
+    pipe = c.pipeline(transaction=False)
+    for i in acked[:: max(1, len(acked) // 50)] + [after]:
+        pipe.execute_command("QGET", "q", i)
+    assert all(r is not None for r in pipe.execute())
