@@ -10,7 +10,7 @@ of 100 sorted inserts and removals.  Iteration and ``pop_due`` yield
 
 from __future__ import annotations
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict, SortedList
 
 
 class TimeIndex:
@@ -78,4 +78,82 @@ class TimeIndex:
 
     def clear(self) -> None:
         self._by_time.clear()
+        self._len = 0
+
+
+class ReadyIndex:
+    """Ready job ids in claim order: higher priority first; within a
+    priority, jobs ready again (expired lease, nack) before jobs never
+    handed out; then ascending id.
+
+    Twenty ``SortedList`` bands, one per (priority, ready again or not), kept
+    in claim order.  A band holds the jobs' own id ints, so an entry costs one
+    pointer (a single sorted list would need a composite key: a 36-byte int
+    per job).  Fresh jobs arrive in ascending id order: appending to a band is
+    cheap."""
+
+    __slots__ = ("_bands", "_len")
+
+    BANDS = 20
+
+    def __init__(self) -> None:
+        self._bands = [SortedList() for _ in range(self.BANDS)]
+        self._len = 0
+
+    @staticmethod
+    def band(priority: int, requeued: bool) -> int:
+        return (9 - priority) * 2 + (0 if requeued else 1)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self):
+        for band in self._bands:
+            yield from band
+
+    def add(self, band: int, jid: int) -> None:
+        self._bands[band].add(jid)
+        self._len += 1
+
+    def update(self, band: int, jids: list) -> None:
+        self._bands[band].update(jids)
+        self._len += len(jids)
+
+    def remove(self, band: int, jid: int) -> None:
+        """Remove an entry that is present (ValueError otherwise: a bug)."""
+        self._bands[band].remove(jid)
+        self._len -= 1
+
+    def first(self, count: int) -> list[int]:
+        """The first ``count`` ids in claim order."""
+        out: list[int] = []
+        for band in self._bands:
+            if band:
+                out.extend(band.islice(0, count - len(out)))
+                if len(out) >= count:
+                    break
+        return out
+
+    def pop_first(self, count: int) -> None:
+        """Remove the first ``count`` ids in claim order."""
+        self._len -= count
+        for band in self._bands:
+            if count <= 0:
+                return
+            n = min(count, len(band))
+            if n:
+                del band[:n]
+                count -= n
+
+    def oldest(self) -> int | None:
+        """The smallest id of all (ids follow enqueue order: the job pushed first)."""
+        heads = [band[0] for band in self._bands if band]
+        return min(heads) if heads else None
+
+    def clear(self) -> None:
+        for band in self._bands:
+            band.clear()
         self._len = 0

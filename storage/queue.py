@@ -6,10 +6,9 @@ drive the same code.
 
 Indexes (sortedcontainers, with total, immutable keys; the job id breaks ties):
 
-* ``ready``   a ``SortedList`` of ints, key = (9 - priority) << 65 | fresh << 64
-  | id, where ``fresh`` is 0 for a job that became ready again (expired
-  lease, nack) and 1 for one never handed out: higher priority first, then
-  ready-again jobs, then ascending id;
+* ``ready``   a ``ReadyIndex`` of ids in claim order: higher priority first,
+  then jobs that became ready again (expired lease, nack), then jobs never
+  handed out, then ascending id (see ``storage.index``);
 * ``delayed`` a ``TimeIndex`` by visible_at (see ``storage.index``);
 * ``leases``  a ``TimeIndex`` by lease deadline.
 
@@ -44,11 +43,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import asdict, dataclass, replace
 
-from sortedcontainers import SortedList
-
-from .index import TimeIndex
-
-ID_MASK = (1 << 64) - 1
+from .index import ReadyIndex, TimeIndex
 
 DELAYED = b"delayed"
 READY = b"ready"
@@ -107,10 +102,46 @@ class Provenance:
         self.reason = reason
 
 
+class JobExtra:
+    """The fields most jobs never set, apart from ``Job`` so that a plain job
+    stays small (a million live jobs: 64 bytes each saved)."""
+
+    __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
+                 "dead_reason", "holder")
+
+    def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
+        self.key = key
+        self.flags = flags
+        self.max_deliveries = max_deliveries
+        self.expire_ms = expire_ms
+        self.last_error = None
+        self.origin = None
+        self.retain_until = 0
+        self.dead_reason = None
+        self.holder = None
+
+
+def _extra_field(name: str, default):
+    """A ``Job`` attribute kept in its ``JobExtra``, made only when a job sets
+    it to something other than ``default``."""
+    def get(job):
+        extra = job.extra
+        return default if extra is None else getattr(extra, name)
+
+    def set_(job, value):
+        extra = job.extra
+        if extra is None:
+            if value is default or (value == default and type(value) is type(default)):
+                return
+            extra = job.extra = JobExtra()
+        setattr(extra, name, value)
+
+    return property(get, set_)
+
+
 class Job:
-    __slots__ = ("id", "payload", "priority", "enqueued_at", "visible_at", "deliveries", "key", "flags",
-                 "max_deliveries", "expire_ms", "last_error", "state", "token", "deadline", "consumer",
-                 "requeued", "origin", "retain_until", "dead_reason", "holder")
+    __slots__ = ("id", "payload", "priority", "enqueued_at", "visible_at", "deliveries", "state", "token",
+                 "deadline", "consumer", "requeued", "extra")
 
     def __init__(self, id: int, payload: bytes, priority: int, enqueued_at: int, visible_at: int,
                  key: bytes | None = None, flags: int = 0, max_deliveries: int = 0, expire_ms: int = 0) -> None:
@@ -119,21 +150,24 @@ class Job:
         self.priority = priority
         self.enqueued_at = enqueued_at
         self.visible_at = visible_at
-        self.key = key
-        self.flags = flags
-        self.max_deliveries = max_deliveries
-        self.expire_ms = expire_ms
         self.deliveries = 0
-        self.last_error = None
         self.state = None
         self.token = None
         self.deadline = 0
         self.consumer = None
         self.requeued = False
-        self.origin = None
-        self.retain_until = 0
-        self.dead_reason = None
-        self.holder = None
+        self.extra = (None if key is None and not flags and not max_deliveries and not expire_ms
+                      else JobExtra(key, flags, max_deliveries, expire_ms))
+
+    key = _extra_field("key", None)
+    flags = _extra_field("flags", 0)
+    max_deliveries = _extra_field("max_deliveries", 0)
+    expire_ms = _extra_field("expire_ms", 0)
+    last_error = _extra_field("last_error", None)
+    origin = _extra_field("origin", None)
+    retain_until = _extra_field("retain_until", 0)
+    dead_reason = _extra_field("dead_reason", None)
+    holder = _extra_field("holder", None)
 
 
 @dataclass
@@ -161,7 +195,7 @@ class Queue:
         self.name = name
         self.config = config
         self.jobs: dict[int, Job] = {}
-        self.ready = SortedList()
+        self.ready = ReadyIndex()
         self.delayed = TimeIndex()
         self.leases = TimeIndex()
         self.dead = TimeIndex()
@@ -177,13 +211,13 @@ class Queue:
     # -- indexes -----------------------------------------------------------------
 
     @staticmethod
-    def _ready_key(job: Job) -> int:
-        return ((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id
+    def _band(job: Job) -> int:
+        return (9 - job.priority) * 2 + (0 if job.requeued else 1)      # ReadyIndex.band
 
     def _index(self, job: Job) -> None:
         s = job.state
         if s is READY:
-            self.ready.add(self._ready_key(job))
+            self.ready.add(self._band(job), job.id)
         elif s is IN_FLIGHT:
             self.leases.add(job.deadline, job.id)
         elif s is DELAYED:
@@ -196,7 +230,7 @@ class Queue:
     def _unindex(self, job: Job) -> None:
         s = job.state
         if s is READY:
-            self.ready.remove(self._ready_key(job))
+            self.ready.remove(self._band(job), job.id)
         elif s is IN_FLIGHT:
             self.leases.remove(job.deadline, job.id)
         elif s is DELAYED:
@@ -238,7 +272,7 @@ class Queue:
                 delayed_add(job.visible_at, job.id)
             else:
                 job.state = READY
-                ready_add(((9 - job.priority) << 65) | ((0 if job.requeued else 1) << 64) | job.id)
+                ready_add((9 - job.priority) * 2 + (0 if job.requeued else 1), job.id)
             if job.key is not None:
                 keys.setdefault(job.key, []).append(job.id)
         self.payload_bytes += sum(len(job.payload) for job in jobs)
@@ -251,12 +285,12 @@ class Queue:
         state set: put them in the table and build every index in bulk."""
         table = self.jobs
         keys = self.keys
-        ready = []
+        ready: dict[int, list] = {}
         for job in jobs:
             table[job.id] = job
             s = job.state
             if s is READY:
-                ready.append(self._ready_key(job))
+                ready.setdefault(self._band(job), []).append(job.id)
             elif s is IN_FLIGHT:
                 self.leases.add(job.deadline, job.id)
             elif s is DELAYED:
@@ -265,7 +299,8 @@ class Queue:
                 (self.dead if s is DEAD else self.completed).add(job.retain_until, job.id)
             if job.key is not None:
                 keys.setdefault(job.key, []).append(job.id)
-        self.ready.update(ready)
+        for band, ids in ready.items():
+            self.ready.update(band, ids)
         self.payload_bytes += sum(len(job.payload) for job in jobs)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
@@ -278,8 +313,8 @@ class Queue:
         job.deliveries += 1
 
     def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
-        """``lease`` for jobs that are exactly the first ``len(jobs)`` ready keys."""
-        del self.ready[:len(jobs)]
+        """``lease`` for jobs that are exactly the first ``len(jobs)`` ready ones."""
+        self.ready.pop_first(len(jobs))
         for job, token in zip(jobs, tokens):
             if job.token is not None:         # an expired lease, now replaced
                 self._end_lease(job)
@@ -371,14 +406,14 @@ class Queue:
             for jid in self.delayed.pop_due(now):
                 job = jobs[jid]
                 job.state = READY
-                ready_add(self._ready_key(job))
+                ready_add(self._band(job), jid)
         if self.leases and self.leases.first() <= now:
             expired = self.leases.pop_due(now)
             for jid in expired:
                 job = jobs[jid]
                 job.state = READY
                 job.requeued = True
-                ready_add(self._ready_key(job))
+                ready_add(self._band(job), jid)
             self.counters.lease_expired += len(expired)
         for index in (self.dead, self.completed):
             if index and index.first() <= now:
@@ -400,7 +435,7 @@ class Queue:
         """The next ``count`` jobs in claim order (after folding), not yet leased."""
         self.fold(now)
         jobs = self.jobs
-        return [jobs[k & ID_MASK] for k in self.ready.islice(0, count)]
+        return [jobs[i] for i in self.ready.first(count)]
 
     def death_reason(self, job: Job, now: int) -> bytes | None:
         """Why ``job`` must not be delivered again now, or None (docs/semantics.md §1.8: on the
@@ -471,13 +506,5 @@ class Queue:
     def oldest_ready_age(self, now: int) -> int:
         """Age of the ready job pushed first.  Ids follow enqueue order, so it is
         the smallest id, found at the start of one of the 20 priority bands."""
-        ready = self.ready
-        if not ready:
-            return 0
-        first = None
-        for band in range(20):
-            i = ready.bisect_left(band << 64)
-            if i < len(ready) and ready[i] >> 64 == band:
-                jid = ready[i] & ID_MASK
-                first = jid if first is None or jid < first else first
-        return max(0, now - self.jobs[first].enqueued_at)
+        first = self.ready.oldest()
+        return 0 if first is None else max(0, now - self.jobs[first].enqueued_at)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseq.storage import records
-from leaseq.storage.queue import (ASYNC, COMPLETED, DEAD, DELAYED, ID_MASK, IN_FLIGHT, MEMORY, READY,
+from leaseq.storage.queue import (ASYNC, COMPLETED, DEAD, DELAYED, IN_FLIGHT, MEMORY, READY,
                                   SCOPE_CODES, Job, QueueConfig)
 from leaseq.storage.recovery import read_log
 
@@ -101,7 +101,7 @@ def snapshot(store, now):
         out[name] = {
             "qid": q.qid, "config": q.config, "durability": q.durability,
             "counts": index_counts(q),
-            "claim order": [k & ID_MASK for k in q.ready],
+            "claim order": list(q.ready),
             "delayed": list(q.delayed), "leases": list(q.leases), "dead": list(q.dead),
             "completed": list(q.completed), "keys": dict(q.keys), "jobs": jobs,
             "scan order": [i for i in q.order if i in q.jobs],

@@ -12,13 +12,14 @@ import pytest
 
 from leaseq.storage import records, snapshot
 from leaseq.storage.datadir import DataDir
+from leaseq.storage.queue import JobExtra
 from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
 
 from core import (LEASE, T0, ack, claim, close, crash, datadir_of, delete, nack, nack_dead, new_queue,
                    open_store, push, push_key)
 
-JOB_FIELDS = [f for f in snapshot.Job.__slots__ if f != "holder"]
+JOB_FIELDS = [f for f in snapshot.Job.__slots__ + JobExtra.__slots__ if f not in ("extra", "holder")]
 
 
 def job_state(job) -> tuple:
