@@ -216,6 +216,9 @@ def recovery_and_memory(work: str, jobs: int, started: list, say) -> dict:
     d.kill()
     ready = d.start()
     out["recovery_from_log"] = recovery_figures(d, ready)
+    r = out["recovery_from_log"]
+    out["memory"].update({"rss_after_log_restart": r["rss"], "jobs_live_after_log_restart": r["jobs_live"],
+                          "per_job_after_log_restart": per_job(r["rss"], empty, r["jobs_live"])})
 
     say("BGSAVE with the latency probe running")
     out["snapshot"] = snapshot_under_probe(d)
@@ -333,6 +336,8 @@ def report(r: dict) -> None:
         ("recovery from snapshot: rate in bytes", mib(rs["bytes_per_s"]), "MiB/s", ""),
         ("memory: empty daemon RSS", mib(m["rss_empty"]), "MiB", ""),
         ("memory: per job beyond payload, pushed", m["per_job_after_push"], "bytes",
+         f"{BASELINE['memory_per_job_bytes']} bytes"),
+        ("memory: per job beyond payload, after log restart", m["per_job_after_log_restart"], "bytes",
          f"{BASELINE['memory_per_job_bytes']} bytes"),
         ("memory: per job beyond payload, after snapshot restart", m["per_job_after_snapshot_restart"], "bytes",
          f"{BASELINE['memory_per_job_bytes']} bytes"),
