@@ -1,4 +1,4 @@
-"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq docs``, ``leaseq --version``."""
+"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq docs``, ``leaseq bench ...``, ``leaseq --version``."""
 
 from __future__ import annotations
 
@@ -86,6 +86,33 @@ def docs(check, out) -> None:
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)
     click.echo(f"wrote {out}")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks: each starts its own daemons and prints figures (needs redis-py: the bench extra)."""
+
+
+@bench.command("storage")
+@click.option("--jobs", type=click.IntRange(1), help="Live jobs for recovery, memory and latency (default 1,000,000).")
+@click.option("--cycles", type=click.IntRange(1), help="Push/claim/ack cycles for the churn (default 300,000).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@click.option("--quick", is_flag=True, help="100,000 jobs and 30,000 cycles, for a fast try.")
+def bench_storage(jobs, cycles, json_path, quick) -> None:
+    """Recovery after kill -9 (log, snapshot), memory per job, data directory size under churn,
+    latency during a snapshot."""
+    try:
+        from leaseq.bench import storage
+    except ImportError as e:
+        raise click.ClickException(f"{e}: install the bench extra (pip install 'leaseq[bench]')") from None
+    if jobs is None:
+        jobs = storage.QUICK_JOBS if quick else storage.DEFAULT_JOBS
+    if cycles is None:
+        cycles = storage.QUICK_CYCLES if quick else storage.DEFAULT_CYCLES
+    try:
+        storage.run(jobs, cycles, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
 
 
 if __name__ == "__main__":
