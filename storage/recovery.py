@@ -213,8 +213,9 @@ class Replayer:
             return
         if rtype == records.PUSH:
             _qid, ts, jobs = fields
-            store.push(q, [Job(r.id, r.payload, r.priority, ts, r.visible_at, r.key, r.flags,
-                               r.max_deliveries, r.expire_ms) for r in jobs], ts)
+            # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
+            store.push(q, [Job(r.id, r.payload, r.priority, ts, ts if r.visible_at == ts else r.visible_at,
+                               r.key, r.flags, r.max_deliveries, r.expire_ms) for r in jobs], ts)
         elif rtype == records.CLAIM:
             _qid, ts, deadline, first_seq, consumer, ids = fields
             store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)

@@ -210,9 +210,12 @@ def _jobs(rows) -> list[Job]:
     out = []
     append = out.append
     states = STATES
+    times: dict[int, int] = {}       # jobs pushed together share their times: one int for all
+    share = times.setdefault
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
          key, token, consumer, error, payload, origin) in rows:
-        job = Job(jid, payload, prio, enq, vis, key, flags, maxd, expire)
+        enq = share(enq, enq)
+        job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
             job.state = states[state]
         except KeyError:
