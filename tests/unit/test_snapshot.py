@@ -335,3 +335,48 @@ def test_log_bytes_since_snapshot_counts_from_the_snapshot_start(tmp_path):
     store = open_store(d, T0)
     assert datadir_of(store).log_bytes_since_snapshot >= grew
     close(store)
+
+
+# -- the newest segment cut at every byte offset of its last records ---------------------------------
+
+def _frame_ends(path) -> list[int]:
+    data = open(path, "rb").read()
+    return [off + records.FRAME_SIZE + len(body)
+            for off, _t, body in records.iter_frames(data, records.SEGMENT_HEADER_SIZE)]
+
+
+def test_the_newest_segment_cut_at_every_offset_of_its_last_records_recovers_the_whole_ones(tmp_path):
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    push(store, q, 3)
+    jobs = claim(store, q, T0, count=2)
+    ack(store, q, [jobs[0].token], T0)
+    push(store, q, 2, payload=b"p" * 40)           # the last four records: CLAIM, ACK, PUSH, NACK
+    nack(store, q, [jobs[1].token], T0, error=b"e")
+    crash(store)
+    newest = list_segments(str(d))[-1][1]
+    ends = _frame_ends(newest)
+    whole = open(newest, "rb").read()
+    assert len(ends) >= 4 and ends[-1] == len(whole)
+    expected = {}                                   # state of the log cut exactly after record k
+    for boundary in ends[-4:]:
+        exact = tmp_path / f"exact-{boundary}"
+        shutil.copytree(d, exact)
+        os.truncate(os.path.join(exact, os.path.basename(newest)), boundary)
+        s = open_store(exact, T0)
+        expected[boundary] = queues_after_crash(state_of(s))
+        close(s)
+    for cut in range(ends[-4] + 1, len(whole)):
+        if cut in ends:
+            continue
+        cut_dir = tmp_path / f"cut-{cut}"
+        shutil.copytree(d, cut_dir)
+        os.truncate(os.path.join(cut_dir, os.path.basename(newest)), cut)
+        s = open_store(cut_dir, T0)
+        boundary = max(e for e in ends if e <= cut)
+        assert datadir_of(s).report.truncated_bytes == cut - boundary, cut
+        assert queues_after_crash(state_of(s)) == expected[boundary], cut
+        assert os.path.getsize(os.path.join(cut_dir, os.path.basename(newest))) == boundary
+        close(s)
+        shutil.rmtree(cut_dir)
