@@ -15,7 +15,7 @@ import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, qinfo
+from harness import Daemon, as_map, no_retry_client, qinfo
 
 LONG = 600_000
 
@@ -282,8 +282,8 @@ def test_sigkill_while_segments_rotate_keeps_every_acknowledged_push(tmp_path, d
     conf.write_text("segment-size 4096\nsnapshot-min-bytes 20kb\n")
     d = start(daemons, tmp_path / "d", "--config", str(conf))
     acked: list[int] = []
-    for round in range(4):
-        c = d.client(socket_timeout=5)
+    for round in range(8):
+        c = no_retry_client(d, socket_timeout=5)
         stop = threading.Event()
 
         def pusher():
