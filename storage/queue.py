@@ -273,8 +273,9 @@ class Queue:
             else:
                 job.state = READY
                 ready_add((9 - job.priority) * 2 + (0 if job.requeued else 1), job.id)
-            if job.key is not None:
-                keys.setdefault(job.key, []).append(job.id)
+            extra = job.extra           # (job.key, without the property's cost)
+            if extra is not None and extra.key is not None:
+                keys.setdefault(extra.key, []).append(job.id)
         self.payload_bytes += sum(len(job.payload) for job in jobs)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
@@ -297,8 +298,9 @@ class Queue:
                 self.delayed.add(job.visible_at, job.id)
             else:
                 (self.dead if s is DEAD else self.completed).add(job.retain_until, job.id)
-            if job.key is not None:
-                keys.setdefault(job.key, []).append(job.id)
+            extra = job.extra
+            if extra is not None and extra.key is not None:
+                keys.setdefault(extra.key, []).append(job.id)
         for band, ids in ready.items():
             self.ready.update(band, ids)
         self.payload_bytes += sum(len(job.payload) for job in jobs)

@@ -212,6 +212,7 @@ def _jobs(rows) -> list[Job]:
     states = STATES
     times: dict[int, int] = {}       # jobs pushed together share their times: one int for all
     share = times.setdefault
+    requeued_bit, error_bit = records.SNAP_REQUEUED, records.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
          key, token, consumer, error, payload, origin) in rows:
         enq = share(enq, enq)
@@ -220,17 +221,22 @@ def _jobs(rows) -> list[Job]:
             job.state = states[state]
         except KeyError:
             raise records.FormatError(f"job {jid} has unknown state {state}") from None
-        job.deliveries = deliveries
-        job.deadline = deadline
-        job.retain_until = retain
-        job.token = token
-        job.consumer = consumer
-        job.last_error = error
-        job.requeued = bool(bits & records.SNAP_REQUEUED)
-        dead = bits >> 3
-        if dead:
-            job.dead_reason = records.REASONS.get(dead)
-        if origin is not None:
-            job.origin = Provenance(*origin)
+        if deliveries:
+            job.deliveries = deliveries
+        if token is not None or deadline:         # a lease, current or expired and not yet taken over
+            job.token = token
+            job.deadline = deadline
+        if consumer is not None:                  # who had it last (kept after an ack too)
+            job.consumer = consumer
+        if bits:                                  # the rare fields: only jobs that have them pay
+            job.requeued = bool(bits & requeued_bit)
+            if bits & error_bit:
+                job.last_error = error
+            if bits >> 3:
+                job.dead_reason = records.REASONS.get(bits >> 3)
+            if origin is not None:
+                job.origin = Provenance(*origin)
+        if retain:
+            job.retain_until = retain
         append(job)
     return out
