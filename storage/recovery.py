@@ -129,10 +129,11 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0) -> Rec
 def _first_gap(after: int, numbers: list[int], directory: str) -> int | None:
     """The first segment number missing from ``after + 1`` up to the newest
     (one that --repair moved aside as ``.corrupt`` is not missing).  Without a
-    snapshot (``after`` 0) the oldest segment present starts the log."""
+    snapshot (``after`` 0) the log starts at segment 1: compaction removes
+    segments only once snapshots hold what they held."""
     if not numbers:
         return None
-    expected = after + 1 if after else numbers[0]
+    expected = after + 1
     for n in numbers:
         while expected < n:
             if not os.path.exists(os.path.join(directory, segment_name(expected) + ".corrupt")):

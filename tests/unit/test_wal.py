@@ -331,6 +331,14 @@ def test_torn_header_of_newest_segment_removes_the_segment(tmp_path):
     assert report.last_segment == 1      # the next run writes segment 2 again: no gap
 
 
+def test_segments_whose_beginning_is_gone_without_a_snapshot_are_refused(tmp_path):
+    write_segment(tmp_path, 4, framed(rec(4)))
+    write_segment(tmp_path, 5, framed(rec(5)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert e.value.path == str(tmp_path / segment_name(1)) and "missing" in str(e.value)
+
+
 def test_a_segment_missing_between_others_is_corruption_naming_it(tmp_path):
     write_segment(tmp_path, 1, framed(rec(1)))
     write_segment(tmp_path, 3, framed(rec(3)))
