@@ -92,6 +92,9 @@ def check(directory, repair) -> None:
     except (CheckError, CorruptLog) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
+    except OSError as e:
+        click.echo(f"error: cannot check data directory {directory}: {e}", err=True)
+        sys.exit(1)
     for line in report.lines():
         click.echo(line)
 

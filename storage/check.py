@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from . import snapshot
 from .datadir import choose_snapshot
-from .recovery import RecoveryReport, Replayer, read_log
+from .recovery import CorruptLog, RecoveryReport, Replayer, read_log
 from .store import Store
 from .wal import DirectoryLocked, list_segments, lock_directory
 
@@ -77,6 +77,7 @@ class CheckReport:
     dropped: list = field(default_factory=list)        # Dropped, under repair
     queues: list = field(default_factory=list)         # QueueCounts, by name
     now: int = 0                                       # when the counts were folded (ms epoch, daemon clock)
+    still_refused: str = ""                            # after repair: why a start without --repair still fails
 
     def lines(self) -> list[str]:
         """The report, one fact per line."""
@@ -119,7 +120,10 @@ class CheckReport:
         for q in self.queues:
             out.append(_line("queue", f"{q.name} ready={q.ready} delayed={q.delayed} in_flight={q.in_flight} "
                                       f"dead={q.dead} completed={q.completed} durability={q.durability}"))
-        if self.repair and (self.dropped or r.torn or self.temporaries):
+        if self.still_refused:
+            out.append(_line("result", f"repaired what --repair can, but the daemon still refuses to start "
+                                       f"without --repair: {self.still_refused}"))
+        elif self.repair and (self.dropped or r.torn or self.temporaries):
             out.append(_line("result", "repaired: the daemon starts on this directory without --repair"))
         else:
             out.append(_line("result", "ok: the daemon starts on this directory without --repair"))
@@ -149,6 +153,13 @@ def check(directory: str, repair: bool = False, now: int | None = None) -> Check
         report.locked = True
     try:
         _check(directory, repair, now, report)
+        if repair and not report.empty:
+            # read it again as the next plain start will, changing nothing: what
+            # --repair cannot mend (a segment missing between others) shows here
+            try:
+                _check(directory, False, now, CheckReport(directory, False))
+            except CorruptLog as e:
+                report.still_refused = str(e).split(". Refusing to start")[0]
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)

@@ -224,9 +224,17 @@ def test_a_missing_segment_exits_1_naming_it(tmp_path, daemons):
     d.kill()                                        # three segments: take out the middle one
     middle = os.path.join(d.data_dir, names(d.data_dir, "seg-")[1])
     os.unlink(middle)
+    before = contents(d.data_dir)
     got = run_check(d.data_dir)
     assert got.returncode == 1
     assert f"write-ahead log is corrupt in {middle} at offset 0: this segment is missing" in got.stderr
+    assert contents(d.data_dir) == before
+    # --repair replays what remains, but cannot make the gap go away: it says so
+    got = run_check(d.data_dir, "--repair")
+    assert got.returncode == 0, got.stderr
+    assert re.search(rf"^result +repaired what --repair can, but the daemon still refuses to start without "
+                     rf"--repair: write-ahead log is corrupt in {re.escape(middle)} at offset 0: this segment "
+                     rf"is missing", got.stdout, re.M), got.stdout
 
 
 def test_a_bad_segment_header_exits_1_and_repair_moves_the_segment_aside(tmp_path, daemons):
