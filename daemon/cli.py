@@ -1,4 +1,5 @@
-"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq docs``, ``leaseq bench ...``, ``leaseq --version``."""
+"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq check``, ``leaseq docs``, ``leaseq bench ...``,
+``leaseq --version``."""
 
 from __future__ import annotations
 
@@ -65,6 +66,38 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
     except OSError as e:
         log.error("cannot start: %s (port %s, data directory %s)", e, settings.port, os.path.abspath(settings.dir))
         sys.exit(1)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=True, dir_okay=True))
+@click.option("--repair", is_flag=True,
+              help="Change the directory as `serve --repair` would: truncate a torn tail, cut out "
+                   "unreadable bytes, move damaged files aside; print what was dropped.")
+def check(directory, repair) -> None:
+    """Verify a data directory offline (the daemon must not be running on it).
+
+    Exit 0 with a summary (snapshot, segments, torn tail, jobs per queue), or
+    1 naming the file and offset of the first corruption.  Without --repair
+    no file changes."""
+    from leaseq.storage.check import CheckError
+    from leaseq.storage.check import check as run_check
+    from leaseq.storage.recovery import CorruptLog
+
+    if repair:      # say what --repair does as it does it, as `serve --repair` logs it
+        logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("leaseq").setLevel("WARNING")
+    else:
+        logging.getLogger("leaseq").setLevel("CRITICAL")
+    try:
+        report = run_check(directory, repair=repair)
+    except (CheckError, CorruptLog) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except OSError as e:
+        click.echo(f"error: cannot check data directory {directory}: {e}", err=True)
+        sys.exit(1)
+    for line in report.lines():
+        click.echo(line)
 
 
 @main.command()

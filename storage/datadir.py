@@ -31,10 +31,11 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 
 from . import snapshot
 from .journal import Journal
-from .recovery import CorruptLog, RecoveryReport, Replayer, read_log
+from .recovery import CorruptLog, RecoveryReport, Replayer, first_gap, read_log
 from .store import Store
 from .wal import Faults, WriteAheadLog, fsync_directory, list_segments, lock_directory, segment_name
 
@@ -90,9 +91,12 @@ class DataDir:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            store, loaded = _load_snapshot(directory, repair)
+            choice = choose_snapshot(directory, repair)
+            store, loaded = choice.store, choice.loaded
             report = read_log(directory, Replayer(store).apply, repair=repair,
                               after=loaded.covers if loaded else 0)
+            if repair:
+                seal_after_repair(directory, choice, report)
         finally:
             if collecting:
                 gc.enable()
@@ -231,8 +235,36 @@ class DataDir:
         ]
 
 
-def _load_snapshot(directory: str, repair: bool) -> tuple[Store, snapshot.SnapshotInfo | None]:
-    """The store of the newest usable snapshot (see the module docstring)."""
+@dataclass
+class SnapshotChoice:
+    """What ``choose_snapshot`` decided: the store to replay the log into, the
+    snapshot it came from (None: the log alone), the damaged snapshots passed
+    over, and (under repair) the snapshot files moved aside."""
+    store: Store
+    loaded: snapshot.SnapshotInfo | None
+    damaged: list = field(default_factory=list)     # CorruptSnapshot, newest first
+    moved: list = field(default_factory=list)       # (path, size) renamed to <path>.corrupt
+
+
+def seal_after_repair(directory: str, choice: "SnapshotChoice", report: RecoveryReport) -> snapshot.SnapshotInfo | None:
+    """--repair started from less than a whole log (damaged snapshots moved
+    aside, or segments missing): write a snapshot of what it recovered,
+    covering every segment present, so that the next start begins there and
+    needs no --repair.  Returns it, or None when nothing was lost."""
+    after = choice.loaded.covers if choice.loaded else 0
+    numbers = [n for n, _p in list_segments(directory)]
+    if not choice.moved and first_gap(after, [n for n in numbers if n > after], directory) is None:
+        return None
+    info = snapshot.write(choice.store, directory, max(numbers + [after]), int(time.time() * 1000))
+    log.warning("--repair: wrote %s holding what was recovered, so the next start begins there",
+                os.path.basename(info.path))
+    return info
+
+
+def choose_snapshot(directory: str, repair: bool, modify: bool = True) -> SnapshotChoice:
+    """The newest usable snapshot, loaded (see the module docstring).  With
+    ``modify`` False (``leaseq check`` without ``--repair``) no snapshot is
+    moved aside."""
     present = {n for n, _p in list_segments(directory)}
     newest = max(present, default=0)
     snaps = snapshot.list_snapshots(directory)
@@ -247,12 +279,12 @@ def _load_snapshot(directory: str, repair: bool) -> tuple[Store, snapshot.Snapsh
             damaged.append(e)
             continue
         _report_fallback(damaged, os.path.basename(path))
-        return store, info
+        return SnapshotChoice(store, info, damaged)
     if not snaps or 1 in present or not present:
         _report_fallback(damaged, "the log alone")
-        return Store(), None
+        return SnapshotChoice(Store(), None, damaged)
     if repair:
-        return _repair(snaps, damaged)
+        return _repair(snaps, damaged, modify)
     if damaged:
         e = damaged[0]
         raise CorruptLog(e.path, e.offset, f"{e.reason}, and no older snapshot with its segments is left to "
@@ -263,25 +295,36 @@ def _load_snapshot(directory: str, repair: bool) -> tuple[Store, snapshot.Snapsh
                      "this segment is missing (the newest snapshot needs it)")
 
 
-def _repair(snaps: list, damaged: list) -> tuple[Store, snapshot.SnapshotInfo | None]:
+def _repair(snaps: list, damaged: list, modify: bool = True) -> SnapshotChoice:
     """--repair with no usable snapshot: the newest one that reads, with the
     segments that remain after it (what lay between is lost), or the log alone."""
+    moved: list = []
+
+    def aside(path: str) -> None:
+        moved.append((path, os.path.getsize(path)))
+        if modify:
+            os.replace(path, path + ".corrupt")
+
     for e in damaged:
-        os.replace(e.path, e.path + ".corrupt")
-        log.error("--repair: moved the damaged snapshot aside to %s.corrupt", e.path)
+        aside(e.path)
+        if modify:
+            log.error("--repair: moved the damaged snapshot aside to %s.corrupt", e.path)
+    gone = {e.path for e in damaged}
     for _covers, path in reversed(snaps):
-        if os.path.exists(path):
+        if path not in gone and os.path.exists(path):
             try:
                 store, info = snapshot.load(path)
             except snapshot.CorruptSnapshot as e:
-                os.replace(path, path + ".corrupt")
-                log.error("--repair: %s; moved aside", e)
+                aside(path)
+                damaged.append(e)
+                if modify:
+                    log.error("--repair: %s; moved aside", e)
                 continue
             log.error("--repair: starting from %s although segments after it are missing: "
                       "their changes are lost", os.path.basename(path))
-            return store, info
+            return SnapshotChoice(store, info, damaged, moved)
     log.error("--repair: no snapshot reads; starting from the segments that remain")
-    return Store(), None
+    return SnapshotChoice(Store(), None, damaged, moved)
 
 
 def _report_fallback(damaged: list, used: str) -> None:

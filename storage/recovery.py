@@ -6,6 +6,9 @@ frame after it, is a torn tail (a write cut short by a crash) and is
 truncated; any other failure raises ``CorruptLog`` naming file and offset,
 unless ``repair`` is set, in which case the bad bytes are skipped up to the
 next valid frame, reported, and the segment is rewritten without them.
+With ``modify=False`` (``leaseq check`` without ``--repair``) no file is
+changed: the torn tail, a torn-header segment and what repair would drop are
+only reported.
 
 ``Replayer`` is the ``apply`` of a daemon's start: it decodes each record and
 calls the same ``Store`` transitions that live commands call, with the
@@ -44,15 +47,21 @@ class RecoveryReport:
     truncated_bytes: int = 0
     skipped: list = field(default_factory=list)   # (path, offset, length) dropped by --repair
     last_segment: int = 0
+    torn: list = field(default_factory=list)      # (path, offset, length) of torn tails / torn headers
 
 
-def read_log(directory: str, apply, repair: bool = False, after: int = 0) -> RecoveryReport:
+def read_log(directory: str, apply, repair: bool = False, after: int = 0,
+             modify: bool = True) -> RecoveryReport:
     """Call ``apply(rtype, body)`` for every record of the segments numbered
-    above ``after`` (those a snapshot does not cover), in log order."""
+    above ``after`` (those a snapshot does not cover), in log order.  With
+    ``modify`` False nothing on disk changes: what would be truncated,
+    removed, moved aside or rewritten is only reported (``torn``,
+    ``truncated_bytes``, ``skipped``)."""
     report = RecoveryReport()
+    removed: set = set()
     everything = list_segments(directory)
     segments = [(n, p) for n, p in everything if n > after]
-    missing = _first_gap(after, [n for n, _p in segments], directory)
+    missing = first_gap(after, [n for n, _p in segments], directory)
     if missing is not None and not repair:
         raise CorruptLog(os.path.join(directory, segment_name(missing)), 0,
                          "this segment is missing (the segments after it need it)")
@@ -71,17 +80,22 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0) -> Rec
         except records.FormatError as e:
             if newest and len(data) < records.SEGMENT_HEADER_SIZE:
                 # created, but the crash came before its header was complete
-                log.warning("removing empty segment %s (%d bytes, torn header)", path, len(data))
                 report.truncated_bytes += len(data)
-                os.unlink(path)
+                report.torn.append((path, 0, len(data)))
+                removed.add(path)
+                if modify:
+                    log.warning("removing empty segment %s (%d bytes, torn header)", path, len(data))
+                    os.unlink(path)
                 continue
             if not repair:
                 raise CorruptLog(path, 0, str(e)) from None
             report.skipped.append((path, 0, len(data)))
-            os.replace(path, path + ".corrupt")
-            fsync_directory(directory)
-            log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
-                      path, e, path)
+            removed.add(path)
+            if modify:
+                os.replace(path, path + ".corrupt")
+                fsync_directory(directory)
+                log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
+                          path, e, path)
             continue
         offset = records.SEGMENT_HEADER_SIZE
         while True:
@@ -102,31 +116,40 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0) -> Rec
             resume = _next_valid_frame(data, offset + 1)
             if resume is None and newest:
                 cut = len(data) - offset
-                log.warning("truncating torn tail of %s at offset %d (%d bytes)", path, offset, cut)
-                with open(path, "r+b") as f:
-                    f.truncate(offset)
-                    os.fsync(f.fileno())
+                if modify:
+                    log.warning("truncating torn tail of %s at offset %d (%d bytes)", path, offset, cut)
+                    with open(path, "r+b") as f:
+                        f.truncate(offset)
+                        os.fsync(f.fileno())
                 report.truncated_bytes += cut
+                report.torn.append((path, offset, cut))
                 data = data[:offset]
                 break
             if not repair:
                 raise CorruptLog(path, offset, "a record fails its checksum or is cut short")
             stop = len(data) if resume is None else resume
-            log.error("--repair: skipping %d unreadable bytes of %s at offset %d", stop - offset, path, offset)
+            if modify:
+                log.error("--repair: skipping %d unreadable bytes of %s at offset %d", stop - offset, path, offset)
             report.skipped.append((path, offset, stop - offset))
             if resume is None:
                 break
             offset = resume
+        size = len(data)
         if repair:
-            data = _rewrite_without_skipped(path, data, [s for s in report.skipped if s[0] == path])
-        report.bytes += len(data)
+            dropped = [s for s in report.skipped if s[0] == path]
+            if modify:
+                size = len(_rewrite_without_skipped(path, data, dropped))
+            else:
+                size -= sum(length for _p, _o, length in dropped)
+        report.bytes += size
     # the next segment takes the number after the newest one left (a removed
     # torn one's number is used again, so no gap appears)
-    report.last_segment = max([n for n, p in everything if os.path.exists(p)] + [after if after else 0])
+    report.last_segment = max([n for n, p in everything if os.path.exists(p) and p not in removed]
+                              + [after if after else 0])
     return report
 
 
-def _first_gap(after: int, numbers: list[int], directory: str) -> int | None:
+def first_gap(after: int, numbers: list[int], directory: str) -> int | None:
     """The first segment number missing from ``after + 1`` up to the newest
     (one that --repair moved aside as ``.corrupt`` is not missing).  Without a
     snapshot (``after`` 0) the log starts at segment 1: compaction removes

@@ -280,10 +280,16 @@ def test_a_damaged_snapshot_with_nothing_to_fall_back_on_refuses_to_start(tmp_pa
     assert e.value.path == newest and e.value.offset == records.SNAPSHOT_HEADER_SIZE
     assert "--repair" in str(e.value)
     repaired = DataDir.open(str(d), T0, repair=True)        # starts, from what the segments hold
-    assert b"q" not in repaired.store.queues or repaired.store.queues[b"q"].jobs is not None
+    recovered = queues_after_crash(state_of(repaired.store))
     repaired.close()
-    assert snapshot.list_snapshots(str(d)) == []
     assert len([n for n in os.listdir(d) if n.endswith(".snap.corrupt")]) == 2
+    # and seals what it recovered in a snapshot, so the next start needs no --repair
+    newest_segment = max(n for n, _p in list_segments(str(d)))
+    sealed = snapshot.list_snapshots(str(d))
+    assert len(sealed) == 1 and sealed[0][0] >= newest_segment - 1
+    again = DataDir.open(str(d), T0)
+    assert queues_after_crash(state_of(again.store)) == recovered
+    again.close()
 
 
 def test_a_segment_missing_after_the_snapshot_refuses_to_start(tmp_path):
