@@ -84,7 +84,8 @@ def lock_directory(directory: str) -> int:
     return fd
 
 
-def _fsync_path(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by name."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -93,11 +94,7 @@ def _fsync_path(path: str) -> None:
 
 
 def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(directory)
 
 
 class Ticket(NamedTuple):
@@ -381,7 +378,7 @@ class WriteAheadLog(LogBuffer):
             try:
                 for number, path in list_segments(self.directory):
                     if number >= self.durable_at[0]:
-                        _fsync_path(path)
+                        fsync_path(path)
                 fsync_directory(self.directory)
                 return dropped
             except OSError as e:

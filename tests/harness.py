@@ -19,6 +19,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from leaseq.storage import records
+from leaseq.storage.wal import segment_name
+
 LEASEQ = [sys.executable, "-m", "leaseq.daemon.cli"]
 HOST = "127.0.0.1"
 
@@ -199,3 +202,15 @@ def error_text(c, *args) -> str:
 def wait_blocked(c, q, n: int) -> None:
     """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
     wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")
+
+
+# -- data directories, byte by byte ---------------------------------------------------------------
+
+def write_segment(directory, number: int, data: bytes, header: bytes | None = None) -> str:
+    """A segment file ``number`` in ``directory``: its header (or ``header``)
+    then ``data`` (framed records, or whatever damage a test wants)."""
+    path = os.path.join(directory, segment_name(number))
+    with open(path, "wb") as f:
+        f.write(records.segment_header(number) if header is None else header)
+        f.write(data)
+    return path

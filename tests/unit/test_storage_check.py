@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from harness import write_segment
 
 from leaseq.storage import records, snapshot
 from leaseq.storage.check import CheckError, check
@@ -21,14 +22,6 @@ T0 = 1_800_000_000_000
 
 def framed(*ns: int) -> bytes:
     return b"".join(records.frame(records.IDMARK, records.idmark(1, n)) for n in ns)
-
-
-def write_segment(directory, number: int, data: bytes, header: bytes | None = None) -> str:
-    path = os.path.join(directory, segment_name(number))
-    with open(path, "wb") as f:
-        f.write(records.segment_header(number) if header is None else header)
-        f.write(data)
-    return path
 
 
 def files(directory) -> dict[str, bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from harness import write_segment
 
 from leaseq.storage import records
 from leaseq.storage.recovery import CorruptLog, read_log
@@ -21,14 +22,6 @@ def rec(n: int) -> tuple[int, bytes]:
 
 def framed(*recs) -> bytes:
     return b"".join(records.frame(t, b) for t, b in recs)
-
-
-def write_segment(directory, number: int, data: bytes, header: bytes | None = None) -> str:
-    path = os.path.join(directory, segment_name(number))
-    with open(path, "wb") as f:
-        f.write(records.segment_header(number) if header is None else header)
-        f.write(data)
-    return path
 
 
 def read_all(directory, repair=False):
