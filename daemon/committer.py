@@ -15,7 +15,7 @@ the whole state: the committer only remembers whether an fsync is running.
 
 A write or fsync error is never retried on the same file: ``failed`` answers
 every held reply whose records did not get where its ticket needed with
--MISCONF, and hands the rest to the server (``Server.log_failed``), which
+-MISCONF, and hands the rest to ``daemon.faults`` (``DiskFaults.failed``), which
 cuts the log back, rebuilds the store from disk and resumes writing in a new
 segment once the disk takes it (docs/operations.md, "A full or failing
 disk").
@@ -64,7 +64,7 @@ class Committer:
                 wal.flush()
             except OSError as e:
                 log.error("cannot write the log: %s", e)
-                self.server.log_failed(e, fsync_failed=False)
+                self.server.disk.failed(e, fsync_failed=False)
                 return
         if wal.sync_wanted:
             self.start_sync()
@@ -92,7 +92,7 @@ class Committer:
         error = future.exception()
         if error is not None:
             log.error("fsync of the log failed: %s", error)
-            self.server.log_failed(error, fsync_failed=True)
+            self.server.disk.failed(error, fsync_failed=True)
             return
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)

@@ -29,6 +29,7 @@ from .blocking import Blocking
 from .clock import Clock
 from .committer import Committer
 from .connection import Connection
+from .faults import DiskFaults
 from .process import os_line, peak_rss_bytes, rss_bytes
 from .snapshots import Snapshots
 from .resp import encode
@@ -61,7 +62,7 @@ class Server:
         self.started_at = time.time()
         self.port = settings.port
         self.oom = False
-        self.disk_error: OSError | None = None   # the log cannot be written: writes get -MISCONF
+        self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
         self.faults = Faults()                   # DEBUG FAULT: errors the log pretends to get
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
@@ -88,13 +89,28 @@ class Server:
             # a test froze time in this data directory; without DEBUG nobody could resume it
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
             self.clock.resume()
-        self.committer.wal = datadir.wal
+        self.committer.resumed(datadir.wal)
         datadir.faults = datadir.wal.faults = self.faults
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
         log.info("leaseq ready to serve on %s:%d (data directory %s)", s.bind, self.port, s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
+
+    def serve_store(self, store) -> None:
+        """The store rebuilt from disk after a disk fault takes over."""
+        self.store = store
+        self._apply_settings()
+
+    def serve_log(self, wal) -> None:
+        """Writing resumed after a disk fault: this log takes the records."""
+        self.wal = wal
+        self.committer.resumed(wal)
+        self._apply_settings()
+
+    def spawn(self, coroutine) -> None:
+        """Run a background task that stops with the server."""
+        self._tasks.append(self.loop.create_task(coroutine))
 
     # -- clock and settings --------------------------------------------------------------
 
@@ -104,6 +120,12 @@ class Server:
         self.store.set_clock(offset, frozen, frozen_at)
         if self.blocking is not None:
             self.blocking.time_moved()
+
+    @property
+    def disk_error(self) -> OSError | None:
+        """Why the log cannot be written (commands that change queues get
+        -MISCONF meanwhile), or None."""
+        return self.disk.error
 
     def _apply_settings(self) -> None:
         """Settings the store and the data directory hold copies of."""
@@ -236,10 +258,8 @@ class Server:
             return [("loading", 1), ("loading_start_time", self.loading_started),
                     ("loading_elapsed_ms", int((time.time() - self.loading_started) * 1000)),
                     ("dir", os.path.abspath(s.dir))]
-        error = self.disk_error
-        return [("loading", 0), ("log_write_status", "err" if error else "ok"),
-                ("log_write_error", (error.strerror or str(error)) if error else "")] \
-            + self.datadir.info_fields() + self.committer.info_fields() + [
+        return [("loading", 0)] + self.disk.info_fields() + self.datadir.info_fields() \
+            + self.committer.info_fields() + [
             ("default_durability", s.default_durability),
             ("lease_durability", s.lease_durability),
             ("fsync_interval_ms", s.fsync_interval),
@@ -306,60 +326,6 @@ class Server:
             return
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
-
-    # -- a full or failing disk -----------------------------------------------------------------
-
-    def log_failed(self, error: OSError, fsync_failed: bool) -> None:
-        """A write or fsync of the log failed.  From now on commands that
-        change queues get -MISCONF; held replies whose records did not become
-        what their tickets needed get it too; blocked claims are answered with
-        it and QWORK streams closed.  Then, in the background: cut the log back
-        to its last good fsync, rebuild the store from disk (reads go on
-        meanwhile, from the store as it was) and resume writing in a new
-        segment as soon as the disk takes it (docs/operations.md)."""
-        if self.disk_error is not None:
-            return
-        self.disk_error = error
-        log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
-                  "reads go on", error)
-        misconf = errors.misconf(error)
-        self.committer.failed(misconf)
-        self.wal = self.committer.wal
-        self.blocking.fail_all(misconf)
-        for c in self.clients.values():
-            c.drop_holdings()                # their leases stay until the rebuilt store's deadlines
-        self._tasks.append(self.loop.create_task(self._recover_from_fault(fsync_failed)))
-
-    async def _recover_from_fault(self, fsync_failed: bool) -> None:
-        loop = self.loop
-        datadir = self.datadir
-        while True:
-            try:
-                dropped = await loop.run_in_executor(self.committer.executor, datadir.cut_back, fsync_failed)
-                break
-            except OSError as e:
-                log.error("cannot cut the log back yet (%s); trying again in 1 s", e)
-                await asyncio.sleep(1)
-        for line in dropped:
-            log.warning("dropped from the log (never acknowledged as durable): %s", line)
-        await loop.run_in_executor(None, datadir.recover)
-        self.store = datadir.store
-        self._apply_settings()
-        log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
-        while not self.stopping:
-            try:
-                await loop.run_in_executor(self.committer.executor, datadir.resume, self.now_ms())
-                break
-            except OSError as e:
-                log.debug("the disk still refuses the log: %s", e)
-                await asyncio.sleep(1)
-        if datadir.wal is None:
-            return
-        self.wal = datadir.wal
-        self.committer.resumed(datadir.wal)
-        self._apply_settings()
-        self.disk_error = None
-        log.info("the log is writable again: writes resume")
 
     def abort(self) -> None:
         """Recovery failed: close the port and every connection."""

@@ -100,7 +100,7 @@ class Snapshots:
             covers = datadir.begin_snapshot()
         except OSError as e:                # writing the buffer or the new segment failed
             log.error("cannot start a snapshot: %s", e)
-            server.log_failed(e, fsync_failed=True)     # begin_snapshot fsyncs: treat it as the worse case
+            server.disk.failed(e, fsync_failed=True)     # begin_snapshot fsyncs: treat it as the worse case
             return False
         server.committer.touch()           # the buffer just written may release replies
         now = server.now_ms()

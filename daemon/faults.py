@@ -1,0 +1,91 @@
+"""A full or failing disk: from a failed write or fsync of the log to the
+moment writing resumes, without stopping the daemon (docs/operations.md,
+"A full or failing disk").
+
+``failed`` runs on the loop when ``daemon.committer`` (or a snapshot's
+fsync) gets the ``OSError``:
+
+1. ``error`` is set: ``daemon.dispatch`` answers every command flagged
+   ``write`` with -MISCONF before it runs.
+2. The committer releases the replies the log did reach and turns every
+   other held reply into -MISCONF; blocked claims get it too, QWORK streams
+   are closed, connections forget their SESSION/QWORK holdings (they live
+   in the store about to be replaced).
+
+then ``_recover``, a task:
+
+3. cut the log back (``DataDir.cut_back``) in the fsync thread, so it runs
+   after any fsync in flight; again every second until the disk allows it;
+4. rebuild the store from disk (``DataDir.recover``) in a worker thread;
+   reads use the old store until the new one takes over;
+5. about once a second try ``DataDir.resume`` (a new segment and its BOOT
+   record, fsynced); when it works, the committer takes the new log and
+   ``error`` is cleared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from leaseq.commands import errors
+
+log = logging.getLogger(__name__)
+
+
+class DiskFaults:
+    def __init__(self, server) -> None:
+        self.server = server
+        self.error: OSError | None = None
+
+    def failed(self, error: OSError, fsync_failed: bool) -> None:
+        """The log's write (``fsync_failed`` False) or fsync failed: steps
+        1-2 now, 3-5 in the background."""
+        if self.error is not None:
+            return
+        self.error = error
+        server = self.server
+        log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
+                  "reads go on", error)
+        misconf = errors.misconf(error)
+        server.committer.failed(misconf)
+        server.wal = server.committer.wal
+        server.blocking.fail_all(misconf)
+        for c in server.clients.values():
+            c.drop_holdings()                # their leases stay until the rebuilt store's deadlines
+        server.spawn(self._recover(fsync_failed))
+
+    async def _recover(self, fsync_failed: bool) -> None:
+        server = self.server
+        loop = server.loop
+        datadir = server.datadir
+        fsync_thread = server.committer.executor
+        while True:
+            try:
+                dropped = await loop.run_in_executor(fsync_thread, datadir.cut_back, fsync_failed)
+                break
+            except OSError as e:
+                log.error("cannot cut the log back yet (%s); trying again in 1 s", e)
+                await asyncio.sleep(1)
+        for line in dropped:
+            log.warning("dropped from the log (never acknowledged as durable): %s", line)
+        await loop.run_in_executor(None, datadir.recover)
+        server.serve_store(datadir.store)
+        log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
+        while not server.stopping:
+            try:
+                await loop.run_in_executor(fsync_thread, datadir.resume, server.now_ms())
+                break
+            except OSError as e:
+                log.debug("the disk still refuses the log: %s", e)
+                await asyncio.sleep(1)
+        if datadir.wal is None:
+            return
+        server.serve_log(datadir.wal)
+        self.error = None
+        log.info("the log is writable again: writes resume")
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        error = self.error
+        return [("log_write_status", "err" if error else "ok"),
+                ("log_write_error", (error.strerror or str(error)) if error else "")]
