@@ -1,4 +1,5 @@
-"""leaseq on Apache Spark (PySpark 4): DataFrames into queues.
+"""leaseq on Apache Spark (PySpark 4): DataFrames into queues, and the log
+as a DataFrame of events.
 
 ``register(spark)`` registers the data source on a session::
 
@@ -9,7 +10,10 @@
        .option("keyColumn", "order_id")
        .mode("append").save())
 
-The writer (``leaseq.pipeline.sink``) is documented in docs/spark.md.
+    events = spark.read.format("leaseq-log").load("/var/lib/leaseq")
+
+The writer (``leaseq.pipeline.sink``) and the reader
+(``leaseq.pipeline.logsource``) are documented in docs/spark.md.
 Needs the ``spark`` extra: ``pip install 'leaseq[spark]'``.
 """
 
@@ -17,8 +21,10 @@ from __future__ import annotations
 
 
 def register(spark) -> None:
-    """Register the ``leaseq`` data source on ``spark`` (a registration
-    belongs to one SparkSession)."""
+    """Register the ``leaseq`` and ``leaseq-log`` data sources on ``spark``
+    (a registration belongs to one SparkSession)."""
+    from .logsource import LeaseqLogDataSource
     from .sink import LeaseqDataSource
 
     spark.dataSource.register(LeaseqDataSource)
+    spark.dataSource.register(LeaseqLogDataSource)

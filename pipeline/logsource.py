@@ -1,0 +1,202 @@
+"""The ``leaseq-log`` data source: a data directory's log as a DataFrame of
+lifecycle events, one row per job per record.
+
+``spark.read.format("leaseq-log").load(path)``: ``path`` is a data
+directory, an ``archive-dir``, or several separated by commas (the segments
+of a daemon's data directory and of its archive together).  One input
+partition per segment file; a segment found in two directories is read
+once.
+
+Every record is decoded by ``storage.records``, the daemon's own code.
+Records name queues by number; the names come from the QUEUE records of all
+the segments given and from the SNAP_QUEUE records of their snapshots (a
+queue created before compaction is named only there), gathered once when
+the read is planned.  A record that fails its checksum ends the segment:
+at the end of the newest segment that is a torn tail, or a record still
+being written by a live daemon, and is skipped; anywhere else the read
+fails naming file and offset.
+
+Which records become which events (docs/spark.md lists the columns):
+
+========  ==============================================================
+record    event rows
+========  ==============================================================
+PUSH      ``push``, one per job (priority, payload_bytes)
+CLAIM     ``claim``, one per job (consumer)
+ACK       ``ack``
+NACK      ``nack`` (error), or ``release`` when the holding connection
+          closed (a SESSION or QWORK lease)
+EXTEND    ``extend``
+DEAD      ``dead`` (error: the reason, max-deliveries | nack | expired),
+          and with a DEADLETTER queue a ``push`` of the copy there (its
+          new id; priority and payload_bytes null)
+REDRIVE   ``redrive`` (dead jobs back to ready in their queue)
+MOVE      ``redrive`` on the dead-letter queue, and a ``push`` of the new
+          job in the source queue
+DEL       ``delete`` (QDEL, and QPURGE which logs the same record)
+DROP      ``purge``, one row with no id: the queue and all its jobs went
+========  ==============================================================
+
+A lease that runs out is not logged (expiry is lazy): the report derives
+``expire`` from a claim that follows a claim of the same job with no ack
+or nack between.  ``deliveries`` is not in the records either; it is left
+null here and counted by the report (claims per job).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from leaseq.storage import records, snapshot
+from leaseq.storage.wal import list_segments
+
+SCHEMA = ("ts timestamp, queue string, event string, id long, deliveries int, consumer string, "
+          "priority int, payload_bytes long, error string")
+
+
+class LogError(ValueError):
+    """A path that is not a readable data directory, or a corrupt segment."""
+
+
+class Segment(InputPartition):
+    def __init__(self, path: str, newest: bool, names: dict) -> None:
+        super().__init__(path)
+        self.path = path
+        self.newest = newest
+        self.names = names          # qid -> queue name
+
+
+class LeaseqLogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "leaseq-log"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema) -> "LogReader":
+        return LogReader(dict(self.options))
+
+
+class LogReader(DataSourceReader):
+    def __init__(self, options: dict) -> None:
+        raw = options.get("path") or options.get("paths") or ""
+        self.directories = [p.strip() for p in raw.split(",") if p.strip()]
+        if not self.directories:
+            raise LogError("leaseq-log needs a path: load('/var/lib/leaseq') (several: comma-separated)")
+        for d in self.directories:
+            if not os.path.isdir(d):
+                raise LogError(f"leaseq-log: {d} is not a directory")
+
+    def partitions(self):
+        by_name: dict[str, tuple[int, str]] = {}
+        for d in self.directories:
+            for number, path in list_segments(d):
+                by_name.setdefault(os.path.basename(path), (number, path))
+        segments = sorted(by_name.values())
+        names = queue_names(self.directories, [p for _n, p in segments])
+        last = len(segments) - 1
+        return [Segment(path, i == last, names) for i, (_n, path) in enumerate(segments)]
+
+    def read(self, partition: Segment):
+        yield from events(partition.path, partition.names, partition.newest)
+
+
+def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, str]:
+    """qid -> name from every snapshot's SNAP_QUEUE and every segment's QUEUE
+    record (later ones win: a re-created queue gets a new number anyway)."""
+    names: dict[int, str] = {}
+    for d in directories:
+        for _covers, path in snapshot.list_snapshots(d):
+            for rtype, body in _frames(path, records.SNAPSHOT_HEADER_SIZE):
+                if rtype == records.SNAP_QUEUE:
+                    qid, _n, _m, _c, name, _config = records.decode_snap_queue(body)
+                    names[qid] = name.decode(errors="replace")
+    for path in segment_paths:
+        for rtype, body in _frames(path, records.SEGMENT_HEADER_SIZE):
+            for inner_type, inner_body in _flatten(rtype, body):
+                if inner_type == records.QUEUE:
+                    qid, _ts, name, _config = records.decode(inner_type, inner_body)
+                    names[qid] = name.decode(errors="replace")
+    return names
+
+
+def _frames(path: str, start: int):
+    with open(path, "rb") as f:
+        data = f.read()
+    for _off, rtype, body in records.iter_frames(data, start):
+        yield rtype, body
+
+
+def _flatten(rtype: int, body: bytes):
+    if rtype == records.TXN:
+        yield from records.decode(rtype, body)[0]
+    else:
+        yield rtype, body
+
+
+def events(path: str, names: dict, newest: bool):
+    """The event rows of one segment file (see the module docstring)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        records.check_segment_header(data)
+    except records.FormatError as e:
+        if newest and len(data) < records.SEGMENT_HEADER_SIZE:
+            return                          # created, header not yet (fully) written
+        raise LogError(f"{path} at offset 0: {e}") from None
+    offset = records.SEGMENT_HEADER_SIZE
+    for offset, rtype, body in records.iter_frames(data, offset):
+        for inner_type, inner_body in _flatten(rtype, body):
+            yield from _rows(inner_type, records.decode(inner_type, inner_body), names)
+        offset += records.FRAME_SIZE + len(body)
+    if offset < len(data) and not newest:
+        raise LogError(f"{path} at offset {offset}: a record fails its checksum or is cut short")
+
+
+def _ts(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _rows(rtype: int, f: tuple, names: dict):
+    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows."""
+    if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK):
+        return
+    qid, ts = f[0], _ts(f[1])
+    queue = names.get(qid, f"#{qid}")
+    if rtype == records.PUSH:
+        for job in f[2]:
+            yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None
+    elif rtype == records.CLAIM:
+        consumer = f[4].decode(errors="replace")
+        for jid in f[5]:
+            yield ts, queue, "claim", jid, None, consumer, None, None, None
+    elif rtype == records.NACK:
+        _q, _t, _visible, error, ids, closed = f
+        text = None if error is None else error.decode(errors="replace")
+        for jid in ids:
+            yield ts, queue, "release" if closed else "nack", jid, None, None, None, None, text
+    elif rtype == records.EXTEND:
+        for jid in f[3]:
+            yield ts, queue, "extend", jid, None, None, None, None, None
+    elif rtype == records.DEAD:
+        reason = records.REASONS[f[2]].decode()
+        target = names.get(f[3], f"#{f[3]}") if f[3] else None
+        for jid, new in f[4]:
+            yield ts, queue, "dead", jid, None, None, None, None, reason
+            if target is not None:          # its copy arrives in the DEADLETTER queue
+                yield ts, target, "push", new, None, None, None, None, reason
+    elif rtype == records.MOVE:
+        source = names.get(f[2], f"#{f[2]}")
+        for jid, new in f[3]:
+            yield ts, queue, "redrive", jid, None, None, None, None, None
+            yield ts, source, "push", new, None, None, None, None, None
+    elif rtype in (records.ACK, records.REDRIVE, records.DEL):
+        event = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete"}[rtype]
+        for jid in f[2]:
+            yield ts, queue, event, jid, None, None, None, None, None
+    elif rtype == records.DROP:
+        yield ts, queue, "purge", None, None, None, None, None, None
