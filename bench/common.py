@@ -260,15 +260,16 @@ def mib(n: float) -> float:
     return n / (1 << 20)
 
 
-def print_table(title: str, rows: list[tuple], out=None) -> None:
-    """Rows of (figure, value, unit, baseline-or-empty) as aligned columns."""
+def print_table(title: str, rows: list[tuple], out=None, baseline: str = "before snapshots") -> None:
+    """Rows of (figure, value, unit, baseline-or-empty) as aligned columns;
+    ``baseline`` heads the last column."""
     out = out or sys.stdout
     rows = [(str(a), _fmt(b), str(c), _fmt(d) if d is not None and d != "" else "") for a, b, c, d in rows]
     w0 = max([len("figure")] + [len(r[0]) for r in rows])
     w1 = max([len("value")] + [len(r[1]) for r in rows])
     w2 = max([len("unit")] + [len(r[2]) for r in rows])
     print(title, file=out)
-    print(f"  {'figure':<{w0}}  {'value':>{w1}}  {'unit':<{w2}}  before snapshots", file=out)
+    print(f"  {'figure':<{w0}}  {'value':>{w1}}  {'unit':<{w2}}  {baseline}".rstrip(), file=out)
     for a, b, c, d in rows:
         print(f"  {a:<{w0}}  {b:>{w1}}  {c:<{w2}}  {d}".rstrip(), file=out)
     out.flush()

@@ -148,5 +148,24 @@ def bench_storage(jobs, cycles, json_path, quick) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("spark")
+@click.option("--rows", type=click.IntRange(1), help="Rows per write (default 1,000,000).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@click.option("--quick", is_flag=True, help="100,000 rows, for a fast try.")
+def bench_spark(rows, json_path, quick) -> None:
+    """Rows/s from Spark into the daemon (no key, keyed), and duplicate jobs
+    after a forced task retry and a full re-run (needs the spark extra)."""
+    try:
+        from leaseq.bench import spark
+    except ImportError as e:
+        raise click.ClickException(f"{e}: install the spark extra (pip install 'leaseq[spark]')") from None
+    if rows is None:
+        rows = spark.QUICK_ROWS if quick else spark.DEFAULT_ROWS
+    try:
+        spark.run(rows, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 if __name__ == "__main__":
     main()
