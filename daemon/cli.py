@@ -1,5 +1,5 @@
-"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq check``, ``leaseq docs``, ``leaseq bench ...``,
-``leaseq --version``."""
+"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq check``, ``leaseq report``, ``leaseq docs``,
+``leaseq bench ...``, ``leaseq --version``."""
 
 from __future__ import annotations
 
@@ -119,6 +119,48 @@ def docs(check, out) -> None:
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)
     click.echo(f"wrote {out}")
+
+
+@main.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Output directory: one Parquet table per folder and report.html (overwritten).")
+@click.option("--bucket", default="1m", show_default=True, help="Throughput bucket: 30s, 1m, 1h or seconds.")
+def report(dirs, out, bucket) -> None:
+    """Analytics over data directories / archive dirs: throughput, wait and processing
+    percentiles, retry and dead-letter rates, top errors (Parquet), and an HTML page with
+    charts.  Runs Spark locally (the spark extra)."""
+    try:
+        from leaseq.pipeline.report import ReportError, build_report, parse_bucket
+    except ImportError as e:
+        raise click.ClickException(f"{e}: install the spark extra (pip install 'leaseq[spark]')") from None
+    try:
+        seconds = parse_bucket(bucket)
+        for d in dirs:                  # before Spark starts: a typo fails in a moment
+            if not os.path.isdir(d):
+                raise ReportError(f"{d} is not a directory")
+    except ReportError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[*]").appName("leaseq-report")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             # one machine: a few shuffle partitions per core, not Spark's 200
+             .config("spark.sql.shuffle.partitions", str(max(4, 2 * (os.cpu_count() or 1))))
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        summary = build_report(spark, list(dirs), out, seconds)
+    except ReportError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    finally:
+        spark.stop()
+    click.echo(f"wrote {summary['html']}, Parquet tables throughput, latency, rates, errors under {out}: "
+               f"{summary['events']} events, {summary['queues']} queues")
 
 
 @main.group()
