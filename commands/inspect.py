@@ -42,7 +42,7 @@ def inspect_reply(job: Job) -> Map:
 def _queue(client, args) -> Queue:
     server = client.server
     q = lookup(server, queue_name(args[1]))
-    q.fold(server.now_ms())
+    server.store.fold(q, server.now_ms())
     return q
 
 
@@ -119,7 +119,7 @@ def qpurge(client, args):
         states = {READY, DELAYED}
     jobs = [job for job in q.jobs.values() if job.state in states]
     if jobs:
-        server.store.delete(q, jobs, server.now_ms())
+        server.store.delete(q, jobs, server.now_ms(), purge=True)
     return len(jobs)
 
 
@@ -142,6 +142,7 @@ def qredrive(client, args):
     left = None if limit is None else limit - len(dead)
     by_source: dict[bytes, list] = {}
     if left is None or left > 0:
+        server.store.fold(q, now)
         for job in q.claimable(now, len(q.ready)):
             if job.origin is not None:
                 by_source.setdefault(job.origin.source, []).append(job)

@@ -92,7 +92,7 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
     fresh, keys = payloads, None
     resolved = None      # per payload: an existing id (> 0), or ~i for the i-th new job
     if opts.keys is not None:
-        q.fold(now)
+        store.fold(q, now)
         fresh, keys, resolved, batch = [], [], [], {}
         for p, key in zip(payloads, opts.keys):
             holder = q.duplicate_of(key, opts.scope)
@@ -187,6 +187,11 @@ def _optional_items(job: Job) -> list:
     return items
 
 
+def _has_claimable(server, q) -> bool:
+    server.store.fold(q, server.now_ms())
+    return bool(q.claimable(server.now_ms(), 1))
+
+
 def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None) -> list:
     """Lease up to ``count`` jobs now (dead-lettering any that must not be
     delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
@@ -268,7 +273,7 @@ def qclaim(client, args):
     if lease_ms is None:
         lease_ms = q.config.lease
     holder = client.session() if session else None
-    if q.config.window and not client.in_exec and q.claimable(server.now_ms(), 1):
+    if q.config.window and not client.in_exec and _has_claimable(server, q):
         # jobs are waiting: gather a cohort for WINDOW ms, then divide evenly
         return ClaimWait(server, q, consumer, count, lease_ms, block, holder, cohort=True)
     jobs = claim_now(server, q, consumer, count, lease_ms, holder)

@@ -169,7 +169,7 @@ def qinfo(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
     now = server.now_ms()
-    q.fold(now)
+    server.store.fold(q, now)
     c = q.counters
     items = [(b"name", q.name)] + config_items(q.config) + [
         (b"ready", len(q.ready)),
@@ -193,5 +193,5 @@ def qinfo(client, args):
 def qlen(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
-    q.fold(server.now_ms())
+    server.store.fold(q, server.now_ms())
     return len(q.ready)

@@ -204,7 +204,7 @@ class Blocking:
         waiters = [w for w in waiters if not w.conn.closed]
         workers = self.workers.get(queue, ())
         if waiters or workers:
-            queue.fold(self.server.now_ms())
+            self.server.store.fold(queue, self.server.now_ms())
             workers = [k for k in workers if not k.conn.closed and k.room]
         if waiters or workers:
             available = len(queue.ready)

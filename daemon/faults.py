@@ -29,6 +29,7 @@ import asyncio
 import logging
 
 from leaseq.commands import errors
+from leaseq.storage.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class DiskFaults:
         log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
                   "reads go on", error)
         misconf = errors.misconf(error)
+        server.store.journal = Journal()     # nothing more goes to the failed log, not even a note
         server.committer.failed(misconf)
         server.wal = server.committer.wal
         server.blocking.fail_all(misconf)

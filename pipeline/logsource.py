@@ -22,7 +22,9 @@ Which records become which events (docs/spark.md lists the columns):
 record    event rows
 ========  ==============================================================
 PUSH      ``push``, one per job (priority, payload_bytes)
-CLAIM     ``claim``, one per job (consumer)
+CLAIM     ``claim``, one per job (consumer; deliveries: this one included,
+          null in records from before 0.2)
+EXPIRE    ``expire``: a lease that ran out, when the daemon noticed it
 ACK       ``ack``
 NACK      ``nack`` (error), or ``release`` when the holding connection
           closed (a SESSION or QWORK lease)
@@ -33,14 +35,14 @@ DEAD      ``dead`` (error: the reason, max-deliveries | nack | expired),
 REDRIVE   ``redrive`` (dead jobs back to ready in their queue)
 MOVE      ``redrive`` on the dead-letter queue, and a ``push`` of the new
           job in the source queue
-DEL       ``delete`` (QDEL, and QPURGE which logs the same record)
-DROP      ``purge``, one row with no id: the queue and all its jobs went
+DEL       ``delete`` (QDEL)
+PURGE     ``purge`` (QPURGE), one per job
+DROP      ``purge``, one row with no id: QDROP, the queue and all its jobs
 ========  ==============================================================
 
-A lease that runs out is not logged (expiry is lazy): the report derives
-``expire`` from a claim that follows a claim of the same job with no ack
-or nack between.  ``deliveries`` is not in the records either; it is left
-null here and counted by the report (claims per job).
+Expiry is lazy: an ``expire`` row has the time the daemon noticed the
+lease had run out (a claim or an inspection looked), not its deadline.
+``deliveries`` is set on ``claim`` rows; other rows leave it null.
 """
 
 from __future__ import annotations
@@ -157,6 +159,10 @@ def events(path: str, names: dict, newest: bool):
         raise LogError(f"{path} at offset {offset}: a record fails its checksum or is cut short")
 
 
+EVENTS = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete", records.PURGE: "purge",
+          records.EXPIRE: "expire"}
+
+
 def _ts(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -172,8 +178,9 @@ def _rows(rtype: int, f: tuple, names: dict):
             yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None
     elif rtype == records.CLAIM:
         consumer = f[4].decode(errors="replace")
-        for jid in f[5]:
-            yield ts, queue, "claim", jid, None, consumer, None, None, None
+        deliveries = f[6] or (None,) * len(f[5])          # None: a record from before they were written
+        for jid, n in zip(f[5], deliveries):
+            yield ts, queue, "claim", jid, n, consumer, None, None, None
     elif rtype == records.NACK:
         _q, _t, _visible, error, ids, closed = f
         text = None if error is None else error.decode(errors="replace")
@@ -194,8 +201,8 @@ def _rows(rtype: int, f: tuple, names: dict):
         for jid, new in f[3]:
             yield ts, queue, "redrive", jid, None, None, None, None, None
             yield ts, source, "push", new, None, None, None, None, None
-    elif rtype in (records.ACK, records.REDRIVE, records.DEL):
-        event = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete"}[rtype]
+    elif rtype in EVENTS:
+        event = EVENTS[rtype]
         for jid in f[2]:
             yield ts, queue, event, jid, None, None, None, None, None
     elif rtype == records.DROP:

@@ -29,15 +29,14 @@ record a lease that ran out):
 - wait: first ``claim`` - ``push`` of the job (jobs with both).
 - processing: a ``claim`` - the event that ends that lease, when that is an
   ``ack``.  The lease-ending events are ``claim``, ``ack``, ``nack``,
-  ``release`` and ``dead`` (``extend`` does not end a lease).
+  ``release``, ``dead`` and ``expire`` (``extend`` does not end a lease).
 - redelivered: claims beyond the first of each job; retry_rate: jobs
   claimed more than once / jobs claimed; dead_letter_rate: dead / pushed.
-- expired_leases: a ``claim`` whose next lease-ending event is another
-  ``claim`` (the job was delivered again, so the first lease ran out) or a
-  ``dead`` (MAXDELIVERIES or EXPIRE dead-letter a job when a claim would
-  deliver it again: the lease before ran out too).  A lease that ran out
-  and was never followed by either (the job still ready at the end of the
-  log) is not counted: nothing in the log shows it.
+- expired_leases: a ``claim`` whose next lease-ending event is an
+  ``expire`` (logged since 0.2, when the daemon noticed it), or, in logs
+  from before, another ``claim`` (the job was delivered again, so the first
+  lease ran out) or a ``dead`` (MAXDELIVERIES or EXPIRE dead-letter a job
+  when a claim would deliver it again: the lease before ran out too).
 
 Runs under spark-submit as well::
 
@@ -54,7 +53,7 @@ from datetime import datetime, timezone
 
 TABLES = ("throughput", "latency", "rates", "errors")
 COUNTED = ("push", "claim", "ack", "nack", "dead")
-LEASE_ENDS = ("claim", "ack", "nack", "release", "dead")
+LEASE_ENDS = ("claim", "ack", "nack", "release", "dead", "expire")
 TOP_ERRORS = 10
 
 
@@ -145,7 +144,8 @@ def _per_job_tables(events) -> dict:
     from pyspark.sql import functions as F
 
     in_queue = Window.partitionBy("queue").orderBy("ms", "seq").rowsBetween(Window.unboundedPreceding, 0)
-    jobs = (events.withColumn("generation", F.sum(F.when(F.col("event") == "purge", 1).otherwise(0)).over(in_queue))
+    dropped = (F.col("event") == "purge") & F.col("id").isNull()          # QDROP: the queue's next life
+    jobs = (events.withColumn("generation", F.sum(F.when(dropped, 1).otherwise(0)).over(in_queue))
                   .filter(F.col("id").isNotNull()))
     key = ["queue", "generation", "id"]
 
@@ -158,7 +158,7 @@ def _per_job_tables(events) -> dict:
     processing = (ends.filter(F.col("next_event") == "ack")
                       .select("queue", (F.col("next_ms") - F.col("ms")).alias("ms"))
                       .withColumn("measure", F.lit("processing")))
-    expired = (ends.filter(F.col("next_event").isin("claim", "dead"))
+    expired = (ends.filter(F.col("next_event").isin("expire", "claim", "dead"))
                    .groupBy("queue").agg(F.count(F.lit(1)).alias("expired_leases")))
 
     per_job = jobs.groupBy(*key).agg(

@@ -18,6 +18,7 @@ CLOCK, BOOT
 PUSH, ACK, DEAD, REDRIVE,  wait         written     not written
 MOVE, DEL
 CLAIM, NACK, EXTEND        written *    written     not written
+EXPIRE                     written      written     not written
 =========================  ===========  ==========  =========================
 
 (*) wait too with ``lease-durability fsync``.  "Written" records reach the
@@ -54,6 +55,13 @@ class Journal:
         if self.log is None or q.durability is MEMORY:
             return
         self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync))
+
+    def note_record(self, q: Queue, rtype: int, body: bytes) -> None:
+        """A record nobody's reply waits for (EXPIRE): written unless ``q``
+        is a memory queue, never fsync-waited."""
+        if self.log is None or q.durability is MEMORY:
+            return
+        self._emit(rtype, body, False)
 
     def meta_record(self, rtype: int, body: bytes) -> None:
         """A record about queues, ids or the clock: always written and fsynced."""

@@ -399,9 +399,10 @@ class Queue:
 
     # -- lazy expiry -----------------------------------------------------------------------
 
-    def fold(self, now: int) -> None:
+    def fold(self, now: int) -> list[int]:
         """Move due delayed jobs and expired leases to ready; let go of dead and
-        completed jobs whose retention is over."""
+        completed jobs whose retention is over.  Returns the ids whose leases
+        ran out (``Store.fold`` logs them)."""
         jobs = self.jobs
         ready_add = self.ready.add
         if self.delayed and self.delayed.first() <= now:
@@ -409,20 +410,41 @@ class Queue:
                 job = jobs[jid]
                 job.state = READY
                 ready_add(self._band(job), jid)
+        expired: list[int] = []
         if self.leases and self.leases.first() <= now:
             expired = self.leases.pop_due(now)
-            for jid in expired:
-                job = jobs[jid]
-                job.state = READY
-                job.requeued = True
-                ready_add(self._band(job), jid)
-            self.counters.lease_expired += len(expired)
+            self._expired(expired)
         for index in (self.dead, self.completed):
             if index and index.first() <= now:
                 for jid in index.pop_due(now):
                     job = jobs[jid]
                     job.state = None              # already out of its index
                     self.remove(job)
+        return expired
+
+    def _expired(self, ids) -> None:
+        """Leases out of ``leases`` that ran out: their jobs are ready again
+        (the token still works until someone claims the job)."""
+        jobs = self.jobs
+        ready_add = self.ready.add
+        for jid in ids:
+            job = jobs[jid]
+            job.state = READY
+            job.requeued = True
+            ready_add(self._band(job), jid)
+        self.counters.lease_expired += len(ids)
+
+    def expire(self, ids) -> None:
+        """Replay of an EXPIRE record: the leases of these in-flight jobs ran
+        out (ids no longer in flight are skipped)."""
+        jobs = self.jobs
+        gone = []
+        for jid in ids:
+            job = jobs.get(jid)
+            if job is not None and job.state is IN_FLIGHT:
+                self.leases.remove(job.deadline, jid)
+                gone.append(jid)
+        self._expired(gone)
 
     def next_due(self) -> int | None:
         """The next moment (ms epoch) at which a job becomes claimable by time."""
@@ -434,7 +456,9 @@ class Queue:
     # -- queries -------------------------------------------------------------------------
 
     def claimable(self, now: int, count: int) -> list[Job]:
-        """The next ``count`` jobs in claim order (after folding), not yet leased."""
+        """The next ``count`` jobs in claim order (after folding), not yet
+        leased.  The daemon folds through ``Store.fold`` first, which logs
+        the leases found expired; this fold then finds nothing more."""
         self.fold(now)
         jobs = self.jobs
         return [jobs[i] for i in self.ready.first(count)]

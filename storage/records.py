@@ -51,9 +51,11 @@ not repeated in every record); ``ts`` is when the change happened.
            bits 0-1 hold the dedupe scope of the key (0 queued, 1 active,
            2 exists).  One record per QPUSH / QPUSHMANY: all jobs or none.
 5 CLAIM    ``qid u32, ts u64, deadline u64, first_seq u64, count u32,
-           consumer_len u16, consumer, ids u64 x count``: leases granted;
-           job ``ids[i]`` gets token (epoch of the last BOOT, first_seq + i)
-           and one more delivery.
+           consumer_len u16, consumer, ids u64 x count`` and, written since
+           0.2, ``deliveries u32 x count``: leases granted; job ``ids[i]``
+           gets token (epoch of the last BOOT, first_seq + i) and one more
+           delivery (``deliveries[i]`` is its count after this one; a body
+           without them, from an older log, reads as well).
 6 ACK      ``qid u32, ts u64, count u32, ids u64 x count``: jobs completed.
 7 NACK     ``qid u32, ts u64, visible_at u64, flags u8, count u32,
            error_len u32, error, ids u64 x count``: leases released; the jobs
@@ -85,6 +87,13 @@ not repeated in every record); ``ts`` is when the change happened.
            whatever their state (QDEL, QPURGE).
 15 CLOCK   ``offset i64, frozen u8, frozen_at u64``: the DEBUG clock (only
            with enable-debug-command), so a restart keeps test time.
+16 EXPIRE  ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): leases
+           that ran out, noticed at ``ts`` (expiry is lazy: when a claim or
+           an inspection looked); the jobs are ready again.  Written, never
+           waited for: a crash may lose it, and the next look finds the
+           lease expired again.
+17 PURGE   ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): jobs
+           removed by QPURGE (DEL is QDEL's).
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -152,11 +161,12 @@ FRAME = struct.Struct("<IIB")
 FRAME_SIZE = FRAME.size
 _LEN_TYPE = struct.Struct("<IB")
 
-BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK = range(1, 16)
+BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
+    range(1, 18)
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END = range(20, 24)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
-         MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK"}
+         MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE"}
 SNAP_NAMES = {SNAP_STORE: "SNAP_STORE", SNAP_QUEUE: "SNAP_QUEUE", SNAP_JOBS: "SNAP_JOBS", SNAP_END: "SNAP_END"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
@@ -288,10 +298,13 @@ def push(qid: int, ts: int, jobs) -> bytes:
     return b"".join(parts)
 
 
-def claim(qid: int, ts: int, deadline: int, first_seq: int, consumer: bytes, ids) -> bytes:
+def claim(qid: int, ts: int, deadline: int, first_seq: int, consumer: bytes, ids, deliveries=None) -> bytes:
     n = len(ids)
-    return (_CLAIM.pack(qid, ts, deadline, first_seq, n, len(consumer)) + consumer
+    body = (_CLAIM.pack(qid, ts, deadline, first_seq, n, len(consumer)) + consumer
             + struct.pack("<%dQ" % n, *ids))
+    if deliveries is not None:
+        body += struct.pack("<%dI" % n, *deliveries)
+    return body
 
 
 def ack(qid: int, ts: int, ids) -> bytes:
@@ -322,6 +335,10 @@ def move(qid: int, ts: int, target: int, pairs) -> bytes:
 
 
 def delete(qid: int, ts: int, ids) -> bytes:
+    return ack(qid, ts, ids)          # same layout as ACK (DEL, PURGE)
+
+
+def expire(qid: int, ts: int, ids) -> bytes:
     return ack(qid, ts, ids)          # same layout as ACK
 
 
@@ -421,10 +438,15 @@ def _d_push(b):
 
 
 def _d_claim(b):
+    """``(qid, ts, deadline, first_seq, consumer, ids, deliveries)``;
+    ``deliveries`` None in a record from before they were written."""
     qid, ts, deadline, first_seq, count, clen = _CLAIM.unpack_from(b)
-    off = _CLAIM.size
-    consumer = b[off:off + clen]
-    return qid, ts, deadline, first_seq, consumer, _ids(b, off + clen, count)
+    off = _CLAIM.size + clen
+    consumer = b[_CLAIM.size:off]
+    if len(b) == off + 12 * count:
+        ids = struct.unpack_from("<%dQ" % count, b, off)
+        return qid, ts, deadline, first_seq, consumer, ids, struct.unpack_from("<%dI" % count, b, off + 8 * count)
+    return qid, ts, deadline, first_seq, consumer, _ids(b, off, count), None
 
 
 def _d_ack(b):
@@ -490,7 +512,8 @@ def _d_txn(b):
 
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
-             DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock}
+             DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
+             PURGE: _d_ack}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

@@ -241,8 +241,10 @@ class Replayer:
             store.push(q, [Job(r.id, r.payload, r.priority, ts, ts if r.visible_at == ts else r.visible_at,
                                r.key, r.flags, r.max_deliveries, r.expire_ms) for r in jobs], ts)
         elif rtype == records.CLAIM:
-            _qid, ts, deadline, first_seq, consumer, ids = fields
+            _qid, ts, deadline, first_seq, consumer, ids, _deliveries = fields
             store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
+        elif rtype == records.EXPIRE:
+            store.apply_expire(q, fields[2])
         elif rtype == records.ACK:
             _qid, ts, ids = fields
             store.ack(q, _jobs(q, ids), ts)
@@ -266,9 +268,9 @@ class Replayer:
             _qid, ts, target_qid, pairs = fields
             self._moved(q, target_qid, pairs,
                         lambda source, kept: store.apply_move(q, ts, source, kept, _survives(source)))
-        elif rtype == records.DEL:
+        elif rtype in (records.DEL, records.PURGE):
             _qid, ts, ids = fields
-            store.delete(q, _jobs(q, ids), ts)
+            store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
         elif rtype == records.DROP:
             store.drop_queue(q, fields[1])
         else:

@@ -2,7 +2,7 @@
 
 Commands decide *what* happens (which jobs a claim gets, what a nack's delay
 is) and then call a transition here: ``push``, ``claim``, ``ack``, ``nack``,
-``extend``, ``dead_letter``, ``redrive``, ``move_back``, ``delete``,
+``extend``, ``fold``, ``dead_letter``, ``redrive``, ``move_back``, ``delete``,
 ``create_queue``, ``set_config``, ``drop_queue``, ``take_ids``,
 ``set_clock``.  Each transition changes the in-memory state and hands the
 matching log record to the store's ``Journal`` (``storage.journal``: which
@@ -135,7 +135,8 @@ class Store:
             for job, token in zip(jobs, tokens):
                 q.lease(job, token, deadline, consumer)
         self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
-                                                  [j.id for j in jobs]), lease=True)
+                                                                [j.id for j in jobs], [j.deliveries for j in jobs]),
+                                lease=True)
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         for job in jobs:
@@ -160,11 +161,24 @@ class Store:
 
     # -- dead jobs, redrive, deletion ----------------------------------------------------
 
+    def fold(self, q: Queue, now: int) -> None:
+        """Lazy expiry (``Queue.fold``); the leases found run out are logged
+        (EXPIRE: written, never waited for)."""
+        expired = q.fold(now)
+        if expired:
+            self.journal.note_record(q, records.EXPIRE, records.expire(q.qid, now, expired))
+            self._woken.add(q)
+
+    def apply_expire(self, q: Queue, ids) -> None:
+        """Replay of an EXPIRE record."""
+        q.expire(ids)
+
     def take_claimable(self, q: Queue, now: int, count: int) -> list[Job]:
         """The next ``count`` jobs that may be delivered, in claim order.  A job
         that would be delivered one time too many, or is older than EXPIRE, is
         dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken."""
         while True:
+            self.fold(q, now)
             jobs = q.claimable(now, count)
             doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
             if not doomed:
@@ -243,11 +257,13 @@ class Store:
             source.add_many(back, ts)
             self._woken.add(source)
 
-    def delete(self, q: Queue, jobs: list[Job], ts: int) -> None:
-        """Jobs removed whatever their state (QDEL, QPURGE); leases become stale."""
+    def delete(self, q: Queue, jobs: list[Job], ts: int, purge: bool = False) -> None:
+        """Jobs removed whatever their state (QDEL; QPURGE with ``purge``);
+        leases become stale."""
         for job in jobs:
             q.remove(job)
-        self.journal.job_record(q, records.DEL, records.delete(q.qid, ts, [j.id for j in jobs]))
+        self.journal.job_record(q, records.PURGE if purge else records.DEL,
+                                records.delete(q.qid, ts, [j.id for j in jobs]))
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
         """The DEBUG clock, logged so a restart keeps the test's time."""

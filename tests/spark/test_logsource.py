@@ -123,3 +123,23 @@ def test_a_path_that_is_not_a_directory_is_refused(spark, tmp_path):
     with pytest.raises(Exception) as e:
         read(spark, tmp_path / "nope").count()
     assert "is not a directory" in str(e.value)
+
+
+def test_expiry_deliveries_and_purge_are_events(spark, tmp_path):
+    d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    try:
+        c = d.client()
+        c.execute_command("DEBUG", "CLOCK", "FREEZE")
+        j = c.execute_command("QPUSH", "q", "x")
+        c.execute_command("QCLAIM", "q", "w1", "LEASE", 1000)
+        c.execute_command("DEBUG", "CLOCK", "ADVANCE", 1500)
+        assert c.execute_command("QLEN", "q") == 1                     # a look: the lease ran out
+        c.execute_command("QCLAIM", "q", "w2", "LEASE", 1000)          # delivered again
+        p1, p2 = c.execute_command("QPUSHMANY", "p", 2, "a", "b")
+        assert c.execute_command("QPURGE", "p") == 2
+        got = [(r.queue, r.event, r.id, r.deliveries, r.consumer)
+               for r in read(spark, d.data_dir).filter("event in ('claim', 'expire', 'purge')").collect()]
+        assert got == [("q", "claim", j, 1, "w1"), ("q", "expire", j, None, None), ("q", "claim", j, 2, "w2"),
+                       ("p", "purge", p1, None, None), ("p", "purge", p2, None, None)]
+    finally:
+        d.stop()

@@ -139,7 +139,7 @@ def test_throughput_per_minute_bucket_with_the_empty_ones(spark, report):
 
 def test_the_html_page_is_self_contained_and_names_the_queues(report, known_log):
     out, summary, t0 = report
-    assert summary["events"] == 25 and summary["queues"] == 3
+    assert summary["events"] == 26 and summary["queues"] == 3      # 25 changes, and the expire the daemon noticed
     assert summary["first"] == datetime.fromtimestamp(t0 / 1000, tz=timezone.utc)
     with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
         page = f.read()
@@ -160,7 +160,7 @@ def test_the_report_command(known_log, tmp_path):
     out = tmp_path / "r"
     done = _cli(known_log[0], "--out", str(out), "--bucket", "30s")
     assert done.returncode == 0, done.stderr
-    assert "25 events, 3 queues" in done.stdout
+    assert "26 events, 3 queues" in done.stdout
     for name in ("throughput", "latency", "rates", "errors"):
         assert any(n.endswith(".parquet") for n in os.listdir(out / name)), name
     assert (out / "report.html").stat().st_size > 1_000_000

@@ -386,3 +386,23 @@ def test_the_newest_segment_cut_at_every_offset_of_its_last_records_recovers_the
         assert os.path.getsize(os.path.join(cut_dir, os.path.basename(newest))) == boundary
         close(s)
         shutil.rmtree(cut_dir)
+
+
+# -- leases that ran out are logged, and a restart keeps what they did --------------------------------
+
+def test_an_expired_lease_is_logged_when_noticed_and_replayed(tmp_path):
+    from core import call, client_of
+    d = tmp_path / "d"
+    store = open_store(d, T0)
+    q = new_queue(store)
+    push(store, q, 2)
+    claim(store, q, T0, count=2)
+    assert call(client_of(store), "QLEN", "q", now=T0 + LEASE) == 2        # a look: both leases ran out
+    crash(store)
+    data = b"".join(open(p, "rb").read()[records.SEGMENT_HEADER_SIZE:] for _n, p in list_segments(str(d)))
+    logged = [(t, records.decode(t, b)) for _o, t, b in records.iter_frames(data, 0) if t == records.EXPIRE]
+    assert logged == [(records.EXPIRE, (q.qid, T0 + LEASE, (1, 2)))]
+    store = open_store(d, T0 + LEASE)
+    q = store.queues[b"q"]
+    assert (len(q.ready), len(q.leases), q.counters.lease_expired) == (2, 0, 2)   # the counter survives too
+    close(store)

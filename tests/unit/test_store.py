@@ -291,7 +291,7 @@ def test_claim_record_carries_deadline_consumer_and_ids(store, data_dir):
     assert [j.consumer for j in jobs] == [b"w-7", b"w-7"]
     datadir_of(store).wal.flush()
     claims = [f for t, f in log_records(data_dir) if t == records.CLAIM]
-    assert claims == [(q.qid, T0, T0 + LEASE, 1, b"w-7", (1, 2))]
+    assert claims == [(q.qid, T0, T0 + LEASE, 1, b"w-7", (1, 2), (1, 1))]      # ids, then their deliveries
 
 
 # -- ids ----------------------------------------------------------------------------------------------------
