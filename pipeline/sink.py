@@ -179,7 +179,19 @@ def _send(options: Options, pipe) -> None:
     for reply in replies:
         if isinstance(reply, Exception):
             raise RuntimeError(f"leaseq at {_where(options.url)} refused a push into queue "
-                               f"'{options.queue}': {reply}")
+                               f"'{options.queue}': {_daemon_text(reply)}")
+
+
+# redis-py turns these codes into exception classes and drops the code word
+# from the message; put it back so the task's error reads as the daemon wrote it
+_CODES = {"OutOfMemoryError": "OOM", "NoPermissionError": "NOPERM", "BusyLoadingError": "LOADING",
+          "ReadOnlyError": "READONLY", "ExecAbortError": "EXECABORT"}
+
+
+def _daemon_text(error: Exception) -> str:
+    text = str(error)
+    code = _CODES.get(type(error).__name__)
+    return f"{code} {text}" if code and not text.startswith(code) else text
 
 
 def _where(url: str) -> str:

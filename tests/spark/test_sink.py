@@ -171,3 +171,27 @@ def test_the_streaming_sink(spark, daemon, c, tmp_path):
         stream.stop()
     got = payloads(c, q)
     assert len(got) == len(set(got)) >= 20 and all(p.startswith(b"tick-") for p in got)
+
+
+@pytest.fixture
+def debug_daemon(tmp_path):
+    d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    yield d
+    d.stop()
+
+
+@pytest.mark.parametrize("how, expected", [
+    (("CONFIG", "SET", "max-payload", "3"), "TOOBIG payload of 5 bytes exceeds max-payload"),
+    (("CONFIG", "SET", "maxmemory", "1"), "OOM command not allowed when used memory > 'maxmemory'"),
+    (("DEBUG", "FAULT", "WRITE", "ENOSPC"), "MISCONF leaseq cannot write its log (No space left on device)"),
+])
+def test_each_daemon_refusal_reaches_the_task_with_its_message(spark, debug_daemon, how, expected):
+    c = debug_daemon.client()
+    c.execute_command("QCREATE", "q")
+    c.execute_command(*how)
+    if how[2] == "maxmemory":
+        time.sleep(0.3)                                  # the daemon samples its memory every 100 ms
+    df = spark.createDataFrame([("job-1",)], "payload string")
+    with pytest.raises(Exception) as e:
+        save(df, debug_daemon, "q")
+    assert expected in str(e.value)
