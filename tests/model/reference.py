@@ -296,12 +296,12 @@ class RefQueue:
 
     def restarted(self, crashed: bool) -> None:
         """Every replied change survives (fsync queue, lease-durability fsync).
-        ``lease_expired`` counts since the last start: the replayed log holds the
-        expired-but-unclaimed leases as in flight again, so they are counted
-        anew when the daemon next looks.  After a crash the next id may jump
-        ahead (ids are reserved in blocks): unknown until ``resync_next_id``."""
+        ``lease_expired`` survives too: the daemon logs each lease it finds
+        run out (an EXPIRE record, written before the reply of the command
+        that looked), and one it had not noticed yet is counted when it next
+        looks, as here.  After a crash the next id may jump ahead (ids are
+        reserved in blocks): unknown until ``resync_next_id``."""
         self.fold()
-        self.lease_expired = sum(1 for j in self.jobs.values() if j.state == READY and j.token is not None)
         if crashed:
             self.next_id = None
 
