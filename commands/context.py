@@ -21,6 +21,10 @@ from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults
 
 
+class Metrics(Protocol):
+    def command(self, name: str, seconds: float) -> None: ...
+
+
 class Settings(Protocol):
     """The settings handlers read (the daemon's frozen ``Settings``)."""
 
@@ -57,6 +61,7 @@ class ServerContext(Protocol):
     loading: bool                    # recovery still runs: commands not flagged loading get -LOADING
     disk_error: OSError | None       # the log cannot be written: write commands get -MISCONF
     faults: Faults                   # DEBUG FAULT: errors the log pretends to get
+    metrics: "Metrics"               # command(name, seconds): the duration histogram
 
     @property
     def auth_required(self) -> bool: ...

@@ -209,5 +209,18 @@ def bench_spark(rows, json_path, quick) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("http")
+@click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
+@click.option("--queues", type=click.IntRange(1), default=200, show_default=True, help="Queues /metrics reports.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+def bench_http(seconds, queues, json_path) -> None:
+    """QPUSH latency with and without a /metrics scrape every second."""
+    from leaseq.bench import http
+    try:
+        http.run(seconds, queues, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 if __name__ == "__main__":
     main()

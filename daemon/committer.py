@@ -96,7 +96,9 @@ class Committer:
             return
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
-        self.wal.synced(target, int((time.monotonic() - started) * 1000))
+        seconds = time.monotonic() - started
+        self.server.metrics.fsync.observe(seconds)
+        self.wal.synced(target, int(seconds * 1000))
         self._release()
         if self.wal.sync_wanted and not self.closed:
             self.start_sync()

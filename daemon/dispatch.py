@@ -17,6 +17,7 @@ socket: ``client`` is anything that fits ``commands.context.ClientContext``.
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 
 from leaseq.commands import errors
 from leaseq.commands.replies import OK, QUEUED, Error
@@ -64,6 +65,7 @@ def _execute(client, args: list):
 def run(client, cmd, args):
     if "denyoom" in cmd.flags and client.server.oom:
         return errors.OOM
+    started = perf_counter()
     try:
         return cmd.handler(client, args)
     except Error as e:
@@ -71,6 +73,8 @@ def run(client, cmd, args):
     except Exception:
         log.exception("command %s failed", cmd.name.upper())
         return errors.INTERNAL
+    finally:
+        client.server.metrics.command(cmd.name, perf_counter() - started)
 
 
 def _refuse(client, error: Error) -> Error:

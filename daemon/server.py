@@ -30,6 +30,8 @@ from .clock import Clock
 from .committer import Committer
 from .connection import Connection
 from .faults import DiskFaults
+from .http import HttpListener
+from .metrics import Metrics
 from .process import os_line, peak_rss_bytes, rss_bytes
 from .snapshots import Snapshots
 from .resp import encode
@@ -63,6 +65,9 @@ class Server:
         self.port = settings.port
         self.oom = False
         self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
+        self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
+        self.http: HttpListener | None = None
+        self.http_port = 0
         self.faults = Faults()                   # DEBUG FAULT: errors the log pretends to get
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
@@ -279,6 +284,9 @@ class Server:
         self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
                                                   reuse_address=True, backlog=511)
         self.port = self._listener.sockets[0].getsockname()[1]
+        if s.http_port:
+            self.http = HttpListener(self)
+            self.http_port = await self.http.start(s.http_bind, s.http_port)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
         self._tasks.append(loop.create_task(self._fsync_ticker()))
@@ -330,6 +338,8 @@ class Server:
     def abort(self) -> None:
         """Recovery failed: close the port and every connection."""
         self._listener.close()
+        if self.http is not None:
+            self.http.close()
         for task in self._tasks:
             task.cancel()
         for c in list(self.clients.values()):
@@ -340,6 +350,8 @@ class Server:
     def _shutdown(self) -> None:
         """Stop accepting, answer what was received, fsync, close."""
         self._listener.close()
+        if self.http is not None:
+            self.http.close()
         for task in self._tasks:
             task.cancel()
         self.snapshots.stop()

@@ -37,3 +37,17 @@ def test_bench_storage_runs_and_reports(tmp_path):
     for name in ("default", "1mb"):
         assert {"ratio", "data_dir_bytes", "snapshots_taken", "live_bytes"} <= set(data["churn"][name])
     assert data["churn"]["1mb"]["snapshot_min_bytes"] == 1 << 20
+
+
+@pytest.mark.timeout(60)
+def test_bench_http_runs_and_reports(tmp_path):
+    out = tmp_path / "http.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseq.daemon.cli", "bench", "http", "--seconds", "1.5", "--queues", "5",
+         "--json", str(out)], capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in ("QPUSH p99, no scrape", "QPUSH p99, scraped every 1 s", "scrape: size"):
+        assert figure in run.stdout, run.stdout
+    data = json.loads(out.read_text())
+    assert data["with_scrape"]["pushes"] > 0 and data["without_scrape"]["pushes"] > 0
+    assert data["scrape"]["count"] >= 1 and data["scrape"]["bytes"] > 0

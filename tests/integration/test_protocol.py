@@ -718,7 +718,8 @@ def test_info_is_verbatim_in_resp3(raw):
 # -- CONFIG --------------------------------------------------------------------------------
 
 SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durability", "lease-durability",
-            "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
+            "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "http-port", "http-bind",
+            "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
             "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command"}
 
 

@@ -21,6 +21,7 @@ from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.daemon import config
 from leaseq.daemon.clock import Clock
 from leaseq.daemon.dispatch import execute
+from leaseq.daemon.metrics import Metrics
 from leaseq.daemon.server import Stats
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
@@ -49,6 +50,7 @@ class Core:
         self.loading = False
         self.disk_error = None
         self.faults = Faults()
+        self.metrics = Metrics(self)
         self.dropped: list = []
         self.shutdown_reason = None
         self.last_save = 0

@@ -1,0 +1,108 @@
+"""Prometheus metrics, in the text format prometheus-client writes.
+
+Most figures are read from the daemon's state when Prometheus scrapes
+(``Collector.collect``): queue counts and counters, connected clients, the
+log's size.  Nothing is kept per command for them, so serving pays nothing.
+Two histograms are observed as things happen, with a fixed bucket list and
+plain integer counts (``Histogram.observe``: a bisect and two additions):
+command duration per command name, and the log's fsync duration.
+
+=========================================  ======  ==========================
+metric                                     type    labels
+=========================================  ======  ==========================
+leaseq_queue_jobs                          gauge   queue, state (ready,
+                                                   delayed, in_flight, dead,
+                                                   completed)
+leaseq_queue_pushed_total                  counter queue
+leaseq_queue_acked_total                   counter queue
+leaseq_queue_nacked_total                  counter queue
+leaseq_queue_dead_lettered_total           counter queue
+leaseq_queue_lease_expired_total           counter queue
+leaseq_command_duration_seconds            hist.   command
+leaseq_wal_fsync_duration_seconds          hist.
+leaseq_wal_bytes                           gauge   (all segment files)
+leaseq_connected_clients                   gauge
+=========================================  ======  ==========================
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import CollectorRegistry
+
+from leaseq.storage.wal import list_segments
+
+# seconds; the last bucket is +Inf
+BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+STATES = ("ready", "delayed", "in_flight", "dead", "completed")
+COUNTERS = ("pushed", "acked", "nacked", "dead_lettered", "lease_expired")
+
+
+class Histogram:
+    """Counts per bucket, a sum and a count: what Prometheus needs."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, n in zip(BUCKETS + (float("inf"),), self.counts):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return out
+
+
+class Metrics:
+    def __init__(self, server) -> None:
+        self.server = server
+        self.commands: dict[str, Histogram] = {}
+        self.fsync = Histogram()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def command(self, name: str, seconds: float) -> None:
+        h = self.commands.get(name)
+        if h is None:
+            h = self.commands[name] = Histogram()
+        h.observe(seconds)
+
+    def collect(self):
+        server = self.server
+        queues = sorted(server.store.queues.values(), key=lambda q: q.name)
+        jobs = GaugeMetricFamily("leaseq_queue_jobs", "Jobs in a queue, by state.", labels=["queue", "state"])
+        totals = {c: CounterMetricFamily(f"leaseq_queue_{c}", f"Jobs {c.replace('_', ' ')} since the queue was made.",
+                                         labels=["queue"]) for c in COUNTERS}
+        for q in queues:
+            name = q.name.decode(errors="replace")
+            indexes = (q.ready, q.delayed, q.leases, q.dead, q.completed)
+            for state, index in zip(STATES, indexes):
+                jobs.add_metric([name, state], len(index))
+            for c in COUNTERS:
+                totals[c].add_metric([name], getattr(q.counters, c))
+        yield jobs
+        yield from totals.values()
+        durations = HistogramMetricFamily("leaseq_command_duration_seconds",
+                                          "Time to run a command (not counting the wait for fsync).",
+                                          labels=["command"])
+        for name in sorted(self.commands):
+            h = self.commands[name]
+            durations.add_metric([name], h.buckets(), h.total)
+        yield durations
+        fsync = HistogramMetricFamily("leaseq_wal_fsync_duration_seconds", "Time one fsync of the log took.")
+        fsync.add_metric([], self.fsync.buckets(), self.fsync.total)
+        yield fsync
+        size = 0
+        if server.datadir is not None:
+            size = sum(os.path.getsize(p) for _n, p in list_segments(server.datadir.directory))
+        yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
+        yield GaugeMetricFamily("leaseq_connected_clients", "Client connections open.", value=len(server.clients))

@@ -1,0 +1,108 @@
+"""The HTTP listener (docs/operations.md, "Probes and metrics"): /healthz,
+/readyz and /metrics on the daemon's loop; wrong paths, methods and
+requests get HTTP's own answers, and the RESP port keeps serving."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import Daemon, as_map, free_port, wait_for
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory):
+    port = free_port()
+    d = Daemon(str(tmp_path_factory.mktemp("http") / "data"),
+               env={"LEASEQ_HTTP_PORT": str(port), "LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    d.http = port
+    yield d
+    d.stop()
+
+
+def get(d, path: str, method: str = "GET") -> tuple[int, str, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{d.http}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def samples(text: str) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_healthz_and_readyz(web):
+    assert get(web, "/healthz")[::2] == (200, "ok\n")
+    assert get(web, "/readyz")[::2] == (200, "ready\n")
+
+
+def test_readyz_is_503_while_the_log_cannot_be_written(web):
+    c = web.client()
+    c.execute_command("DEBUG", "FAULT", "WRITE", "ENOSPC")
+    try:
+        with pytest.raises(Exception):
+            c.execute_command("QPUSH", "faulty", "x")
+        status, _t, body = get(web, "/readyz")
+        assert (status, body) == (503, "the log cannot be written: No space left on device\n")
+        assert get(web, "/healthz")[0] == 200                      # the process still serves
+    finally:
+        c.execute_command("DEBUG", "FAULT", "WRITE", "NONE")
+    wait_for(lambda: get(web, "/readyz")[0] == 200, 10, "writes to resume")
+
+
+def test_metrics_show_queues_commands_fsyncs_and_clients(web):
+    c = web.client()
+    c.execute_command("QPUSHMANY", "m", 3, "a", "b", "c")
+    lease = c.execute_command("QCLAIM", "m", "w", "COUNT", 2)
+    tokens = [as_map(j)[b"lease"] for j in lease]
+    c.execute_command("QACK", "m", tokens[0])
+    c.execute_command("QNACK", "m", tokens[1], "DELAY", 60_000)
+    status, ctype, text = get(web, "/metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=")      # Prometheus' text format
+    m = samples(text)
+    jobs = {state: m[("leaseq_queue_jobs", (("queue", "m"), ("state", state)))]
+            for state in ("ready", "delayed", "in_flight", "dead", "completed")}
+    assert jobs == {"ready": 1, "delayed": 1, "in_flight": 0, "dead": 0, "completed": 0}
+    assert m[("leaseq_queue_pushed_total", (("queue", "m"),))] == 3
+    assert m[("leaseq_queue_acked_total", (("queue", "m"),))] == 1
+    assert m[("leaseq_queue_nacked_total", (("queue", "m"),))] == 1
+    assert ("leaseq_queue_dead_lettered_total", (("queue", "m"),)) in m
+    assert ("leaseq_queue_lease_expired_total", (("queue", "m"),)) in m
+    assert m[("leaseq_command_duration_seconds_count", (("command", "qpushmany"),))] >= 1
+    assert m[("leaseq_command_duration_seconds_bucket", (("command", "qack"), ("le", "+Inf")))] >= 1
+    assert m[("leaseq_wal_fsync_duration_seconds_count", ())] >= 1
+    assert m[("leaseq_wal_bytes", ())] > 0
+    assert m[("leaseq_connected_clients", ())] >= 1
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 404 Not Found"),
+    (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", b"HTTP/1.1 405 Method Not Allowed"),
+    (b"hello\r\n\r\n", b"HTTP/1.1 400 Bad Request"),
+    (b"GET / HTTP/1.1\r\n" + b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n", b"HTTP/1.1 400 Bad Request"),
+])
+def test_bad_requests_get_http_answers_and_the_daemon_keeps_serving(web, request_bytes, status):
+    with socket.create_connection(("127.0.0.1", web.http), timeout=5) as s:
+        s.sendall(request_bytes)
+        got = s.recv(4096)
+    assert got.startswith(status), got
+    assert web.client().ping()
+
+
+def test_no_http_listener_by_default(tmp_path):
+    d = Daemon(str(tmp_path / "data")).start()
+    try:
+        assert d.client().config_get("http-port") == {"http-port": "0"}
+        assert "HTTP listener" not in d.log()
+    finally:
+        d.stop()
