@@ -44,6 +44,8 @@ class HttpListener:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             status, ctype, body = self.answer(head[:MAX_HEAD])
+            if body is METRICS:
+                body = await self.metrics()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
             status, ctype, body = "400 Bad Request", "text/plain", b"bad request\n"
         try:
@@ -74,4 +76,23 @@ class HttpListener:
                 reason = server.disk_error.strerror or str(server.disk_error)
                 return "503 Service Unavailable", "text/plain", f"the log cannot be written: {reason}\n".encode()
             return "200 OK", "text/plain", b"ready\n"
-        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(server.metrics.registry)
+        return "200 OK", CONTENT_TYPE_LATEST, METRICS
+
+    async def metrics(self) -> bytes:
+        """The figures are read on the loop (they are live state); turning
+        them into text, most of a scrape's time, runs in a worker thread."""
+        families = list(self.server.metrics.collect())
+        return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
+
+
+METRICS = object()      # answer() leaves the body of /metrics to metrics()
+
+
+class _Collected:
+    """A registry that hands out metric families read beforehand."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
