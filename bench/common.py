@@ -300,6 +300,14 @@ def _plain(v):
     return v
 
 
+def publish(result: dict, report, json_path: str | None) -> dict:
+    """Print a bench's table (``report(result)``), write its JSON when asked."""
+    report(result)
+    if json_path:
+        write_json(json_path, result)
+    return result
+
+
 def write_json(path: str, data: dict) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_plain(data), f, indent=2, allow_nan=False, default=str)

@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 
-from .common import Daemon, free_port, percentile, print_table, write_json
+from .common import Daemon, free_port, percentile, print_table, publish
 
 
 def run(seconds: float, queues: int, json_path: str | None, say=None) -> dict:
@@ -56,10 +56,7 @@ def run(seconds: float, queues: int, json_path: str | None, say=None) -> dict:
     finally:
         daemon.kill()
         shutil.rmtree(work, ignore_errors=True)
-    report(result)
-    if json_path:
-        write_json(json_path, result)
-    return result
+    return publish(result, report, json_path)
 
 
 def _load(c, seconds: float) -> dict:

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from .common import Daemon, print_table, write_json
+from .common import Daemon, print_table, publish
 
 PAYLOAD = 128
 DEFAULT_ROWS = 1_000_000
@@ -110,10 +110,7 @@ def run(rows: int, json_path: str | None, say=None) -> dict:
             spark.stop()
         daemon.kill()
         shutil.rmtree(work, ignore_errors=True)
-    report(result)
-    if json_path:
-        write_json(json_path, result)
-    return result
+    return publish(result, report, json_path)
 
 
 def report(r: dict) -> None:

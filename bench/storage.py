@@ -31,7 +31,7 @@ import time
 import redis
 import redis.utils
 
-from .common import Daemon, dir_bytes, mib, percentile, print_table, wait_snapshot, write_json
+from .common import Daemon, dir_bytes, mib, percentile, print_table, publish, wait_snapshot
 
 PAYLOAD = 128
 PUSH_BATCH = 1000          # jobs per QPUSHMANY
@@ -302,10 +302,7 @@ def run(jobs: int, cycles: int, json_path: str | None, say=None) -> dict:
         for d in started:
             d.kill()
         shutil.rmtree(work, ignore_errors=True)
-    report(result)
-    if json_path:
-        write_json(json_path, result)
-    return result
+    return publish(result, report, json_path)
 
 
 def report(r: dict) -> None:
