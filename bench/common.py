@@ -241,9 +241,10 @@ class Daemon:
             self._log = None
 
 
-def wait_snapshot(d: Daemon, taken_before: int, timeout: float = 600.0) -> dict:
+def wait_snapshot(d: Daemon, taken_before: int, timeout: float = 600.0, interval: float = 0.02) -> dict:
     """Wait until INFO persistence shows a snapshot taken after
-    ``taken_before`` and none in progress; return that INFO."""
+    ``taken_before`` and none in progress, polling every ``interval`` s;
+    return that INFO."""
     deadline = time.monotonic() + timeout
     while True:
         info = d.info("persistence")
@@ -253,7 +254,7 @@ def wait_snapshot(d: Daemon, taken_before: int, timeout: float = 600.0) -> dict:
             raise RuntimeError(f"snapshot failed: {info.get('last_snapshot_status')}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"no snapshot within {timeout} s")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 def mib(n: float) -> float:

@@ -133,15 +133,7 @@ def snapshot_under_probe(d: Daemon) -> dict:
             c.set_response_callback("BGSAVE", lambda r, **_kw: r)    # the status line, not True
             t0 = time.monotonic()
             reply = c.execute_command("BGSAVE")
-        info = None
-        deadline = t0 + 900
-        while time.monotonic() < deadline:
-            info = d.info("persistence")
-            if info.get("snapshots_taken", 0) > before and info.get("snapshot_in_progress") == 0:
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the snapshot did not finish within 900 s")
+        info = wait_snapshot(d, before, timeout=900, interval=0.05)     # the same polling as poll_info
         t1 = time.monotonic()
         time.sleep(0.2)
         b0 = time.monotonic()

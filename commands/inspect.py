@@ -62,7 +62,7 @@ def qpeek(client, args):
             count = r.int_in("COUNT", 1, 1000)
         else:
             r.unknown()
-    return [inspect_reply(job) for job in q.claimable(client.server.now_ms(), count)]
+    return [inspect_reply(job) for job in q.ready_head(count)]
 
 
 def qscan(client, args):
@@ -143,7 +143,7 @@ def qredrive(client, args):
     by_source: dict[bytes, list] = {}
     if left is None or left > 0:
         server.store.fold(q, now)
-        for job in q.claimable(now, len(q.ready)):
+        for job in q.ready_head(len(q.ready)):
             if job.origin is not None:
                 by_source.setdefault(job.origin.source, []).append(job)
                 if left is not None:

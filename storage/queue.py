@@ -55,6 +55,7 @@ FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
 DURABILITIES = (FSYNC, ASYNC, MEMORY)
 
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
+NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
 
 
 @dataclass(frozen=True)
@@ -410,7 +411,7 @@ class Queue:
                 job = jobs[jid]
                 job.state = READY
                 ready_add(self._band(job), jid)
-        expired: list[int] = []
+        expired: list[int] = NONE_EXPIRED
         if self.leases and self.leases.first() <= now:
             expired = self.leases.pop_due(now)
             self._expired(expired)
@@ -456,10 +457,13 @@ class Queue:
     # -- queries -------------------------------------------------------------------------
 
     def claimable(self, now: int, count: int) -> list[Job]:
-        """The next ``count`` jobs in claim order (after folding), not yet
-        leased.  The daemon folds through ``Store.fold`` first, which logs
-        the leases found expired; this fold then finds nothing more."""
+        """The next ``count`` jobs in claim order after folding (unlogged: the
+        daemon folds through ``Store.fold`` and reads ``ready_head``)."""
         self.fold(now)
+        return self.ready_head(count)
+
+    def ready_head(self, count: int) -> list[Job]:
+        """The first ``count`` ready jobs in claim order, as they stand."""
         jobs = self.jobs
         return [jobs[i] for i in self.ready.first(count)]
 

@@ -123,7 +123,7 @@ class Store:
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
               first_seq: int | None = None, front: bool = False) -> None:
         """Lease ``jobs``; each gets a new token (``job.token``).  ``front``: the
-        jobs are exactly ``q.claimable()``'s answer (the head of ``ready``)."""
+        jobs are exactly ``q.ready_head()``'s answer (the head of ``ready``)."""
         if first_seq is None:
             first_seq = self.lease_seq + 1
         self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
@@ -179,7 +179,7 @@ class Store:
         dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken."""
         while True:
             self.fold(q, now)
-            jobs = q.claimable(now, count)
+            jobs = q.ready_head(count)
             doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
             if not doomed:
                 return jobs
