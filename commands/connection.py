@@ -1,16 +1,17 @@
 """Connection commands, answered as Redis answers them (docs/semantics.md §2.3, §2.4):
 PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, MULTI/EXEC/DISCARD/WATCH.
 
-Authentication rule (Redis's): without ``requirepass`` the default user has
-no password, so ``AUTH default <anything>`` and ``HELLO 3 AUTH default
-<anything>`` succeed, while a bare ``AUTH <password>`` is an error saying no
-password is configured.  With ``requirepass`` only user ``default`` with that
-password is accepted.
+Authentication rule (Redis's): a connection starts as user ``default``,
+already authenticated when that user is on and needs no password.  ``AUTH
+<user> <password>`` and ``HELLO 3 AUTH <user> <password>`` switch to any
+user of the config file (``commands.acl``) that is on and has that password;
+a bare ``AUTH <password>`` means user ``default`` and is an error saying no
+password is configured while that user needs none.  ``requirepass`` is the
+default user's password.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 
 from . import errors
@@ -46,29 +47,27 @@ def reset(client, args):
     return Simple("RESET")
 
 
-def _credentials_ok(server, user: bytes, password: bytes) -> bool:
-    required = server.settings.requirepass
-    if user != b"default":
-        return False
-    if not required:
-        return True
-    return hmac.compare_digest(password, required.encode())
+def _log_in(client, name: bytes, password: bytes) -> None:
+    """Become user ``name``, or -WRONGPASS (the connection stays who it was)."""
+    server = client.server
+    user = server.acl.authenticate(name, password)
+    if user is None:
+        server.stats.acl_access_denied_auth += 1
+        raise errors.WRONGPASS
+    client.authenticated = True
+    client.user = user.name
+    client.acl_user = user
 
 
 def auth(client, args):
     if len(args) not in (2, 3):
         raise errors.wrong_arity("auth")
-    server = client.server
     if len(args) == 2:
-        if not server.settings.requirepass:
+        if client.server.acl.default.nopass:
             raise errors.AUTH_NOT_CONFIGURED
-        user, password = b"default", args[1]
+        _log_in(client, b"default", args[1])
     else:
-        user, password = args[1], args[2]
-    if not _credentials_ok(server, user, password):
-        raise errors.WRONGPASS
-    client.authenticated = True
-    client.user = user.decode(errors="replace")
+        _log_in(client, args[1], args[2])
     return OK
 
 
@@ -98,11 +97,8 @@ def hello(client, args):
         else:
             raise errors.hello_syntax(kw)
     if creds is not None:
-        if not _credentials_ok(server, *creds):
-            raise errors.WRONGPASS
-        client.authenticated = True
-        client.user = creds[0].decode(errors="replace")
-    elif server.settings.requirepass and not client.authenticated:
+        _log_in(client, *creds)
+    elif server.auth_required and not client.authenticated:
         raise errors.HELLO_NOAUTH
     if name is not None:
         client.name = name or None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from leaseq.commands.acl import Acl, User
 from leaseq.storage.queue import Queue
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults
@@ -28,7 +29,6 @@ class Metrics(Protocol):
 class Settings(Protocol):
     """The settings handlers read (the daemon's frozen ``Settings``)."""
 
-    requirepass: str
     auto_create: bool
     max_payload: int
     max_args: int
@@ -37,6 +37,9 @@ class Settings(Protocol):
 
 class Stats(Protocol):
     commands: int
+    acl_access_denied_auth: int
+    acl_access_denied_cmd: int
+    acl_access_denied_key: int
 
 
 class DebugClock(Protocol):
@@ -54,6 +57,7 @@ class DebugClock(Protocol):
 class ServerContext(Protocol):
     store: Store
     settings: Settings
+    acl: Acl                         # users and permissions (commands.acl)
     stats: Stats
     clock: DebugClock
     clients: dict[int, "ClientContext"]
@@ -106,7 +110,8 @@ class ClientContext(Protocol):
     name: bytes | None
     resp3: bool
     authenticated: bool
-    user: str
+    user: str                        # the user's name
+    acl_user: User                   # what the user may do
     lib_name: str
     lib_ver: str
     multi: list | None               # commands queued since MULTI, or None

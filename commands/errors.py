@@ -25,6 +25,7 @@ CODES = {
     "NOPROTO": "HELLO asked for a protocol version other than 2 or 3",
     "NOAUTH": "authentication is required first",
     "WRONGPASS": "wrong user name or password",
+    "NOPERM": "the user may not run this command, or not on this queue",
     "OOM": "maxmemory is exceeded; pushes are refused",
     "CLOSED": "the queue was dropped while the command was waiting on it",
     "LOADING": "the daemon is still recovering its data directory; retry shortly",
@@ -80,6 +81,18 @@ def unknown_command(name: bytes, args: list[bytes]) -> Error:
 
 def unknown_subcommand(sub: bytes, cmd: str) -> Error:
     return err(f"unknown subcommand '{_show(sub)}'. Try {cmd.upper()} HELP.")
+
+
+def noperm_command(user: str, command: str) -> Error:
+    return Error("NOPERM", f"User {user} has no permissions to run the '{command}' command")
+
+
+def noperm_queue(user: str, queue: bytes) -> Error:
+    return Error("NOPERM", f"User {user} has no permissions to access the '{_show(queue)}' queue")
+
+
+def unknown_category(name: bytes) -> Error:
+    return err(f"Unknown category '{_show(name)}'")
 
 
 def wrong_arity(name: str) -> Error:

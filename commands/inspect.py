@@ -5,6 +5,7 @@ from __future__ import annotations
 from leaseq.storage.queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Queue
 
 from . import errors
+from .acl import require_queue
 from .args import OptionReader, in_range, queue_name, to_int
 from .jobs import _optional_items
 from .queues import get_or_create, lookup
@@ -151,7 +152,9 @@ def qredrive(client, args):
                     if not left:
                         break
     by_source.pop(q.name, None)
-    # resolve (or create) every source first: a refusal must change nothing
+    # check and resolve (or create) every source first: a refusal must change nothing
+    for name in by_source:
+        require_queue(client, name)
     sources = {name: get_or_create(server, name) for name in by_source}
     moved = len(dead)
     with store.journal.transaction():

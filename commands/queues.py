@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 
 from leaseq.storage.queue import DURABILITIES, LEASE_MAX, LEASE_MIN, MEMORY, Queue, QueueConfig
 
 from . import errors
+from .acl import require_queue
 from .args import OptionReader, in_range, queue_name, to_float
+from .glob import compile_glob
 from .replies import OK, Map
 
 U32 = (1 << 32) - 1
@@ -83,10 +84,19 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
     return base.with_options(**changes)
 
 
+def _config_from(client, args: list, name: bytes, base: QueueConfig) -> QueueConfig:
+    """The options of QCREATE/QALTER applied to ``base``; a DEADLETTER queue
+    they name must be one the user may write (docs/semantics.md §7)."""
+    config = parse_config(args, 2, name, base)
+    if config.deadletter is not None and config.deadletter != base.deadletter:
+        require_queue(client, config.deadletter.encode())
+    return config
+
+
 def qcreate(client, args):
     server = client.server
     name = queue_name(args[1])
-    config = parse_config(args, 2, name, default_config(server))
+    config = _config_from(client, args, name, default_config(server))
     q = server.store.queues.get(name)
     if q is not None:
         if q.config == config:
@@ -99,7 +109,7 @@ def qcreate(client, args):
 def qalter(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
-    config = parse_config(args, 2, q.name, q.config)
+    config = _config_from(client, args, q.name, q.config)
     if (config.durability == MEMORY) != (q.config.durability == MEMORY):
         raise errors.durability_change(q.name)
     if config != q.config:
@@ -135,11 +145,12 @@ def qlist(client, args):
             count = r.int_in("COUNT", 1, 1000)
         else:
             r.unknown()
+    wanted = compile_glob(pattern) if pattern is not None else None
     names = []
     for name in sorted(client.server.store.queues):
         if after is not None and name <= after:
             continue
-        if pattern is not None and not fnmatchcase(name, pattern):
+        if wanted is not None and not wanted(name):
             continue
         names.append(name)
         if len(names) >= count:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from fnmatch import fnmatchcase
 
 from . import errors
+from .glob import compile_glob
 from .replies import NO_REPLY, OK, Map, Simple, Verbatim
 
 
@@ -74,9 +74,9 @@ def config_cmd(client, args):
     if sub == b"GET" and n >= 3:
         items, seen = [], set()
         for pattern in args[2:]:
-            pat = pattern.decode(errors="replace").lower()
+            wanted = compile_glob(pattern.lower())
             for name, value in server.config_items():
-                if name not in seen and fnmatchcase(name, pat):
+                if name not in seen and wanted(name.encode()):
                     seen.add(name)
                     items.append((name.encode(), value.encode()))
         return Map(items)

@@ -18,6 +18,12 @@ name, ``-N`` at least N.  Flags:
 ``no-multi``  not allowed inside MULTI
 ``transaction``  MULTI/EXEC/DISCARD: run by the dispatcher itself
 ``direct``    runs at once even inside MULTI (QUIT, RESET), as in Redis
+
+Each command's ACL categories (``ACL CAT``, ``+@category`` rules) are derived
+from its flags and group by ``acl.categories_for``, plus the ``keyspace`` and
+``dangerous`` marks given here.  Commands with subcommands list them with
+their own extra flags (CLIENT KILL is ``admin``), so a rule can allow one
+subcommand (``+client|id``) and a category reaches only the subcommands in it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import connection, debug, inspect, jobs, queues, server
+from . import acl, connection, debug, inspect, jobs, queues, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -88,6 +94,12 @@ TOKENS = Arg("token", multiple=True)
 
 
 @dataclass(frozen=True)
+class Subcommand:
+    name: str                      # lower case, as in ``client|kill``
+    categories: frozenset
+
+
+@dataclass(frozen=True)
 class Command:
     name: str
     handler: Callable | None
@@ -100,17 +112,32 @@ class Command:
     first_key: int = 0
     reply: str = ""
     notes: str = ""
-    subcommands: tuple = field(default=())
+    subcommands: tuple = field(default=())     # Subcommand
+    categories: frozenset = frozenset()
+    access: str = ""                # what it does to the queue it names: R, W or RW (ACL %R~ / %W~)
 
     def syntax(self) -> str:
         return " ".join([self.name.upper()] + [a.syntax() for a in self.args])
 
 
 def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", reply="", notes="",
-       subcommands=()):
+       subcommands="", categories="", access=""):
+    """One command.  ``subcommands``: "name name:flag,flag ..." (extra flags
+    per subcommand); ``categories``: extra ACL categories (keyspace,
+    dangerous); ``access``: RW for a command that writes a queue and hands out
+    its payloads (otherwise R for readonly, W for write commands)."""
     first_key = 1 if args and args[0].type == "key" else 0
-    return Command(name, handler, arity, frozenset(flags.split()), group, summary, complexity, tuple(args),
-                   first_key, reply, notes, tuple(subcommands))
+    flag_set = frozenset(flags.split())
+    extra = tuple(categories.split())
+    subs = []
+    for word in subcommands.split():
+        sub, _, sub_flags = word.partition(":")
+        subs.append(Subcommand(sub, acl.categories_for(flag_set | frozenset(sub_flags.split(",")) - {""}, group,
+                                                       bool(first_key), extra)))
+    access = access or ("R" if "readonly" in flag_set else "W" if "write" in flag_set else "RW")
+    return Command(name, handler, arity, flag_set, group, summary, complexity, tuple(args),
+                   first_key, reply, notes, tuple(subs), acl.categories_for(flag_set, group, bool(first_key), extra),
+                   access)
 
 
 QUEUE_OPTIONS = (
@@ -145,17 +172,18 @@ _COMMANDS = [
     # -- queues --------------------------------------------------------------------------------
     _c("qcreate", queues.qcreate, -2, "write denyoom", "queue",
        "Create a queue with options; idempotent for the same configuration",
-       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration"),
+       (QUEUE,) + QUEUE_OPTIONS, reply="+OK, or -EXISTS if the queue exists with another configuration",
+       categories="keyspace"),
     _c("qalter", queues.qalter, -2, "write", "queue", "Change options of an existing queue",
        (QUEUE,) + QUEUE_OPTIONS, reply="+OK",
-       notes="DURABILITY cannot change between memory and fsync/async."),
+       notes="DURABILITY cannot change between memory and fsync/async.", categories="keyspace"),
     _c("qdrop", queues.qdrop, -2, "write", "queue", "Delete a queue and, with FORCE, its jobs",
        (QUEUE, opt("FORCE")), "O(N) in jobs",
        reply="integer: jobs removed; -NOTEMPTY if it has jobs and FORCE is not given",
-       notes="FORCE ends every lease and wakes blocked claimers with -CLOSED."),
+       notes="FORCE ends every lease and wakes blocked claimers with -CLOSED.", categories="keyspace dangerous"),
     _c("qlist", queues.qlist, -1, "readonly", "queue", "List queue names in ascending order",
        (opt("MATCH", "glob", "string"), opt("AFTER", "name", "string"), opt("COUNT", "n")), "O(N) in queues",
-       reply="array of names, at most COUNT (default 100, max 1000), after AFTER"),
+       reply="array of names, at most COUNT (default 100, max 1000), after AFTER", categories="keyspace"),
     _c("qinfo", queues.qinfo, 2, "readonly", "queue", "Configuration and counters of a queue", (QUEUE,),
        reply="map: name, every option, ready, delayed, in_flight, dead, completed, pushed, acked, nacked, "
              "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id"),
@@ -179,13 +207,13 @@ _COMMANDS = [
              "key, last_error, dead_letter_* provenance); empty when nothing was claimable",
        notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "
              "With a queue WINDOW, a claim that finds jobs waits up to WINDOW ms to share them with the "
-             "claims that arrive meanwhile. Creates the queue when auto-create is yes."),
+             "claims that arrive meanwhile. Creates the queue when auto-create is yes.", access="RW"),
     _c("qwork", jobs.qwork, -3, "write", "job",
        "Push mode: keep up to MAX jobs leased to this connection, sent as push messages",
        (QUEUE, Arg("consumer"), opt("MAX", "n"), opt("LEASE", "ms")), "O(M log N)",
        reply="+OK; then each job arrives as a push message [\"job\", queue, job map] (RESP3 push, RESP2 array)",
        notes="QACK/QNACK (here or on another connection) make room for the next job. The leases go back to "
-             "ready when this connection closes."),
+             "ready when this connection closes.", access="RW"),
     _c("qack", jobs.qack, -3, "write fast", "job", "Complete jobs by their lease tokens",
        (QUEUE, TOKENS), "O(M log N)", reply="integer: jobs completed; stale tokens are skipped"),
     _c("qnack", jobs.qnack, -3, "write", "job", "Release jobs back to the queue, after a delay",
@@ -211,7 +239,8 @@ _COMMANDS = [
        reply="integer: jobs removed (their leases become stale)"),
     _c("qpurge", inspect.qpurge, -2, "write", "inspect", "Remove the jobs in the given states",
        (QUEUE, opt("READY"), opt("DELAYED"), opt("DEAD"), opt("COMPLETED"), opt("ALL")), "O(N)",
-       reply="integer: jobs removed", notes="No state means READY and DELAYED; in-flight jobs only with ALL."),
+       reply="integer: jobs removed", notes="No state means READY and DELAYED; in-flight jobs only with ALL.",
+       categories="dangerous"),
     _c("qredrive", inspect.qredrive, -2, "write", "inspect",
        "Dead jobs back to ready; a dead-letter queue's jobs back to their source queues",
        (QUEUE, opt("COUNT", "n")), "O(M log N)",
@@ -240,7 +269,8 @@ _COMMANDS = [
     _c("client", connection.client_cmd, -2, "loading", "connection",
        "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, HELP",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in clients for LIST and KILL",
-       reply="depends on the subcommand"),
+       reply="depends on the subcommand",
+       subcommands="id getname setname setinfo info list:admin kill:admin help"),
     _c("multi", None, 1, "fast loading transaction", "transactions", "Start a transaction",
        reply="+OK; the following commands answer +QUEUED"),
     _c("exec", None, 1, "loading transaction", "transactions",
@@ -255,20 +285,28 @@ _COMMANDS = [
     _c("command", server.command_cmd, -1, "loading", "server",
        "Describe leaseq's commands: COUNT, DOCS, INFO, LIST",
        (Arg("subcommand", optional=True), Arg("command-name", optional=True, multiple=True)), "O(N)",
-       reply="depends on the subcommand"),
+       reply="depends on the subcommand", subcommands="count docs info list getkeys help"),
     _c("info", server.info, -1, "loading", "server",
        "Server information: server, clients, memory, persistence, stats, queues",
-       (Arg("section", optional=True, multiple=True),), reply="text (bulk; verbatim in RESP3)"),
+       (Arg("section", optional=True, multiple=True),), reply="text (bulk; verbatim in RESP3)",
+       categories="dangerous"),
     _c("config", server.config_cmd, -2, "admin loading", "server", "CONFIG GET, SET and RESETSTAT",
-       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), reply="map for GET, +OK for SET"),
+       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), reply="map for GET, +OK for SET",
+       subcommands="get set resetstat rewrite help"),
     _c("time", server.time_cmd, 1, "fast loading", "server", "The server's time",
        reply="array: seconds, microseconds"),
-    _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer"),
+    _c("dbsize", server.dbsize, 1, "readonly fast", "server", "Number of queues", reply="integer",
+       categories="keyspace"),
     _c("debug", debug.debug, -2, "admin", "server",
        "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME], "
        "FAULT [WRITE|FSYNC ENOSPC|EIO|NONE]",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)),
-       reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes."),
+       reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes.",
+       subcommands="clock fault"),
+    _c("acl", acl.acl_cmd, -2, "loading", "server",
+       "Users and permissions: WHOAMI, USERS, LIST, CAT, HELP (users are declared in the config file)",
+       (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in users or commands",
+       reply="depends on the subcommand", subcommands="whoami cat help list:admin users:admin"),
     _c("bgsave", server.bgsave, -1, "admin no-multi", "server",
        "Write a snapshot now, in the background (the log before it is then compacted)",
        (opt("SCHEDULE"),),
@@ -290,7 +328,7 @@ def command_info(c: Command) -> list:
     """Redis 7's 10-element COMMAND INFO entry."""
     last = 1 if c.first_key else 0
     return [c.name.encode(), c.arity, [Simple(f) for f in sorted(c.flags)], c.first_key, last,
-            1 if c.first_key else 0, [], [], [], []]
+            1 if c.first_key else 0, [Simple("@" + cat) for cat in sorted(c.categories)], [], [], []]
 
 
 def command_docs(c: Command) -> Map:
@@ -321,8 +359,14 @@ def render_markdown() -> str:
             out += [f"### {c.name.upper()}", "", "```", c.syntax(), "```", "", c.summary + ".", ""]
             if c.reply:
                 out += [f"- Reply: {c.reply}."]
+            cats = " ".join("@" + cat for cat in sorted(c.categories))
             out += [f"- Complexity: {c.complexity}.",
-                    f"- Arity: {arity} arguments (with the name); flags: {', '.join(sorted(c.flags))}."]
+                    f"- Arity: {arity} arguments (with the name); flags: {', '.join(sorted(c.flags))}.",
+                    f"- ACL categories: {cats}."]
+            if c.subcommands:
+                out += ["- Subcommands and their categories: " + "; ".join(
+                    f"`{c.name}|{sub.name}` " + " ".join("@" + cat for cat in sorted(sub.categories))
+                    for sub in c.subcommands) + "."]
             if c.notes:
                 out += [f"- {c.notes}"]
             out.append("")

@@ -3,7 +3,8 @@
 Every setting is a field of ``Settings`` whose metadata gives its kind, unit,
 whether ``CONFIG SET`` may change it at run time, and one line of help.
 The config file uses Redis's syntax (``name value`` per line, ``#`` comments,
-quotes for values with spaces); environment variables are ``LEASEQ_<NAME>``
+quotes for values with spaces); ``user name rule ...`` lines declare users
+in Redis's ACL syntax (``commands.acl``) and may repeat; environment variables are ``LEASEQ_<NAME>``
 with dashes as underscores (``LEASEQ_FSYNC_INTERVAL=200``).  Sizes accept
 Redis units (``1k`` = 1000, ``1kb`` = 1024, ``mb``, ``gb`` ...).
 ``conf/leaseq.conf`` documents every setting; a test keeps it complete.
@@ -15,6 +16,9 @@ import dataclasses
 import os
 import shlex
 from dataclasses import dataclass, field
+
+from leaseq.commands.acl import AclError, check_rules
+from leaseq.commands.table import TABLE
 
 
 class ConfigError(ValueError):
@@ -56,6 +60,9 @@ class Settings:
     maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, pushes get -OOM (0 = no limit)")
     enable_debug_command: bool = _s(False, "bool", "allow DEBUG (moves the daemon's clock; for tests only)",
                                     mutable=False)
+    # ``user`` lines of the config file, each as its words (name, rules...);
+    # not a setting CONFIG GET shows, as in Redis
+    users: tuple = field(default=())
 
     # -- access by setting name ------------------------------------------------------
 
@@ -66,7 +73,7 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings)}
+FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings) if "kind" in f.metadata}
 
 
 def attr_name(name: str) -> str:
@@ -121,7 +128,8 @@ def parse_value(name: str, text: str):
 
 def read_file(path: str) -> dict:
     """``name value`` lines → {name: value}; errors name file, line and setting."""
-    values = {}
+    values: dict = {}
+    users = []
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -131,13 +139,18 @@ def read_file(path: str) -> dict:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
+        # a user line keeps '#': there it starts a password hash, not a comment
+        is_user = stripped.split(None, 1)[0].lower() == "user"
         try:
-            parts = shlex.split(stripped, comments=True)
+            parts = shlex.split(stripped, comments=not is_user)
         except ValueError as e:
             raise ConfigError(f"{path}:{number}: {e}") from None
         if not parts:
             continue
         name = parts[0].lower()
+        if is_user:
+            users.append(_user_line(parts[1:], users, f"{path}:{number}"))
+            continue
         if len(parts) == 1:
             parts.append("")
         if len(parts) != 2:
@@ -146,7 +159,20 @@ def read_file(path: str) -> dict:
             values[attr_name(name)] = parse_value(name, parts[1])
         except ConfigError as e:
             raise ConfigError(f"{path}:{number}: {e}") from None
+    if users:
+        values["users"] = tuple(users)
     return values
+
+
+def _user_line(words: list[str], earlier: list, where: str) -> tuple:
+    """A ``user`` line's words, once its rules are known to apply."""
+    if words and any(u[0] == words[0] for u in earlier):
+        raise ConfigError(f"{where}: Duplicate user '{words[0]}' found")
+    try:
+        check_rules(words, TABLE)
+    except AclError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return tuple(words)
 
 
 def read_env(environ=os.environ) -> dict:

@@ -55,6 +55,7 @@ class Connection(asyncio.Protocol):
         self.resp3 = False
         self.authenticated = not server.auth_required
         self.user = "default"
+        self.acl_user = server.acl.default     # what this connection may do (commands.acl.User)
         self.lib_name = self.lib_ver = ""
         self.multi = None
         self.multi_dirty = False
@@ -269,6 +270,7 @@ class Connection(asyncio.Protocol):
         self.multi_dirty = False
         self.authenticated = not self.server.auth_required
         self.user = "default"
+        self.acl_user = self.server.acl.default
 
     @property
     def flags(self) -> str:

@@ -1,7 +1,8 @@
 """Dispatch: the checks every command gets, in one place, then its handler.
 
 Order (as Redis's processCommand): unknown command, arity, authentication,
-recovery still running (-LOADING), a log that cannot be written (-MISCONF
+the user's permissions (-NOPERM: the command, then the queue it names; a
+user with every command on every queue skips this), recovery still running (-LOADING), a log that cannot be written (-MISCONF
 for commands that change queues), transaction queueing, memory; then the
 handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 from time import perf_counter
 
-from leaseq.commands import errors
+from leaseq.commands import acl, errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
 from leaseq.storage.wal import Ticket
@@ -45,6 +46,10 @@ def _execute(client, args: list):
         return _refuse(client, errors.wrong_arity(cmd.name))
     if server.auth_required and not client.authenticated and "noauth" not in cmd.flags:
         return _refuse(client, errors.NOAUTH)
+    if not client.acl_user.unrestricted and "noauth" not in cmd.flags:
+        denied = _permission(client, cmd, args)
+        if denied is not None:
+            return _refuse(client, denied)
     if server.loading and "loading" not in cmd.flags:
         return _refuse(client, errors.LOADING)
     if server.disk_error is not None and "write" in cmd.flags:
@@ -75,6 +80,20 @@ def run(client, cmd, args):
         return errors.INTERNAL
     finally:
         client.server.metrics.command(cmd.name, perf_counter() - started)
+
+
+def _permission(client, cmd, args: list) -> Error | None:
+    """-NOPERM when the user may not run ``cmd`` or use the queue it names."""
+    user, stats = client.acl_user, client.server.stats
+    denied = acl.command_refusal(user, cmd, args)
+    if denied is not None:
+        stats.acl_access_denied_cmd += 1
+        return denied
+    if cmd.first_key and len(args) > cmd.first_key:
+        denied = acl.queue_refusal(user, args[cmd.first_key], cmd.access)
+        if denied is not None:
+            stats.acl_access_denied_key += 1
+    return denied
 
 
 def _refuse(client, error: Error) -> Error:

@@ -18,7 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from leaseq.commands import errors
+from leaseq.commands.acl import Acl
 from leaseq.commands.connection import VERSION
+from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
@@ -45,6 +47,9 @@ class Stats:
     commands: int = 0
     rejected: int = 0
     protocol_errors: int = 0
+    acl_access_denied_auth: int = 0     # AUTH/HELLO with a wrong user or password
+    acl_access_denied_cmd: int = 0      # -NOPERM for a command
+    acl_access_denied_key: int = 0      # -NOPERM for a queue
 
 
 class Server:
@@ -53,6 +58,7 @@ class Server:
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
+        self.acl = Acl(TABLE, settings.users, settings.requirepass)   # users and permissions
         self.datadir: DataDir | None = None
         self.loading = True
         self.loading_started = int(time.time())
@@ -145,7 +151,7 @@ class Server:
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.settings.requirepass)
+        return self.acl.auth_required
 
     def config_items(self) -> list[tuple[str, str]]:
         return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
@@ -163,6 +169,8 @@ class Server:
             except config.ConfigError as e:
                 raise errors.config_invalid(name, str(e)) from None
         self.settings = s = self.settings.replace(**changes)
+        if "requirepass" in changes:        # Redis: requirepass is the default user's password
+            self.acl = Acl(TABLE, s.users, s.requirepass)
         if self.datadir is not None:
             self._apply_settings()
         for c in self.clients.values():
@@ -253,6 +261,9 @@ class Server:
                 ("total_jobs_acked", sum(q.counters.acked for q in queues)),
                 ("rejected_connections", stats.rejected),
                 ("protocol_errors", stats.protocol_errors),
+                ("acl_access_denied_auth", stats.acl_access_denied_auth),
+                ("acl_access_denied_cmd", stats.acl_access_denied_cmd),
+                ("acl_access_denied_key", stats.acl_access_denied_key),
             ],
             "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
         }

@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 
+import hiredis
 import pytest
 import redis
 from redis.backoff import NoBackoff
@@ -214,3 +215,53 @@ def write_segment(directory, number: int, data: bytes, header: bytes | None = No
         f.write(records.segment_header(number) if header is None else header)
         f.write(data)
     return path
+
+
+class RespSocket:
+    """A raw socket with hiredis's reader: to see RESP2 push arrays, RESP3
+    ``>`` frames, protocol errors and closes exactly as sent."""
+
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.reader = hiredis.Reader()
+
+    def send(self, *args) -> None:
+        self.sock.sendall(hiredis.pack_command(args))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self):
+        for _ in range(10_000):                 # each recv is bounded by the socket timeout
+            frame = self.reader.gets()
+            if frame is not False:
+                return frame
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the server")
+            self.reader.feed(data)
+        raise AssertionError("no complete frame in 10000 reads")
+
+    def read_until(self, predicate, limit: int = 100) -> list:
+        """Frames up to and including the first one ``predicate`` accepts."""
+        frames = []
+        for _ in range(limit):
+            frames.append(self.read())
+            if predicate(frames[-1]):
+                return frames
+        raise AssertionError(f"no matching frame in {limit}: {frames}")
+
+    def closed_by_server(self) -> bool:
+        """True when the server closes the connection (within the socket timeout)."""
+        try:
+            for _ in range(1000):
+                if not self.sock.recv(65536):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+        return False
+
+    def close(self) -> None:
+        self.sock.close()

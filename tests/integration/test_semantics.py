@@ -30,8 +30,8 @@ import hiredis
 import pytest
 import redis
 
-from harness import (HOST, CheckedThread, Daemon, as_map, claim, claim_one, error_text, no_retry_client, qget,
-                     qinfo, unique, wait_blocked, wait_for)
+from harness import (HOST, CheckedThread, Daemon, RespSocket, as_map, claim, claim_one, error_text, no_retry_client,
+                     qget, qinfo, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 # the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
@@ -129,56 +129,6 @@ class BlockedClaim(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.reply
-
-
-class Raw:
-    """A raw socket with hiredis's reader: to see RESP2 push arrays, RESP3
-    ``>`` frames, protocol errors and closes exactly as sent."""
-
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.reader = hiredis.Reader()
-
-    def send(self, *args) -> None:
-        self.sock.sendall(hiredis.pack_command(args))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read(self):
-        for _ in range(10_000):                 # each recv is bounded by the socket timeout
-            frame = self.reader.gets()
-            if frame is not False:
-                return frame
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server")
-            self.reader.feed(data)
-        raise AssertionError("no complete frame in 10000 reads")
-
-    def read_until(self, predicate, limit: int = 100) -> list:
-        """Frames up to and including the first one ``predicate`` accepts."""
-        frames = []
-        for _ in range(limit):
-            frames.append(self.read())
-            if predicate(frames[-1]):
-                return frames
-        raise AssertionError(f"no matching frame in {limit}: {frames}")
-
-    def closed_by_server(self) -> bool:
-        """True when the server closes the connection (within the socket timeout)."""
-        try:
-            for _ in range(1000):
-                if not self.sock.recv(65536):
-                    return True
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except socket.timeout:
-            return False
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def is_job_push(frame) -> bool:
@@ -912,7 +862,7 @@ def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_r
         assert str(e.value).strip(), cmd
         assert c.ping() is True, f"connection unusable after {cmd}"
     for data in BAD_BYTES:
-        raw = Raw(d.port)
+        raw = RespSocket(d.port)
         raw.send_raw(data)
         reply = raw.read_until(lambda fr: isinstance(fr, hiredis.ReplyError), limit=3)[-1]
         assert str(reply).startswith("ERR"), (data, reply)
@@ -923,7 +873,7 @@ def test_rule10_bad_input_gets_errors_and_the_daemon_keeps_serving_and_its_log_r
     # half-sent commands, then the client goes away
     for data in (b"*3\r\n$5\r\nQPUSH\r\n$" + str(len(q)).encode() + b"\r\n" + q.encode() + b"\r\n$100\r\nabc",
                  b"*2\r\n$4\r\nQACK", b"QPUSH " + q.encode()):
-        raw = Raw(d.port)
+        raw = RespSocket(d.port)
         raw.send_raw(data)
         raw.close()
     assert c.ping() is True
@@ -1622,7 +1572,7 @@ def test_option_qwork_resp3_push_frames_max_acks_here_and_elsewhere_and_release_
 def test_option_qwork_resp2_arrays_on_a_raw_socket_and_max_n(daemon, r, q):
     r.execute_command("QCREATE", q, "LEASE", HOUR)
     pushed = r.execute_command("QPUSHMANY", q, 5, *[f"j{i}" for i in range(5)])
-    raw = Raw(daemon.port)
+    raw = RespSocket(daemon.port)
     raw.send("QWORK", q, "w2", "MAX", 3)
     frames = raw.read_until(lambda fr: fr == b"OK")
     for _ in range(3 - len([fr for fr in frames if is_job_push(fr)])):
@@ -1661,7 +1611,7 @@ def test_option_qwork_an_expired_lease_no_longer_takes_a_slot(frozen_daemon, f):
     f.execute_command("QCREATE", q, "LEASE", 1000)
     a = push(f, q, "a")
     push(f, q, "b")
-    raw = Raw(frozen_daemon.port, timeout=3)
+    raw = RespSocket(frozen_daemon.port, timeout=3)
     raw.send("QWORK", q, "w", "MAX", 1)
     frames = raw.read_until(lambda fr: fr == b"OK")
     if not any(is_job_push(fr) for fr in frames):

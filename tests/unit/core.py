@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import weakref
 
+from leaseq.commands.acl import Acl
 from leaseq.commands.jobs import ClaimWait
 from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
+from leaseq.commands.table import TABLE
 from leaseq.daemon import config
 from leaseq.daemon.clock import Clock
 from leaseq.daemon.dispatch import execute
@@ -39,6 +41,7 @@ class Core:
 
     def __init__(self, store: Store | None = None, now: int = T0, **settings) -> None:
         self.settings = config.Settings(**settings)
+        self.acl = Acl(TABLE, self.settings.users, self.settings.requirepass)
         if store is None:
             store = Store(Journal(MemoryLog()))
             store.default_config = QueueConfig(durability=self.settings.default_durability)
@@ -57,7 +60,7 @@ class Core:
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.settings.requirepass)
+        return self.acl.auth_required
 
     def now_ms(self) -> int:
         return self.clock.now()
@@ -112,6 +115,7 @@ class Client:
         self.resp3 = False
         self.authenticated = not core.auth_required
         self.user = "default"
+        self.acl_user = core.acl.default
         self.lib_name = self.lib_ver = ""
         self.multi = None
         self.multi_dirty = False
