@@ -164,8 +164,8 @@ CSS = """
         --ok: #1a7f37; --ok-bg: #dafbe1; --warn: #9a6700; --warn-bg: #fff8c5; --bad: #cf222e; --bad-bg: #ffebe9; }
 * { box-sizing: border-box; }
 body { margin: 0; color: var(--fg); background: #fff;
-       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-header { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 20px; padding: 12px 24px;
+       font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+header { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 20px; padding: 10px 24px;
          background: var(--band); border-bottom: 1px solid var(--line); }
 h1 { margin: 0; font-size: 19px; letter-spacing: .01em; }
 .state { padding: 1px 9px; border-radius: 10px; font-size: 12px; font-weight: 600; letter-spacing: .04em;
@@ -177,12 +177,12 @@ h1 { margin: 0; font-size: 19px; letter-spacing: .01em; }
 .facts b { color: var(--fg); font-weight: 600; }
 .alert { margin: 14px 24px 0; padding: 8px 12px; border-radius: 6px; }
 main { padding: 4px 24px 8px; }
-h2 { margin: 22px 0 8px; font-size: 12px; font-weight: 600; letter-spacing: .07em; text-transform: uppercase;
+h2 { margin: 16px 0 6px; font-size: 12px; font-weight: 600; letter-spacing: .07em; text-transform: uppercase;
      color: var(--muted); }
-h2 .count { margin-left: 6px; color: var(--faint); }
+h2 .count { margin-left: 8px; color: var(--faint); font-weight: 400; letter-spacing: 0; text-transform: none; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { padding: 4px 12px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap;
-         vertical-align: top; }
+th, td { padding: 3px 12px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap;
+         vertical-align: baseline; }
 th { font-size: 12px; font-weight: 600; color: var(--muted); background: var(--band); }
 th:first-child, td:first-child { padding-left: 8px; }
 tbody tr:hover { background: #f6f8fa; }
@@ -193,14 +193,14 @@ td.dead { color: var(--bad); font-weight: 600; }
 td.name { white-space: normal; overflow-wrap: anywhere; min-width: 12ch; max-width: 40ch; }
 td.error { white-space: normal; overflow-wrap: anywhere; min-width: 30ch; max-width: 70ch; color: #57606a; }
 .durability { color: var(--muted); }
-.columns { display: flex; flex-wrap: wrap; gap: 0 56px; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 3px 18px; margin: 0; }
+.columns { display: flex; flex-wrap: wrap; gap: 16px 56px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 18px; margin: 0; }
 dt { color: var(--muted); }
 dd { margin: 0; font-variant-numeric: tabular-nums; }
-h3 { margin: 0 0 6px; font-size: 13px; }
+h3 { margin: 0 0 4px; font-size: 13px; }
 .note, footer { color: var(--muted); font-size: 12px; }
 .note { margin: 6px 0 0; }
-footer { padding: 18px 24px 20px; }
+footer { padding: 10px 24px 14px; }
 """
 
 
@@ -214,7 +214,7 @@ def render(status: Status) -> str:
         f"<title>leaseq: {_esc(state)}</title><style>{CSS}</style></head><body>",
         _header(status, state, css_class),
         f'<p class="alert {css_class}">{_esc(alert)}</p>' if alert else "",
-        "<main>", _queue_table(status), _dead_letter_table(status), _log_and_snapshots(status), "</main>",
+        "<main>", _queues_and_dead_letters(status, state), _log_and_snapshots(status), "</main>",
         _footer(status),
         "</body></html>\n",
     ])
@@ -255,6 +255,12 @@ def _header(status: Status, state: str, css_class: str) -> str:
 
 
 QUEUE_COLUMNS = ("ready", "delayed", "in_flight", "dead", "completed")
+
+
+def _queues_and_dead_letters(status: Status, state: str) -> str:
+    if state == "loading":          # the server holds an empty stand-in until recovery is done
+        return '<h2>Queues</h2><p class="note">Listed once the data directory is recovered.</p>'
+    return _queue_table(status) + _dead_letter_table(status)
 
 
 def _queue_table(status: Status) -> str:
@@ -312,8 +318,9 @@ def _dead_tr(d: DeadLetter) -> str:
 def _log_and_snapshots(status: Status) -> str:
     p = status.info["persistence"]
     if p.get("loading"):
-        return (f'<h2>Log &amp; snapshots</h2><dl><dt>directory</dt><dd class="mono">{_esc(p.get("dir"))}</dd>'
-                f'<dt>loading</dt><dd>for {_esc(_duration(p.get("loading_elapsed_ms", 0)))}</dd></dl>')
+        return ('<h2>Log &amp; snapshots</h2>'
+                + _pairs("Recovering", [("directory", p.get("dir", "")),
+                                        ("for", _duration(p.get("loading_elapsed_ms", 0)))]))
     return ('<h2>Log &amp; snapshots</h2><div class="columns">'
             + _pairs("Log", _log_pairs(p, status.now))
             + _pairs("Snapshots", _snapshot_pairs(p, status.now))
@@ -328,18 +335,16 @@ def _pairs(title: str, pairs: list) -> str:
 
 def _log_pairs(p: dict, now: float) -> list:
     writable = "yes" if p.get("log_write_status") == "ok" else f"no: {p.get('log_write_error')}"
-    segments = (f"{p['wal_segments']:,} (current #{p['wal_current_segment']})" if "wal_segments" in p
+    segments = (f"{p['wal_segments']:,}, writing #{p['wal_current_segment']}" if "wal_segments" in p
                 else "– (reopened when the disk takes writes again)")
     return [
         ("writable", writable),
         ("directory", p.get("dir", "")),
         ("segments", segments),
         ("size", _bytes(p["wal_bytes"]) if "wal_bytes" in p else "–"),
-        ("written since start", _bytes(p["wal_bytes_written"]) if "wal_bytes_written" in p else "–"),
         ("last fsync", _last_fsync(p, now)),
         ("fsyncs", f"{p.get('fsyncs', 0):,}"),
-        ("durability", f"{p.get('default_durability')} (leases {p.get('lease_durability')}, "
-                       f"fsync every {p.get('fsync_interval_ms')} ms at least)"),
+        ("durability", f"{p.get('default_durability')} by default, leases {p.get('lease_durability')}"),
     ]
 
 
@@ -365,8 +370,8 @@ def _snapshot_pairs(p: dict, now: float) -> list:
         ("size", _bytes(p.get("last_snapshot_bytes", 0)) if last else "–"),
         ("in progress", "yes" if p.get("snapshot_in_progress") else "no"),
         ("taken since start", f"{p.get('snapshots_taken', 0):,}"),
-        ("log since the last", f"{_bytes(p.get('log_bytes_since_snapshot', 0))} "
-                               f"(starts past {_bytes(p.get('snapshot_min_bytes', 0))} and twice the live data)"),
+        ("log since the last", _bytes(p.get("log_bytes_since_snapshot", 0))),
+        ("next after", f"{_bytes(p.get('snapshot_min_bytes', 0))} of log and twice the live data"),
         ("archive", p.get("archive_dir") or "none: compaction deletes"),
     ]
 

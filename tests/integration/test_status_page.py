@@ -250,3 +250,29 @@ def test_headless_chromium_renders_the_queues_and_their_counts(web, tmp_path):
     assert "<title>leaseq: ready</title>" in dom
     row = queue_rows(dom)[q]
     assert {k: row[k] for k in ("ready", "in flight", "dead")} == {"ready": "2", "in flight": "1", "dead": "0"}
+
+
+def test_while_recovering_the_page_says_loading_then_lists_the_queues(tmp_path):
+    d = http_daemon(tmp_path / "data")
+    try:
+        pipe = d.client().pipeline(transaction=False)
+        for _ in range(300):
+            pipe.execute_command("QPUSHMANY", "big", 1000, *[b"x" * 64] * 1000)
+        pipe.execute()
+        d.kill()
+        d.start(ready=False)                    # the HTTP listener opens before recovery starts
+        pages: dict[str, str] = {}
+        deadline = time.monotonic() + 60
+        while "ready" not in pages and time.monotonic() < deadline:
+            try:
+                page = page_of(d)
+            except OSError:                     # not listening yet
+                time.sleep(0.005)
+                continue
+            pages[page.split("<title>leaseq: ", 1)[1].split("<", 1)[0]] = page
+        assert set(pages) == {"loading", "ready"}, set(pages)
+        assert "Recovering the data directory" in pages["loading"]
+        assert "Listed once the data directory is recovered." in pages["loading"]
+        assert queue_rows(pages["ready"])["big"]["ready"] == "300,000"
+    finally:
+        d.kill()

@@ -49,17 +49,24 @@ def test_a_ready_daemon_shows_its_header_queues_and_log():
     assert '<span class="state ok">ready</span>' in page
     assert "up <b>1 h 2 min</b>" in page and "clients <b>12 (3 blocked)</b>" in page
     assert '<td class="n">3</td>' in page and '<td class="n dead">1</td>' in page
-    assert "<dt>segments</dt><dd>3 (current #7)</dd>" in page
+    assert "<dt>segments</dt><dd>3, writing #7</dd>" in page
     assert "<dt>last fsync</dt><dd>400 ms ago, took 2 ms</dd>" in page
     assert "<dt>last</dt><dd>1 min 30 s ago, ok in 250 ms</dd>" in page
     assert page.endswith("</html>\n")
 
 
+def test_a_daemon_without_queues_or_dead_letters_says_so():
+    page = render(status())
+    assert "No queues yet." in page and "<table>" not in page
+    assert "Dead letters" in page and "None." in page
+
+
 def test_while_loading_the_page_says_so_and_shows_no_log_figures():
-    page = render(status(loading=1, loading_elapsed_ms=1500, dir="/srv/leaseq"))
+    page = render(status(loading=1, loading_elapsed_ms=2300, dir="/srv/leaseq"))
     assert '<span class="state warn">loading</span>' in page
-    assert "Recovering the data directory (1.5 s so far)" in page
-    assert "<dt>segments</dt>" not in page and "No queues yet." in page
+    assert "Recovering the data directory (2.3 s so far)" in page
+    assert "<dt>segments</dt>" not in page and "<dt>for</dt><dd>2.3 s</dd>" in page
+    assert "Listed once the data directory is recovered." in page and "Dead letters" not in page
 
 
 def test_a_disk_error_is_named_with_what_it_means():
