@@ -1,72 +1,100 @@
-"""The HTTP listener (``http-port``, off by default; ``http-bind``): probes
-and metrics on the daemon's own event loop.
+"""The HTTP listener (``http-port``, off by default; ``http-bind``): probes,
+metrics and a status page on the daemon's own event loop.
 
+``GET /``         the status page, HTML (``daemon.status``): queues, their
+                  rates and dead letters, the log and snapshots; it
+                  refreshes itself every 2 s.
 ``GET /healthz``  200 ``ok``: the process serves.
 ``GET /readyz``   200 ``ready`` once recovery is done and the log can be
                   written; 503 with the reason otherwise (loading, or the
                   disk refuses the log).
 ``GET /metrics``  Prometheus text format (``daemon.metrics``).
 
-A request is one line and headers; the answer closes the connection.
-Anything else is 404 (path) or 405 (method).  The few lines of HTTP here
-are all the listener needs; a web framework would add a dependency and a
-second event loop's worth of machinery for three endpoints.
+HEAD gets the same status and headers as GET, without the body.  A request
+is one line and headers; the answer closes the connection.  Anything else
+is 404 (path) or 405 (method).  The few lines of HTTP here are all the
+listener needs; a web framework would add a dependency and a second event
+loop's worth of machinery for four endpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from .status import RateSamples, read_status, render
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 8192
+PATHS = (b"/", b"/healthz", b"/readyz", b"/metrics")
+HTML = "text/html; charset=utf-8"
+BAD_REQUEST = ("400 Bad Request", "text/plain", b"bad request\n")
 
 
 class HttpListener:
     def __init__(self, server) -> None:
         self.server = server
+        self.rates = RateSamples()          # what the status page's rates are computed from
         self._listener = None
+        self._sampling: asyncio.Task | None = None
 
     async def start(self, bind: str, port: int) -> int:
         self._listener = await asyncio.start_server(self._serve, bind, port, reuse_address=True)
+        self._sampling = asyncio.get_running_loop().create_task(self._sample_rates())
         bound = self._listener.sockets[0].getsockname()[1]
-        log.info("HTTP listener on %s:%d (/healthz, /readyz, /metrics)", bind, bound)
+        log.info("HTTP listener on %s:%d (/, /healthz, /readyz, /metrics)", bind, bound)
         return bound
 
     def close(self) -> None:
         if self._listener is not None:
             self._listener.close()
+        if self._sampling is not None:
+            self._sampling.cancel()
+
+    async def _sample_rates(self) -> None:
+        """Once a second while the listener is open, so that a rate covers
+        the last seconds however rarely the page is looked at."""
+        while True:
+            self.rates.sample(self.server.store.queues.values(), time.monotonic())
+            await asyncio.sleep(1)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = None
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            status, ctype, body = self.answer(head[:MAX_HEAD])
-            if body is METRICS:
-                body = await self.metrics()
+            request = request_line(head[:MAX_HEAD])
+            status, ctype, body = BAD_REQUEST if request is None else self.answer(*request)
+            if callable(body):               # made on demand: the page and the metrics
+                body = await body()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
-            status, ctype, body = "400 Bad Request", "text/plain", b"bad request\n"
+            status, ctype, body = BAD_REQUEST
+        except Exception:                   # a bug in making a body: answer it, and keep serving
+            log.exception("HTTP %s failed", request)
+            status, ctype, body = "500 Internal Server Error", "text/plain", b"internal error: see the daemon's log\n"
+        sent = b"" if request is not None and request[0] == b"HEAD" else body
         try:
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                         f"Connection: close\r\n\r\n".encode() + body)
+                         f"Connection: close\r\n\r\n".encode() + sent)
             await writer.drain()
         except ConnectionError:
             pass
         finally:
             writer.close()
 
-    def answer(self, head: bytes) -> tuple[str, str, bytes]:
-        parts = head.split(b"\r\n", 1)[0].split()
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
-            return "400 Bad Request", "text/plain", b"bad request\n"
-        method, target = parts[0], parts[1].split(b"?", 1)[0]
-        if target not in (b"/healthz", b"/readyz", b"/metrics"):
-            return "404 Not Found", "text/plain", b"not found: try /healthz, /readyz or /metrics\n"
+    def answer(self, method: bytes, target: bytes) -> tuple:
+        """(status line, content type, body): the body is bytes, or for the
+        status page and /metrics the coroutine function that makes them."""
+        if target not in PATHS:
+            return "404 Not Found", "text/plain", b"not found: try /, /healthz, /readyz or /metrics\n"
         if method not in (b"GET", b"HEAD"):
             return "405 Method Not Allowed", "text/plain", b"only GET\n"
         server = self.server
+        if target == b"/":
+            return "200 OK", HTML, self.status_page
         if target == b"/healthz":
             return "200 OK", "text/plain", b"ok\n"
         if target == b"/readyz":
@@ -76,7 +104,13 @@ class HttpListener:
                 reason = server.disk_error.strerror or str(server.disk_error)
                 return "503 Service Unavailable", "text/plain", f"the log cannot be written: {reason}\n".encode()
             return "200 OK", "text/plain", b"ready\n"
-        return "200 OK", CONTENT_TYPE_LATEST, METRICS
+        return "200 OK", CONTENT_TYPE_LATEST, self.metrics
+
+    async def status_page(self) -> bytes:
+        """The state is read on the loop (it is live); the HTML is written in
+        a worker thread, like the metrics' text."""
+        status = read_status(self.server, self.rates)
+        return await asyncio.get_running_loop().run_in_executor(None, _html, status)
 
     async def metrics(self) -> bytes:
         """The figures are read on the loop (they are live state); turning
@@ -85,7 +119,17 @@ class HttpListener:
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
 
 
-METRICS = object()      # answer() leaves the body of /metrics to metrics()
+def request_line(head: bytes) -> tuple[bytes, bytes] | None:
+    """(method, path without its query) of a request's head; None when the
+    first line is not an HTTP request line."""
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return None
+    return parts[0], parts[1].split(b"?", 1)[0]
+
+
+def _html(status) -> bytes:
+    return render(status).encode()
 
 
 class _Collected:

@@ -37,7 +37,6 @@ from leaseq.storage.wal import list_segments
 
 # seconds; the last bucket is +Inf
 BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-STATES = ("ready", "delayed", "in_flight", "dead", "completed")
 COUNTERS = ("pushed", "acked", "nacked", "dead_lettered", "lease_expired")
 
 
@@ -84,9 +83,8 @@ class Metrics:
                                          labels=["queue"]) for c in COUNTERS}
         for q in queues:
             name = q.name.decode(errors="replace")
-            indexes = (q.ready, q.delayed, q.leases, q.dead, q.completed)
-            for state, index in zip(STATES, indexes):
-                jobs.add_metric([name, state], len(index))
+            for state, n in q.counts().items():
+                jobs.add_metric([name, state], n)
             for c in COUNTERS:
                 totals[c].add_metric([name], getattr(q.counters, c))
         yield jobs

@@ -63,6 +63,16 @@ class TimeIndex:
         """The earliest moment, or None when empty."""
         return self._by_time.peekitem(0)[0] if self._by_time else None
 
+    def last(self, count: int) -> list[int]:
+        """Up to ``count`` ids of the latest moments, latest first: a look at
+        the end of the index that costs ``count`` steps, whatever its size."""
+        found: list[int] = []
+        for _when, ids in reversed(self._by_time.items()):
+            found.extend(sorted(ids, reverse=True)[:count - len(found)])
+            if len(found) >= count:
+                break
+        return found
+
     def pop_due(self, now: int) -> list[int]:
         """Remove and return the ids whose moment is ``<= now``, in order."""
         due: list[int] = []

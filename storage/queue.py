@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import asdict, dataclass, replace
+from itertools import islice
 
 from .index import ReadyIndex, TimeIndex
 
@@ -528,10 +529,35 @@ class Queue:
     def live(self) -> int:
         return len(self.ready) + len(self.delayed) + len(self.leases)
 
+    def counts(self) -> dict[str, int]:
+        """Jobs by state, as they stand (nothing folded): what INFO, /metrics
+        and the status page show."""
+        return {"ready": len(self.ready), "delayed": len(self.delayed), "in_flight": len(self.leases),
+                "dead": len(self.dead), "completed": len(self.completed)}
+
     def summary(self) -> str:
         """One line of counts, as INFO's queues section shows it."""
-        return (f"ready={len(self.ready)},delayed={len(self.delayed)},in_flight={len(self.leases)},"
-                f"dead={len(self.dead)},completed={len(self.completed)},durability={self.config.durability}")
+        counts = ",".join(f"{state}={n}" for state, n in self.counts().items())
+        return f"{counts},durability={self.config.durability}"
+
+    def latest_buried(self, count: int) -> list[Job]:
+        """Up to ``count`` jobs dead in this queue, the last buried first
+        (``dead`` is ordered by when RETAIN-DEAD lets them go, which follows
+        when they died while RETAIN-DEAD is unchanged)."""
+        return [self.jobs[jid] for jid in self.dead.last(count)]
+
+    def latest_dead_lettered(self, count: int, look_at: int) -> list[Job]:
+        """Up to ``count`` jobs that came here as dead letters (they carry
+        their provenance), newest first, among the ``look_at`` newest jobs:
+        a dead-letter queue is appended to, so its recent arrivals are at the
+        end of ``jobs`` (ascending ids), and the look stays bounded."""
+        found = []
+        for job in islice(reversed(self.jobs.values()), look_at):
+            if job.origin is not None:
+                found.append(job)
+                if len(found) == count:
+                    break
+        return found
 
     def oldest_ready_age(self, now: int) -> int:
         """Age of the ready job pushed first.  Ids follow enqueue order, so it is

@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 import hiredis
 import pytest
@@ -132,6 +134,25 @@ class Daemon:
 
     def __exit__(self, *exc) -> None:
         self.kill() if exc[0] else self.stop()
+
+
+def http_daemon(data_dir, env: dict | None = None) -> Daemon:
+    """A started daemon with its HTTP listener on a free port (``d.http``)."""
+    port = free_port()
+    d = Daemon(str(data_dir), env={"LEASEQ_HTTP_PORT": str(port), **(env or {})}).start()
+    d.http = port
+    return d
+
+
+def http_get(d: Daemon, path: str, method: str = "GET") -> tuple[int, str, str]:
+    """(status, Content-Type, body text) of a request to ``http_daemon``'s
+    listener; error statuses are answers too, not exceptions."""
+    req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
 
 class CheckedThread(threading.Thread):

@@ -5,32 +5,18 @@ requests get HTTP's own answers, and the RESP port keeps serving."""
 from __future__ import annotations
 
 import socket
-import urllib.error
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Daemon, as_map, free_port, wait_for
+from harness import Daemon, as_map, http_daemon, http_get, wait_for
 
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory):
-    port = free_port()
-    d = Daemon(str(tmp_path_factory.mktemp("http") / "data"),
-               env={"LEASEQ_HTTP_PORT": str(port), "LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
-    d.http = port
+    d = http_daemon(tmp_path_factory.mktemp("http") / "data", env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"})
     yield d
     d.stop()
-
-
-def get(d, path: str, method: str = "GET") -> tuple[int, str, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{d.http}{path}", method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
 
 def samples(text: str) -> dict:
@@ -42,8 +28,8 @@ def samples(text: str) -> dict:
 
 
 def test_healthz_and_readyz(web):
-    assert get(web, "/healthz")[::2] == (200, "ok\n")
-    assert get(web, "/readyz")[::2] == (200, "ready\n")
+    assert http_get(web, "/healthz")[::2] == (200, "ok\n")
+    assert http_get(web, "/readyz")[::2] == (200, "ready\n")
 
 
 def test_readyz_is_503_while_the_log_cannot_be_written(web):
@@ -52,12 +38,12 @@ def test_readyz_is_503_while_the_log_cannot_be_written(web):
     try:
         with pytest.raises(Exception):
             c.execute_command("QPUSH", "faulty", "x")
-        status, _t, body = get(web, "/readyz")
+        status, _t, body = http_get(web, "/readyz")
         assert (status, body) == (503, "the log cannot be written: No space left on device\n")
-        assert get(web, "/healthz")[0] == 200                      # the process still serves
+        assert http_get(web, "/healthz")[0] == 200                      # the process still serves
     finally:
         c.execute_command("DEBUG", "FAULT", "WRITE", "NONE")
-    wait_for(lambda: get(web, "/readyz")[0] == 200, 10, "writes to resume")
+    wait_for(lambda: http_get(web, "/readyz")[0] == 200, 10, "writes to resume")
 
 
 def test_metrics_show_queues_commands_fsyncs_and_clients(web):
@@ -67,7 +53,7 @@ def test_metrics_show_queues_commands_fsyncs_and_clients(web):
     tokens = [as_map(j)[b"lease"] for j in lease]
     c.execute_command("QACK", "m", tokens[0])
     c.execute_command("QNACK", "m", tokens[1], "DELAY", 60_000)
-    status, ctype, text = get(web, "/metrics")
+    status, ctype, text = http_get(web, "/metrics")
     assert status == 200 and ctype.startswith("text/plain; version=")      # Prometheus' text format
     m = samples(text)
     jobs = {state: m[("leaseq_queue_jobs", (("queue", "m"), ("state", state)))]

@@ -466,6 +466,30 @@ def test_retain_dead_uses_the_configuration_at_the_time_of_death(store):
     assert q.jobs == {}
 
 
+# -- the latest dead letters (what the status page lists) ------------------------------------------------------------
+
+def test_latest_buried_are_the_jobs_that_died_last_newest_first(store):
+    q = new_queue(store)
+    push(store, q, n=4)
+    jobs = {job.id: job for job in claim(store, q, T0, count=4)}
+    for now, jid in enumerate((3, 1, 4), start=T0 + 1):      # they die out of id order; 2 lives
+        nack_dead(store, q, [jobs[jid].token], now)
+    assert ids(q.latest_buried(2)) == [4, 1]
+    assert ids(q.latest_buried(10)) == [4, 1, 3]
+
+
+def test_latest_dead_lettered_are_the_newest_arrivals_with_provenance_within_the_look(store):
+    q = new_queue(store, deadletter="dlq")
+    dlq = new_queue(store, b"dlq")
+    push(store, q, n=3)
+    for job in claim(store, q, T0, count=3):
+        nack_dead(store, q, [job.token], T0 + 1)        # dlq ids 1-3, each with provenance
+    push(store, dlq, n=2)                               # 4-5: pushed there, no provenance
+    assert ids(dlq.latest_dead_lettered(2, look_at=10)) == [3, 2]
+    assert ids(dlq.latest_dead_lettered(5, look_at=3)) == [3]    # the look stops at the third newest
+    assert q.latest_dead_lettered(5, look_at=10) == []
+
+
 # -- QREDRIVE: dead jobs back to ready ---------------------------------------------------------------------------
 
 def test_redrive_makes_dead_jobs_ready_with_deliveries_reset_and_first_in_claim_order(store):

@@ -205,6 +205,16 @@ def test_clear_empties_the_index():
     assert len(idx) == 1 and list(idx) == [(3, 3)]
 
 
+# -- last ----------------------------------------------------------------------------------------------------------
+
+def test_last_gives_the_latest_entries_latest_first_across_moments():
+    idx = filled((10, 1), (30, 4), (30, 2), (20, 3), (40, 5))
+    assert idx.last(3) == [5, 4, 2]
+    assert idx.last(10) == [5, 4, 2, 3, 1]
+    assert TimeIndex().last(5) == []
+    assert len(idx) == 5                # a look, not a removal
+
+
 # -- property: the index behaves as a sorted set of (moment, id) --------------------------------------------------
 
 moments = st.integers(0, 20)

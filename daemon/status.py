@@ -1,0 +1,424 @@
+"""The status page, ``GET /`` on the HTTP listener (docs/operations.md,
+"Status page"): queues with their counts, rates and oldest ready job, the
+latest dead letters with their errors, and the log and snapshots, in one
+HTML page that refreshes itself and loads nothing from anywhere else.
+
+Three parts, so that the page can be tested without a socket:
+
+* ``RateSamples`` keeps the pushed and acked counters of every queue, sampled
+  once a second for the last few seconds.  A rate is then the counters' rise
+  since the oldest sample over the time since it: a window that does not
+  depend on how often anyone looks, at the cost of one small dict a second
+  while the HTTP listener is on, and nothing per command.
+* ``read_status(server, rates)`` reads the live state into plain data
+  (``Status``), on the loop.  The header and the log and snapshot figures
+  are INFO's own sections (``Server.info_sections``); queue counts come from
+  ``Queue.counts`` as INFO's and /metrics' do.  Everything it reads is
+  bounded: at most ``MAX_QUEUES`` queues, ``DEAD_PER_QUEUE`` dead letters
+  each, error texts cut to ``MAX_ERROR_BYTES``.
+* ``render(status)`` turns that data into HTML text: a pure function, run in
+  a worker thread like /metrics' formatting.  Every text that comes from
+  outside (queue names, errors, paths, settings) goes through ``html.escape``.
+
+Nothing is folded before it is read (folding would log EXPIRE records): the
+counts are the queues' as they stand, the same as INFO's.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from leaseq.storage.queue import DEAD, Job, Queue
+
+REFRESH_SECONDS = 2
+MAX_QUEUES = 500            # rows in the queue table; the rest is counted in a note
+DEAD_PER_QUEUE = 5          # latest dead letters listed per queue
+DEAD_LOOK_AT = 50           # newest jobs of a dead-letter queue looked at for provenance
+MAX_ERROR_BYTES = 300       # of an error text (a client may send megabytes)
+RATE_SAMPLES = 6            # one a second: rates over the last 5 to 6 seconds
+MIN_RATE_SPAN = 0.5         # seconds: a shorter span gives no rate yet
+
+
+# -- rates --------------------------------------------------------------------------------------
+
+class RateSamples:
+    """A ring of ``(monotonic seconds, {queue name: (pushed, acked)})``."""
+
+    def __init__(self, keep: int = RATE_SAMPLES) -> None:
+        self.ring: deque = deque(maxlen=keep)
+
+    def sample(self, queues, moment: float) -> None:
+        self.ring.append((moment, {q.name: (q.counters.pushed, q.counters.acked) for q in queues}))
+
+    def rates(self, q: Queue, moment: float) -> tuple[float, float]:
+        """Pushes and acks per second of ``q`` since the oldest sample that
+        holds it.  A queue dropped and made again starts its counters over:
+        a fall counts as no rate, not a negative one."""
+        for when, counters in self.ring:
+            then = counters.get(q.name)
+            span = moment - when
+            if then is not None and span >= MIN_RATE_SPAN:
+                pushed, acked = then
+                c = q.counters
+                return max(0.0, (c.pushed - pushed) / span), max(0.0, (c.acked - acked) / span)
+        return 0.0, 0.0
+
+
+# -- the live state as plain data -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueueRow:
+    name: str
+    durability: str
+    counts: dict            # state -> jobs, as Queue.counts
+    push_rate: float        # per second
+    ack_rate: float
+    oldest_ready_ms: int    # 0 when nothing is ready
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    queue: str              # where it is now
+    id: int
+    state: str
+    source: str             # the queue it was dead-lettered from; "" when it died where it is
+    source_id: int
+    reason: str             # max-deliveries, nack or expired
+    deliveries: int         # before it died
+    last_error: str         # cut to MAX_ERROR_BYTES
+
+
+@dataclass(frozen=True)
+class Status:
+    now: float              # unix seconds when it was read
+    info: dict              # INFO's sections but queues: {section: {field: value}}
+    queues: list            # QueueRow, by name, at most MAX_QUEUES
+    queue_count: int        # all queues
+    dead_letters: list      # DeadLetter, by queue name, newest first within a queue
+
+
+def read_status(server, rates: RateSamples) -> Status:
+    """What the page shows, read from the daemon now (on the loop)."""
+    sections = server.info_sections()
+    info = {name: dict(fields) for name, fields in sections.items() if name != "queues"}
+    queues = sorted(server.store.queues.values(), key=lambda q: q.name)
+    shown = queues[:MAX_QUEUES]
+    now_ms = server.now_ms()
+    moment = time.monotonic()
+    targets = {q.config.deadletter.encode() for q in queues if q.config.deadletter}
+    return Status(now=time.time(), info=info,
+                  queues=[queue_row(q, rates, now_ms, moment) for q in shown], queue_count=len(queues),
+                  dead_letters=[d for q in shown for d in latest_dead_letters(q, q.name in targets)])
+
+
+def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float) -> QueueRow:
+    push_rate, ack_rate = rates.rates(q, moment)
+    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=q.counts(),
+                    push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=q.oldest_ready_age(now_ms))
+
+
+def latest_dead_letters(q: Queue, is_target: bool) -> list[DeadLetter]:
+    """Up to ``DEAD_PER_QUEUE`` of ``q``: jobs that died in it, then, when
+    some queue names it as DEADLETTER, jobs that arrived in it as dead
+    letters.  Only dead-letter queues are looked through for arrivals, so a
+    page costs nothing for the queues that are not."""
+    rows = [_buried(q, job) for job in q.latest_buried(DEAD_PER_QUEUE)]
+    if is_target and len(rows) < DEAD_PER_QUEUE:
+        arrived = q.latest_dead_lettered(DEAD_PER_QUEUE, DEAD_LOOK_AT)
+        rows += [_arrived(q, job) for job in arrived if job.state is not DEAD]
+    return rows[:DEAD_PER_QUEUE]
+
+
+def _buried(q: Queue, job: Job) -> DeadLetter:
+    return DeadLetter(queue=_text(q.name), id=job.id, state=_text(job.state), source="", source_id=0,
+                      reason=_text(job.dead_reason or b""), deliveries=job.deliveries,
+                      last_error=_error(job.last_error))
+
+
+def _arrived(q: Queue, job: Job) -> DeadLetter:
+    o = job.origin
+    return DeadLetter(queue=_text(q.name), id=job.id, state=_text(job.state), source=_text(o.source),
+                      source_id=o.src_id, reason=_text(o.reason), deliveries=o.deliveries,
+                      last_error=_error(job.last_error))
+
+
+def _text(b: bytes) -> str:
+    return b.decode(errors="replace")
+
+
+def _error(error: bytes | None) -> str:
+    """The start of an error text; the rest is dropped before it is decoded."""
+    if not error:
+        return ""
+    cut = _text(error[:MAX_ERROR_BYTES])
+    return cut + " …" if len(error) > MAX_ERROR_BYTES else cut
+
+
+# -- HTML -----------------------------------------------------------------------------------------
+
+CSS = """
+:root { --fg: #1f2328; --muted: #656d76; --faint: #b1bac4; --line: #d8dee4; --band: #f6f8fa;
+        --ok: #1a7f37; --ok-bg: #dafbe1; --warn: #9a6700; --warn-bg: #fff8c5; --bad: #cf222e; --bad-bg: #ffebe9; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--fg); background: #fff;
+       font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+header { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 20px; padding: 10px 24px;
+         background: var(--band); border-bottom: 1px solid var(--line); }
+h1 { margin: 0; font-size: 19px; letter-spacing: .01em; }
+.state { padding: 1px 9px; border-radius: 10px; font-size: 12px; font-weight: 600; letter-spacing: .04em;
+         text-transform: uppercase; }
+.ok { color: var(--ok); background: var(--ok-bg); }
+.warn { color: var(--warn); background: var(--warn-bg); }
+.bad { color: var(--bad); background: var(--bad-bg); }
+.facts { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 0; padding: 0; list-style: none; color: var(--muted); }
+.facts b { color: var(--fg); font-weight: 600; }
+.alert { margin: 14px 24px 0; padding: 8px 12px; border-radius: 6px; }
+main { padding: 4px 24px 8px; }
+h2 { margin: 16px 0 6px; font-size: 12px; font-weight: 600; letter-spacing: .07em; text-transform: uppercase;
+     color: var(--muted); }
+h2 .count { margin-left: 8px; color: var(--faint); font-weight: 400; letter-spacing: 0; text-transform: none; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 3px 12px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap;
+         vertical-align: baseline; }
+th { font-size: 12px; font-weight: 600; color: var(--muted); background: var(--band); }
+th:first-child, td:first-child { padding-left: 8px; }
+tbody tr:hover { background: #f6f8fa; }
+.n { text-align: right; }
+td.zero { color: var(--faint); }
+td.dead { color: var(--bad); font-weight: 600; }
+.mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 13px; }
+td.name { white-space: normal; overflow-wrap: anywhere; min-width: 12ch; max-width: 40ch; }
+td.error { white-space: normal; overflow-wrap: anywhere; min-width: 30ch; max-width: 70ch; color: #57606a; }
+.durability { color: var(--muted); }
+.columns { display: flex; flex-wrap: wrap; gap: 16px 56px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 18px; margin: 0; }
+dt { color: var(--muted); }
+dd { margin: 0; font-variant-numeric: tabular-nums; }
+h3 { margin: 0 0 4px; font-size: 13px; }
+.note, footer { color: var(--muted); font-size: 12px; }
+.note { margin: 6px 0 0; }
+footer { padding: 10px 24px 14px; }
+"""
+
+
+def render(status: Status) -> str:
+    """The whole page; ``status`` is all it reads (the clock included)."""
+    state, css_class, alert = _state(status.info)
+    return "".join([
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>leaseq: {_esc(state)}</title><style>{CSS}</style></head><body>",
+        _header(status, state, css_class),
+        f'<p class="alert {css_class}">{_esc(alert)}</p>' if alert else "",
+        "<main>", _queues_and_dead_letters(status, state), _log_and_snapshots(status), "</main>",
+        _footer(status),
+        "</body></html>\n",
+    ])
+
+
+def _esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _state(info: dict) -> tuple[str, str, str]:
+    """(state word, its CSS class, a sentence when it is not plain ready)."""
+    p = info["persistence"]
+    if p.get("loading"):
+        seconds = p.get("loading_elapsed_ms", 0) / 1000
+        return "loading", "warn", f"Recovering the data directory ({seconds:.1f} s so far): commands get -LOADING."
+    if p.get("log_write_status") == "err":
+        return ("disk error", "bad", f"The log cannot be written: {p.get('log_write_error')}. Commands that "
+                "change queues get -MISCONF until the disk takes writes again; reads go on.")
+    return "ready", "ok", ""
+
+
+def _header(status: Status, state: str, css_class: str) -> str:
+    server, clients, memory, stats = (status.info[s] for s in ("server", "clients", "memory", "stats"))
+    facts = [
+        ("version", server["leaseq_version"]),
+        ("up", _duration(server["uptime_in_seconds"] * 1000)),
+        ("clients", f"{clients['connected_clients']:,}"
+                    + (f" ({clients['blocked_clients']:,} blocked)" if clients["blocked_clients"] else "")),
+        ("ops/s", f"{stats['instantaneous_ops_per_sec']:,}"),
+        ("jobs live", f"{memory['jobs_live']:,}"),
+        ("memory", _bytes(memory["used_memory_rss"])),
+        ("port", server["tcp_port"]),
+        ("pid", server["process_id"]),
+    ]
+    items = "".join(f"<li>{_esc(name)} <b>{_esc(value)}</b></li>" for name, value in facts)
+    return (f'<header><h1>leaseq</h1><span class="state {css_class}">{_esc(state)}</span>'
+            f'<ul class="facts">{items}</ul></header>')
+
+
+QUEUE_COLUMNS = ("ready", "delayed", "in_flight", "dead", "completed")
+
+
+def _queues_and_dead_letters(status: Status, state: str) -> str:
+    if state == "loading":          # the server holds an empty stand-in until recovery is done
+        return '<h2>Queues</h2><p class="note">Listed once the data directory is recovered.</p>'
+    return _queue_table(status) + _dead_letter_table(status)
+
+
+def _queue_table(status: Status) -> str:
+    title = f'<h2>Queues<span class="count">{status.queue_count:,}</span></h2>'
+    if not status.queues:
+        return title + '<p class="note">No queues yet.</p>'
+    head = "".join(f'<th class="n">{_esc(c.replace("_", " "))}</th>' for c in QUEUE_COLUMNS)
+    rows = "".join(_queue_tr(row) for row in status.queues)
+    note = ""
+    if status.queue_count > len(status.queues):
+        note = (f'<p class="note">The first {len(status.queues):,} of {status.queue_count:,} queues by name; '
+                "INFO and /metrics list them all.</p>")
+    return (f'{title}<table><thead><tr><th>queue</th><th>durability</th>{head}<th class="n">push/s</th>'
+            f'<th class="n">ack/s</th><th class="n">oldest ready</th></tr></thead><tbody>{rows}</tbody></table>'
+            f"{note}")
+
+
+def _queue_tr(row: QueueRow) -> str:
+    cells = "".join(_count_td(row.counts[c], c) for c in QUEUE_COLUMNS)
+    oldest = _duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
+    return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
+            f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
+            f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td></tr>')
+
+
+def _count_td(n: int, state: str) -> str:
+    emphasis = " zero" if n == 0 else " dead" if state == "dead" else ""
+    return f'<td class="n{emphasis}">{n:,}</td>'
+
+
+def _rate_td(rate: float) -> str:
+    if rate == 0:
+        return '<td class="n zero">0</td>'
+    text = "&lt;0.1" if rate < 0.05 else f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}"
+    return f'<td class="n">{text}</td>'
+
+
+def _dead_letter_table(status: Status) -> str:
+    title = f'<h2>Dead letters<span class="count">the latest {DEAD_PER_QUEUE} per queue</span></h2>'
+    if not status.dead_letters:
+        return title + '<p class="note">None.</p>'
+    rows = "".join(_dead_tr(d) for d in status.dead_letters)
+    return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th>state</th><th>from</th>'
+            f'<th>reason</th><th class="n">deliveries</th><th>last error</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _dead_tr(d: DeadLetter) -> str:
+    source = f"{_esc(d.source)} #{d.source_id}" if d.source else "–"
+    return (f'<tr><td class="name mono">{_esc(d.queue)}</td><td class="n">{d.id}</td><td>{_esc(d.state)}</td>'
+            f'<td class="mono">{source}</td><td>{_esc(d.reason)}</td><td class="n">{d.deliveries}</td>'
+            f'<td class="error mono">{_esc(d.last_error) or "–"}</td></tr>')
+
+
+def _log_and_snapshots(status: Status) -> str:
+    p = status.info["persistence"]
+    if p.get("loading"):
+        return ('<h2>Log &amp; snapshots</h2>'
+                + _pairs("Recovering", [("directory", p.get("dir", "")),
+                                        ("for", _duration(p.get("loading_elapsed_ms", 0)))]))
+    return ('<h2>Log &amp; snapshots</h2><div class="columns">'
+            + _pairs("Log", _log_pairs(p, status.now))
+            + _pairs("Snapshots", _snapshot_pairs(p, status.now))
+            + _pairs("Recovery at start", _recovery_pairs(p))
+            + "</div>")
+
+
+def _pairs(title: str, pairs: list) -> str:
+    body = "".join(f"<dt>{_esc(name)}</dt><dd>{_esc(value)}</dd>" for name, value in pairs)
+    return f"<section><h3>{_esc(title)}</h3><dl>{body}</dl></section>"
+
+
+def _log_pairs(p: dict, now: float) -> list:
+    writable = "yes" if p.get("log_write_status") == "ok" else f"no: {p.get('log_write_error')}"
+    segments = (f"{p['wal_segments']:,}, writing #{p['wal_current_segment']}" if "wal_segments" in p
+                else "– (reopened when the disk takes writes again)")
+    return [
+        ("writable", writable),
+        ("directory", p.get("dir", "")),
+        ("segments", segments),
+        ("size", _bytes(p["wal_bytes"]) if "wal_bytes" in p else "–"),
+        ("last fsync", _last_fsync(p, now)),
+        ("fsyncs", f"{p.get('fsyncs', 0):,}"),
+        ("durability", f"{p.get('default_durability')} by default, leases {p.get('lease_durability')}"),
+    ]
+
+
+def _last_fsync(p: dict, now: float) -> str:
+    when = p.get("last_fsync_time_ms", 0)
+    if not when:
+        return "none yet"
+    took = p.get("last_fsync_duration_ms")
+    return _ago(when / 1000, now) + ("" if took is None else f", took {took} ms")
+
+
+def _snapshot_pairs(p: dict, now: float) -> list:
+    last = p.get("last_snapshot_time", 0)
+    status = p.get("last_snapshot_status", "")
+    if last:
+        done = f"{_ago(last, now)}, {status}"
+        if p.get("last_snapshot_duration_ms", -1) >= 0:
+            done += f" in {_duration(p['last_snapshot_duration_ms'])}"
+    else:
+        done = "none yet" if status == "ok" else f"none yet, last attempt {status}"
+    return [
+        ("last", done),
+        ("size", _bytes(p.get("last_snapshot_bytes", 0)) if last else "–"),
+        ("in progress", "yes" if p.get("snapshot_in_progress") else "no"),
+        ("taken since start", f"{p.get('snapshots_taken', 0):,}"),
+        ("log since the last", _bytes(p.get("log_bytes_since_snapshot", 0))),
+        ("next after", f"{_bytes(p.get('snapshot_min_bytes', 0))} of log and twice the live data"),
+        ("archive", p.get("archive_dir") or "none: compaction deletes"),
+    ]
+
+
+def _recovery_pairs(p: dict) -> list:
+    return [
+        ("from snapshot", p.get("recovery_snapshot", "–")),
+        ("records replayed", f"{p.get('recovery_records', 0):,}"),
+        ("took", f"{p.get('recovery_seconds', '0')} s"),
+        ("boot epoch", p.get("boot_epoch", "–")),
+    ]
+
+
+def _footer(status: Status) -> str:
+    moment = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(status.now))
+    return (f"<footer>Read at {_esc(moment)}; refreshes every {REFRESH_SECONDS} s. Rates are over the last "
+            f"{RATE_SAMPLES - 1} s or so; counts are as INFO shows them.</footer>")
+
+
+# -- numbers as people read them ------------------------------------------------------------------
+
+def _duration(ms: float) -> str:
+    seconds = ms / 1000
+    if seconds < 1:
+        return f"{ms:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, hours, days = int(seconds // 60), int(seconds // 3600), int(seconds // 86400)
+    if hours < 1:
+        return f"{minutes} min {int(seconds % 60)} s"
+    if days < 1:
+        return f"{hours} h {minutes % 60} min"
+    return f"{days} d {hours % 24} h"
+
+
+def _ago(unix_seconds: float, now: float) -> str:
+    if not unix_seconds:
+        return "never"
+    return f"{_duration(max(0.0, now - unix_seconds) * 1000)} ago"
+
+
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _bytes(n: float) -> str:
+    power = 0
+    while n >= 1024 and power < len(BYTE_UNITS) - 1:
+        n /= 1024
+        power += 1
+    return f"{n:,} B" if power == 0 else f"{n:,.1f} {BYTE_UNITS[power]}"
