@@ -33,7 +33,7 @@ def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = ())
 class Settings:
     port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False)
     bind: str = _s("127.0.0.1", "str", "address to listen on; 127.0.0.1 keeps a sidecar private", mutable=False)
-    http_port: int = _s(0, "int", "HTTP port for /healthz, /readyz and /metrics (0 = no HTTP listener)",
+    http_port: int = _s(0, "int", "HTTP port for the status page, /healthz, /readyz and /metrics (0 = none)",
                         mutable=False)
     http_bind: str = _s("127.0.0.1", "str", "address the HTTP listener binds to", mutable=False)
     dir: str = _s("./data", "str", "data directory (write-ahead log); created if missing", mutable=False)
