@@ -398,6 +398,15 @@ def command_refusal(user: User, cmd, args: list) -> Error | None:
     return None
 
 
+def queues_named(cmd, args: list) -> list:
+    """The queue arguments of a request, from the table's key positions."""
+    if not cmd.first_key or len(args) <= cmd.first_key:
+        return []
+    if cmd.last_key == -1:
+        return args[cmd.first_key:]
+    return [args[cmd.first_key]]
+
+
 def queue_refusal(user: User, name: bytes, access: str) -> Error | None:
     """-NOPERM when the user may not use queue ``name`` as ``access`` (R, W
     or RW: the command's ``access`` in the table) needs."""

@@ -134,8 +134,13 @@ CLIENT_HELP = [
     b"SETINFO <LIB-NAME|LIB-VER> <value>", b"    Set client library name or version.",
     b"INFO", b"    Return information about the current client connection.",
     b"LIST [ID <id> [<id> ...]]", b"    Return information about client connections.",
-    b"KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]",
+    b"KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [USER <name>] [SKIPME yes|no]",
     b"    Kill connections.",
+    b"NO-EVICT (ON|OFF)", b"    Accepted; leaseq evicts nothing.",
+    b"NO-TOUCH (ON|OFF)", b"    Accepted; leaseq keeps no LRU/LFU state.",
+    b"MAINT_NOTIFICATIONS (ON|OFF) [<option> <value> ...]",
+    b"    Accepted; a single leaseq has no maintenance events to notify.",
+    b"GETREDIR", b"    -1: leaseq has no client-side caching.",
     b"HELP", b"    Print this help.",
 ]
 
@@ -153,6 +158,14 @@ def client_cmd(client, args):
             raise errors.BAD_CLIENT_NAME
         client.name = args[2] or None
         return OK
+    if sub in (b"NO-EVICT", b"NO-TOUCH") and n == 3:
+        return _on_off(args[2])          # nothing is evicted or LRU-touched in leaseq: nothing to change
+    if sub == b"MAINT_NOTIFICATIONS" and n >= 3:
+        # node-redis 5/6 and redis-py ask for notifications of maintenance
+        # events (moves, failovers); one leaseq never has any to send
+        return _on_off(args[2])
+    if sub == b"GETREDIR" and n == 2:
+        return -1                        # no client-side caching redirection
     if sub == b"SETINFO" and n == 4:
         attr = args[2].upper()
         value = args[3].decode(errors="replace")
@@ -180,9 +193,16 @@ def client_cmd(client, args):
         return _client_kill(client, args)
     if sub == b"HELP" and n == 2:
         return CLIENT_HELP
-    if sub in (b"ID", b"GETNAME", b"SETNAME", b"SETINFO", b"INFO", b"KILL", b"HELP"):
+    if sub in (b"ID", b"GETNAME", b"SETNAME", b"SETINFO", b"INFO", b"KILL", b"HELP", b"NO-EVICT", b"NO-TOUCH",
+               b"MAINT_NOTIFICATIONS", b"GETREDIR"):
         raise errors.subcommand_arity("client", sub)
     raise errors.unknown_subcommand(args[1], "client")
+
+
+def _on_off(value: bytes):
+    if value.upper() not in (b"ON", b"OFF"):
+        raise errors.SYNTAX
+    return OK
 
 
 def _client_kill(client, args):

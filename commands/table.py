@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, queues, server
+from . import acl, connection, debug, inspect, jobs, keyspace, queues, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -114,6 +114,7 @@ class Command:
     notes: str = ""
     subcommands: tuple = field(default=())     # Subcommand
     categories: frozenset = frozenset()
+    last_key: int = 0               # as Redis: the last key's position; -1 = every argument from first_key
     access: str = ""                # what it does to the queue it names: R, W or RW (ACL %R~ / %W~)
 
     def syntax(self) -> str:
@@ -121,12 +122,15 @@ class Command:
 
 
 def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", reply="", notes="",
-       subcommands="", categories="", access=""):
+       subcommands="", categories="", access="", first_key=None):
     """One command.  ``subcommands``: "name name:flag,flag ..." (extra flags
     per subcommand); ``categories``: extra ACL categories (keyspace,
     dangerous); ``access``: RW for a command that writes a queue and hands out
-    its payloads (otherwise R for readonly, W for write commands)."""
-    first_key = 1 if args and args[0].type == "key" else 0
+    its payloads (otherwise R for readonly, W for write commands);
+    ``first_key``: where the queue is when it is not the first argument."""
+    if first_key is None:
+        first_key = 1 if args and args[0].type == "key" else 0
+    last_key = -1 if args and args[0].type == "key" and args[0].multiple else first_key
     flag_set = frozenset(flags.split())
     extra = tuple(categories.split())
     subs = []
@@ -137,7 +141,7 @@ def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", 
     access = access or ("R" if "readonly" in flag_set else "W" if "write" in flag_set else "RW")
     return Command(name, handler, arity, flag_set, group, summary, complexity, tuple(args),
                    first_key, reply, notes, tuple(subs), acl.categories_for(flag_set, group, bool(first_key), extra),
-                   access)
+                   last_key, access)
 
 
 QUEUE_OPTIONS = (
@@ -245,6 +249,27 @@ _COMMANDS = [
        "Dead jobs back to ready; a dead-letter queue's jobs back to their source queues",
        (QUEUE, opt("COUNT", "n")), "O(M log N)",
        reply="integer: jobs moved (deliveries reset to 0)", notes="Without COUNT, all of them."),
+    # -- Redis's keyspace commands, for the tools that walk it -------------------------------------
+    _c("scan", keyspace.scan, -2, "readonly", "keyspace", "Iterate over queue names, as Redis's SCAN iterates keys",
+       (Arg("cursor", "integer"), opt("MATCH", "pattern", "string"), opt("COUNT", "count"),
+        opt("TYPE", "type", "string")), "O(N) in queues per call",
+       reply="[next cursor, [name ...]]; cursor 0 starts and ends the scan",
+       notes="Every queue that exists for the whole scan is returned exactly once. Every key is of TYPE queue.",
+       categories="keyspace"),
+    _c("keys", keyspace.keys, 2, "readonly", "keyspace", "Queue names matching a glob pattern",
+       (Arg("pattern"),), "O(N) in queues", reply="array of names", categories="keyspace dangerous"),
+    _c("exists", keyspace.exists, -2, "readonly fast", "keyspace", "How many of the given queues exist",
+       (Arg("key", "key", multiple=True),), "O(N) in keys", reply="integer", categories="keyspace"),
+    _c("type", keyspace.type_, 2, "readonly fast", "keyspace", "The type of a key: queue, or none",
+       (Arg("key", "key"),), reply="+queue or +none", categories="keyspace"),
+    _c("memory", keyspace.memory, -2, "readonly", "keyspace",
+       "MEMORY USAGE: the estimated bytes a queue holds; MEMORY HELP",
+       (Arg("subcommand"), Arg("key", optional=True), opt("SAMPLES", "count")), "O(1)",
+       reply="integer (nil for a queue that does not exist)", first_key=2, subcommands="usage help"),
+    _c("object", keyspace.object_, -2, "readonly", "keyspace",
+       "OBJECT FREQ: how busy a queue is, for redis-cli --hotkeys; OBJECT HELP",
+       (Arg("subcommand"), Arg("key", optional=True)), "O(1)",
+       reply="integer 0-255 (nil for a queue that does not exist)", first_key=2, subcommands="freq help"),
     # -- connection -----------------------------------------------------------------------------
     _c("ping", connection.ping, -1, "fast noauth", "connection", "Ping the server",
        (Arg("message", optional=True),), reply="+PONG, or the message"),
@@ -267,10 +292,12 @@ _COMMANDS = [
     _c("reset", connection.reset, 1, "fast noauth loading direct", "connection",
        "Reset the connection: RESP2, no name, unauthenticated, no transaction", reply="+RESET"),
     _c("client", connection.client_cmd, -2, "loading", "connection",
-       "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, HELP",
+       "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, "
+       "MAINT_NOTIFICATIONS, GETREDIR, HELP",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in clients for LIST and KILL",
        reply="depends on the subcommand",
-       subcommands="id getname setname setinfo info list:admin kill:admin help"),
+       subcommands="id getname setname setinfo info list:admin kill:admin help no-evict:admin no-touch "
+                   "maint_notifications getredir"),
     _c("multi", None, 1, "fast loading transaction", "transactions", "Start a transaction",
        reply="+OK; the following commands answer +QUEUED"),
     _c("exec", None, 1, "loading transaction", "transactions",
@@ -326,8 +353,7 @@ TABLE: dict[bytes, Command] = {c.name.encode(): c for c in _COMMANDS}
 
 def command_info(c: Command) -> list:
     """Redis 7's 10-element COMMAND INFO entry."""
-    last = 1 if c.first_key else 0
-    return [c.name.encode(), c.arity, [Simple(f) for f in sorted(c.flags)], c.first_key, last,
+    return [c.name.encode(), c.arity, [Simple(f) for f in sorted(c.flags)], c.first_key, c.last_key,
             1 if c.first_key else 0, [Simple("@" + cat) for cat in sorted(c.categories)], [], [], []]
 
 
@@ -339,7 +365,8 @@ def command_docs(c: Command) -> Map:
     return Map(items)
 
 
-GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("inspect", "Inspection and repair"), ("connection", "Connection"),
+GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("inspect", "Inspection and repair"),
+          ("keyspace", "Keyspace (for Redis tools)"), ("connection", "Connection"),
           ("transactions", "Transactions"), ("server", "Server")]
 
 

@@ -76,6 +76,25 @@ class Settings:
 FIELDS = {f.name.replace("_", "-"): f for f in dataclasses.fields(Settings) if "kind" in f.metadata}
 
 
+# Redis settings that tools ask for with CONFIG GET (redis-benchmark: save
+# and appendonly; redis-cli: databases; --hotkeys: maxmemory-policy), shown
+# as what leaseq does; CONFIG SET refuses them as immutable.
+_APPENDFSYNC = {"fsync": "always", "async": "everysec", "memory": "no"}
+
+
+def redis_views(settings: "Settings") -> list[tuple[str, str]]:
+    return [
+        ("save", ""),                               # no timed saves: snapshots follow the log's size
+        ("appendonly", "yes"),                      # every change goes to the write-ahead log
+        ("appendfsync", _APPENDFSYNC[settings.default_durability]),
+        ("databases", "1"),
+        ("maxmemory-policy", "noeviction"),         # jobs are never evicted; pushes get -OOM
+    ]
+
+
+REDIS_VIEWS = frozenset(name for name, _ in redis_views(Settings()))
+
+
 def attr_name(name: str) -> str:
     return name.lower().replace("-", "_")
 

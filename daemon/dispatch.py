@@ -89,11 +89,12 @@ def _permission(client, cmd, args: list) -> Error | None:
     if denied is not None:
         stats.acl_access_denied_cmd += 1
         return denied
-    if cmd.first_key and len(args) > cmd.first_key:
-        denied = acl.queue_refusal(user, args[cmd.first_key], cmd.access)
+    for name in acl.queues_named(cmd, args):
+        denied = acl.queue_refusal(user, name, cmd.access)
         if denied is not None:
             stats.acl_access_denied_key += 1
-    return denied
+            return denied
+    return None
 
 
 def _refuse(client, error: Error) -> Error:

@@ -24,3 +24,11 @@ def os_line() -> str:
     """As Redis's INFO ``os``: system, release, machine."""
     u = os.uname()
     return f"{u.sysname} {u.release} {u.machine}"
+
+
+def human_bytes(n: int) -> str:
+    """Redis's ``used_memory_human`` form: 1023B, 1.50K, 12.34M, 1.00G."""
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"

@@ -34,7 +34,7 @@ from .connection import Connection
 from .faults import DiskFaults
 from .http import HttpListener
 from .metrics import Metrics
-from .process import os_line, peak_rss_bytes, rss_bytes
+from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
 from .snapshots import Snapshots
 from .resp import encode
 
@@ -154,12 +154,15 @@ class Server:
         return self.acl.auth_required
 
     def config_items(self) -> list[tuple[str, str]]:
-        return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
+        s = self.settings
+        return [(name, config.render(name, s.get(name))) for name in config.FIELDS] + config.redis_views(s)
 
     def config_set(self, pairs: list[tuple[str, str]]) -> None:
         changes = {}
         for name, text in pairs:
             f = config.FIELDS.get(name)
+            if name in config.REDIS_VIEWS:
+                raise errors.config_immutable(name)
             if f is None:
                 raise errors.config_unknown(name)
             if not f.metadata["mutable"]:
@@ -227,6 +230,7 @@ class Server:
         s = self.settings
         store = self.store
         uptime = int(time.time() - self.started_at)
+        rss = rss_bytes()
         queues = store.queues.values()
         stats = self.stats
         return {
@@ -247,7 +251,9 @@ class Server:
                 ("maxclients", s.maxclients),
             ],
             "memory": [
-                ("used_memory_rss", rss_bytes()),
+                ("used_memory", rss),                   # Python has no cheap allocator total: the RSS
+                ("used_memory_human", human_bytes(rss)),
+                ("used_memory_rss", rss),
                 ("used_memory_peak", peak_rss_bytes()),
                 ("maxmemory", s.maxmemory),
                 ("jobs_live", sum(len(q.jobs) for q in queues)),
@@ -266,6 +272,8 @@ class Server:
                 ("acl_access_denied_key", stats.acl_access_denied_key),
             ],
             "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
+            # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
+            "keyspace": [("db0", f"keys={len(store.queues)},expires=0,avg_ttl=0")] if store.queues else [],
         }
 
     def _persistence(self) -> list[tuple[str, object]]:

@@ -55,6 +55,12 @@ COMPLETED = b"completed"
 FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
 DURABILITIES = (FSYNC, ASYNC, MEMORY)
 
+# What memory_estimate counts per live job beyond its payload, and per queue:
+# `leaseq bench storage` measures 272-285 bytes per job (Job, its indexes and
+# dict entries), and an empty queue's dicts, indexes and config about 4 KiB.
+JOB_BYTES = 280
+QUEUE_BYTES = 4096
+
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
 
@@ -534,6 +540,12 @@ class Queue:
         and the status page show."""
         return {"ready": len(self.ready), "delayed": len(self.delayed), "in_flight": len(self.leases),
                 "dead": len(self.dead), "completed": len(self.completed)}
+
+    def memory_estimate(self) -> int:
+        """Bytes this queue holds, estimated: its payloads plus what each job
+        costs beyond its payload (``JOB_BYTES``, measured by ``leaseq bench
+        storage``) plus the queue's own structures.  MEMORY USAGE answers it."""
+        return QUEUE_BYTES + self.payload_bytes + JOB_BYTES * len(self.jobs)
 
     def summary(self) -> str:
         """One line of counts, as INFO's queues section shows it."""

@@ -31,6 +31,7 @@ user producer on >p-secret ~emails* +qpush +qcreate +qredrive +qlen +qinfo
 user reader on >r-secret %R~* %W~reader:* +@read +qpush
 user retired off >x-secret ~* +@all
 user anyone on nopass ~open:* +qpush +qlen
+user tools on >t-secret ~jobs:* +@keyspace
 """
 
 
@@ -190,6 +191,7 @@ def test_acl_list_shows_hashes_never_passwords(admin):
         f"user reader on #{hashlib.sha256(b'r-secret').hexdigest()} %R~* %W~reader:* resetchannels -@all "
         f"+@read +qpush",
         f"user retired off #{hashlib.sha256(b'x-secret').hexdigest()} ~* resetchannels +@all",
+        f"user tools on #{hashlib.sha256(b't-secret').hexdigest()} ~jobs:* resetchannels -@all +@keyspace",
         f"user worker on #{worker} ~jobs:* resetchannels -@all +qclaim +qack +qnack +qextend +qwork "
         f"+@transaction +acl|whoami",
     ]
@@ -197,7 +199,7 @@ def test_acl_list_shows_hashes_never_passwords(admin):
 
 def test_acl_users_and_cat(admin):
     assert admin.execute_command("ACL", "USERS") == [b"anyone", b"app", b"default", b"producer", b"reader",
-                                                     b"retired", b"worker"]
+                                                     b"retired", b"tools", b"worker"]
     cats = admin.execute_command("ACL", "CAT")
     assert {b"read", b"write", b"queue", b"admin", b"fast", b"slow", b"blocking", b"dangerous",
             b"connection", b"transaction", b"keyspace"} == set(cats)
@@ -320,3 +322,16 @@ def test_a_bad_user_line_stops_the_daemon_naming_file_line_and_rule(tmp_path, li
     assert done.returncode != 0
     err = done.stderr.decode()
     assert f"{conf}:{1 + line.count(chr(10)) + 1}:" in err and message in err
+
+
+def test_keyspace_commands_check_every_queue_they_name(acl_daemon, admin, bystander):
+    admin.execute_command("QPUSH", "jobs:typed", "x")
+    t = login(acl_daemon, "tools", "t-secret")
+    assert t.type("jobs:typed") == b"queue"
+    with pytest.raises(redis.exceptions.NoPermissionError, match="'payroll' queue"):
+        t.type("payroll")
+    with pytest.raises(redis.exceptions.NoPermissionError, match="'payroll' queue"):
+        t.exists("jobs:typed", "payroll")           # every key of EXISTS, not only the first
+    bystander()
+    assert b"payroll" in t.keys("*")                # names are not hidden (docs/semantics.md §7)
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import pytest
 
 from harness import HOST, Daemon
 
@@ -162,3 +163,59 @@ def test_password_with_requirepass(tmp_path):
         assert b"NOAUTH" in wrong.stdout
     finally:
         d.kill()
+
+
+# -- the tools that walk the keyspace, and redis-benchmark (docs/semantics.md §2.6) ------------------
+
+@pytest.fixture
+def walked(own):
+    """A daemon of its own with three small queues and a big one."""
+    d = own()
+    c = d.client()
+    for name in ("q:a", "q:b", "q:c"):
+        c.execute_command("QPUSHMANY", name, 5, *(["x"] * 5))
+    c.execute_command("QPUSH", "big", "p" * 10_000)
+    return d
+
+
+def test_scan_lists_every_queue(walked):
+    got = cli(walked, "--scan")
+    assert got.returncode == 0 and sorted(got.stdout.split()) == [b"big", b"q:a", b"q:b", b"q:c"]
+    matched = cli(walked, "--scan", "--pattern", "q:*")
+    assert sorted(matched.stdout.split()) == [b"q:a", b"q:b", b"q:c"]
+
+
+def test_bigkeys_and_memkeys_see_queues(walked):
+    big = cli(walked, "--bigkeys")
+    assert big.returncode == 0, big.stderr
+    assert b"Sampled 4 keys in the keyspace!" in big.stdout and b"4 queues with" in big.stdout
+    mem = cli(walked, "--memkeys")
+    assert mem.returncode == 0, mem.stderr
+    assert b"Biggest  queue found '\"big\"' has 14376 bytes" in mem.stdout      # 10,000 + 280 + 4,096
+
+
+def test_hotkeys_ranks_busy_queues(walked):
+    hot = cli(walked, "--hotkeys")
+    assert hot.returncode == 0, hot.stderr
+    assert b"hot key found with counter: 3\tkeyname: \"q:a\"" in hot.stdout
+
+
+def test_stat_counts_queues_and_memory(walked):
+    """--stat loops until stopped: run it line-buffered for a moment."""
+    proc = subprocess.Popen(["stdbuf", "-oL", REDIS_CLI, "-h", HOST, "-p", str(walked.port), "--stat", "-i", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+    finally:
+        proc.kill()
+        proc.wait(10)
+    keys, mem = lines[2].split()[:2]
+    assert lines[1].startswith(b"keys       mem") and keys == b"4" and mem.endswith(b"M")
+
+
+def test_redis_benchmark_runs_a_custom_qpush_without_warnings(walked):
+    got = subprocess.run(["redis-benchmark", "-h", HOST, "-p", str(walked.port), "-n", "2000", "-c", "20", "-P", "16",
+                          "-q", "QPUSH", "bench", "__rand_int__"], capture_output=True, timeout=120)
+    assert got.returncode == 0 and b"WARNING" not in got.stderr + got.stdout, got.stderr
+    assert b"requests per second" in got.stdout
+    assert walked.client().execute_command("QLEN", "bench") == 2000
