@@ -416,16 +416,26 @@ def queue_refusal(user: User, name: bytes, access: str) -> Error | None:
     return None
 
 
-def require_queue(client, name: bytes) -> None:
+def require_queue(client, name: bytes, access: str = "W") -> None:
     """A handler's check of another queue its command names (QREDRIVE's
-    targets, a DEADLETTER queue): the user must be able to write it."""
+    targets, a DEADLETTER queue, the queue of a SUBSCRIBE "QWORK ..."): by
+    default the user must be able to write it."""
     user = client.acl_user
     if user.unrestricted:
         return
-    denied = queue_refusal(user, name, "W")
+    denied = queue_refusal(user, name, access)
     if denied is not None:
         client.server.stats.acl_access_denied_key += 1
         raise denied
+
+
+def require_command(client, unit: str) -> None:
+    """A handler's check that the user may run the command it stands for
+    (SUBSCRIBE "QWORK ..." runs QWORK)."""
+    user = client.acl_user
+    if not user.unrestricted and not user.may_run(unit):
+        client.server.stats.acl_access_denied_cmd += 1
+        raise errors.noperm_command(user.name, unit)
 
 
 # -- ACL ---------------------------------------------------------------------------------

@@ -120,6 +120,7 @@ class ClientContext(Protocol):
     last_command: str
     created: float                   # monotonic seconds
     last_active: float
+    subscriptions: int               # work streams started by SUBSCRIBE (RESP2: the pub/sub context)
 
     @property
     def flags(self) -> str: ...
@@ -144,3 +145,12 @@ class ClientContext(Protocol):
 
     def start_work(self, request) -> None:
         """QWORK: keep jobs leased to this connection (``jobs.WorkRequest``)."""
+
+    def stop_work(self, channel: bytes) -> None:
+        """UNSUBSCRIBE: end the stream of that channel; its leases go back to ready."""
+
+    def channels(self) -> list[bytes]:
+        """The channels of the streams SUBSCRIBE started."""
+
+    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
+        """Whether a stream of another kind or channel already works ``queue``."""

@@ -95,6 +95,24 @@ def unknown_category(name: bytes) -> Error:
     return err(f"Unknown category '{_show(name)}'")
 
 
+NOT_A_WORK_CHANNEL = err('leaseq has no pub/sub channels but work streams: SUBSCRIBE "QWORK <queue> <consumer> '
+                         '[MAX n] [LEASE ms]"')
+
+
+def stream_conflict(queue: bytes) -> Error:
+    return err(f"this connection already has a work stream on queue '{_show(queue)}'; UNSUBSCRIBE it first")
+
+
+def qwork_unreadable(library: str) -> Error:
+    return err(f"{library} does not deliver QWORK's push messages; SUBSCRIBE \"QWORK <queue> <consumer> [MAX n] "
+               f"[LEASE ms]\" streams the same jobs as pub/sub messages it does deliver")
+
+
+def pubsub_context(command: str) -> Error:
+    return err(f"Can't execute '{command}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are "
+               f"allowed in this context")
+
+
 def wrong_arity(name: str) -> Error:
     return err(f"wrong number of arguments for '{name.lower()}' command")
 

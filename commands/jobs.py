@@ -283,20 +283,26 @@ def qclaim(client, args):
 
 
 class WorkRequest:
-    """QWORK: the daemon keeps up to ``max`` jobs of ``queue`` leased to this
-    connection and sends each as a push message ``["job", queue, job]``."""
+    """A work stream: the daemon keeps up to ``max`` jobs of ``queue`` leased
+    to this connection and sends each as a push message: ``["job", queue,
+    job]`` for QWORK, or, when ``channel`` is set (SUBSCRIBE "QWORK ..."),
+    the pub/sub message ``["message", channel, job as JSON]``."""
 
-    __slots__ = ("queue", "consumer", "max", "lease_ms")
+    __slots__ = ("queue", "consumer", "max", "lease_ms", "channel")
 
-    def __init__(self, queue: Queue, consumer: bytes, max_jobs: int, lease_ms: int) -> None:
+    def __init__(self, queue: Queue, consumer: bytes, max_jobs: int, lease_ms: int,
+                 channel: bytes | None = None) -> None:
         self.queue = queue
         self.consumer = consumer
         self.max = max_jobs
         self.lease_ms = lease_ms
+        self.channel = channel
 
 
-def qwork(client, args):
-    server = client.server
+def work_request(client, args: list, channel: bytes | None = None) -> WorkRequest:
+    """The stream a ``QWORK queue consumer [MAX n] [LEASE ms]`` asks for
+    (creating the queue when auto-create allows, once the arguments are
+    known good)."""
     name = queue_name(args[1])
     consumer = _consumer(args[2])
     max_jobs, lease_ms = 1, None
@@ -309,8 +315,23 @@ def qwork(client, args):
             lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
         else:
             r.unknown()
-    q = get_or_create(server, name)          # only once the arguments are known good
-    client.start_work(WorkRequest(q, consumer, max_jobs, q.config.lease if lease_ms is None else lease_ms))
+    if client.works_through_another_stream(name, channel):
+        raise errors.stream_conflict(name)
+    q = get_or_create(client.server, name)
+    return WorkRequest(q, consumer, max_jobs, q.config.lease if lease_ms is None else lease_ms, channel)
+
+
+# Client libraries (CLIENT SETINFO LIB-NAME) that never hand QWORK's push
+# frames to the application: ioredis takes a RESP2 array for the reply to its
+# next command and drops RESP3 pushes; node-redis 4 crashes on the array and
+# 5/6 drop the push.  A job leased to them would be seen by nobody.
+PUSH_BLIND = ("ioredis", "node-redis")
+
+
+def qwork(client, args):
+    if client.lib_name.startswith(PUSH_BLIND):
+        raise errors.qwork_unreadable(client.lib_name)
+    client.start_work(work_request(client, args))
     return OK
 
 

@@ -106,6 +106,16 @@ class Push:
         self.items = list(items)
 
 
+class Frames:
+    """Several top-level replies to one command, sent back to back: SUBSCRIBE
+    and UNSUBSCRIBE answer once per channel, as in Redis."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: list) -> None:
+        self.frames = frames
+
+
 class _NullArray:
     __slots__ = ()
 

@@ -18,6 +18,7 @@ name, ``-N`` at least N.  Flags:
 ``no-multi``  not allowed inside MULTI
 ``transaction``  MULTI/EXEC/DISCARD: run by the dispatcher itself
 ``direct``    runs at once even inside MULTI (QUIT, RESET), as in Redis
+``pubsub``    allowed on a RESP2 connection that has SUBSCRIBE streams
 
 Each command's ACL categories (``ACL CAT``, ``+@category`` rules) are derived
 from its flags and group by ``acl.categories_for``, plus the ``keyspace`` and
@@ -31,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, keyspace, queues, server
+from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -218,6 +219,16 @@ _COMMANDS = [
        reply="+OK; then each job arrives as a push message [\"job\", queue, job map] (RESP3 push, RESP2 array)",
        notes="QACK/QNACK (here or on another connection) make room for the next job. The leases go back to "
              "ready when this connection closes.", access="RW"),
+    _c("subscribe", pubsub.subscribe, -2, "write pubsub no-multi", "job",
+       "QWORK through pub/sub: each job comes as a message on a channel named by the QWORK request",
+       (Arg("channel", multiple=True),), "O(M log N)",
+       reply='per channel ["subscribe", channel, streams]; then each job as ["message", channel, job as JSON]',
+       notes='A channel is "QWORK queue consumer [MAX n] [LEASE ms]"; the stream is QWORK\'s (docs/semantics.md '
+             '§3.3). On RESP2 only SUBSCRIBE, UNSUBSCRIBE, PING, QUIT and RESET are allowed meanwhile.'),
+    _c("unsubscribe", pubsub.unsubscribe, -1, "write pubsub no-multi", "job",
+       "End work streams started by SUBSCRIBE; their leases go back to ready",
+       (Arg("channel", optional=True, multiple=True),), "O(M log N)",
+       reply='per channel ["unsubscribe", channel, streams left]'),
     _c("qack", jobs.qack, -3, "write fast", "job", "Complete jobs by their lease tokens",
        (QUEUE, TOKENS), "O(M log N)", reply="integer: jobs completed; stale tokens are skipped"),
     _c("qnack", jobs.qnack, -3, "write", "job", "Release jobs back to the queue, after a delay",
@@ -271,7 +282,7 @@ _COMMANDS = [
        (Arg("subcommand"), Arg("key", optional=True)), "O(1)",
        reply="integer 0-255 (nil for a queue that does not exist)", first_key=2, subcommands="freq help"),
     # -- connection -----------------------------------------------------------------------------
-    _c("ping", connection.ping, -1, "fast noauth", "connection", "Ping the server",
+    _c("ping", connection.ping, -1, "fast noauth pubsub", "connection", "Ping the server",
        (Arg("message", optional=True),), reply="+PONG, or the message"),
     _c("echo", connection.echo, 2, "fast", "connection", "Return the given string",
        (Arg("message"),), reply="bulk string"),
@@ -287,9 +298,9 @@ _COMMANDS = [
        (Arg("username", optional=True), Arg("password")), reply="+OK or -WRONGPASS"),
     _c("select", connection.select, 2, "fast loading", "connection", "Select database 0 (the only one)",
        (Arg("index", "integer"),), reply="+OK for 0, an error otherwise"),
-    _c("quit", connection.quit_, -1, "fast noauth loading direct", "connection", "Close the connection", (),
+    _c("quit", connection.quit_, -1, "fast noauth loading direct pubsub", "connection", "Close the connection", (),
        reply="+OK, then the server closes the connection"),
-    _c("reset", connection.reset, 1, "fast noauth loading direct", "connection",
+    _c("reset", connection.reset, 1, "fast noauth loading direct pubsub", "connection",
        "Reset the connection: RESP2, no name, unauthenticated, no transaction", reply="+RESET"),
     _c("client", connection.client_cmd, -2, "loading", "connection",
        "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, "

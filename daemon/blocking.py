@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 
 from leaseq.commands.jobs import claim_now
+from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
 from leaseq.storage.queue import IN_FLIGHT
 
@@ -88,8 +89,9 @@ class Session:
 
 
 class Worker(Session):
-    """A QWORK stream: keeps up to ``max`` jobs of one queue leased to its
-    connection, each sent as a push message ``["job", queue, job]``."""
+    """A work stream: keeps up to ``max`` jobs of one queue leased to its
+    connection, each sent as a push message: ``["job", queue, job]`` (QWORK)
+    or ``["message", channel, job as JSON]`` (SUBSCRIBE "QWORK ...")."""
 
     def __init__(self, conn, request) -> None:
         super().__init__(conn)
@@ -97,6 +99,7 @@ class Worker(Session):
         self.consumer = request.consumer
         self.max = request.max
         self.lease_ms = request.lease_ms
+        self.channel = request.channel
 
     @property
     def room(self) -> int:
@@ -115,7 +118,11 @@ class Worker(Session):
             claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
         name = self.queue.name
         for job in jobs:
-            self.conn.answer(Push([b"job", name, job]), ticket)
+            if self.channel is None:
+                frame = Push([b"job", name, job])
+            else:
+                frame = Push([b"message", self.channel, job_message(job, name)])
+            self.conn.answer(frame, ticket)
         self.conn.flush()
         return len(jobs)
 

@@ -71,7 +71,8 @@ class Connection(asyncio.Protocol):
         self.quitting = False
         self.closed = False
         self._session = None               # SESSION leases (blocking.Session)
-        self.workers: list = []            # QWORK streams (blocking.Worker)
+        self.workers: list = []            # work streams (blocking.Worker)
+        self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context)
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -131,6 +132,7 @@ class Connection(asyncio.Protocol):
             server.blocking.remove_worker(worker)
             worker.release_all(server.store, now)
         self.workers = []
+        self.subscriptions = 0
         server.committer.touch()
 
     def drop_holdings(self) -> None:
@@ -138,6 +140,7 @@ class Connection(asyncio.Protocol):
         fault): forget them without logging; their deadlines still run."""
         self._session = None
         self.workers = []
+        self.subscriptions = 0
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -261,6 +264,24 @@ class Connection(asyncio.Protocol):
 
     def start_work(self, request) -> None:
         self.server.blocking.add_worker(self, request)
+        self.subscriptions = len(self.channels())
+
+    def stop_work(self, channel: bytes) -> None:
+        """UNSUBSCRIBE: that stream's leases go back to ready now."""
+        for worker in self.workers:
+            if worker.channel == channel:
+                self.workers.remove(worker)
+                self.server.blocking.remove_worker(worker)
+                worker.release_all(self.server.store, self.server.now_ms())
+                self.server.committer.touch()
+                break
+        self.subscriptions = len(self.channels())
+
+    def channels(self) -> list[bytes]:
+        return [w.channel for w in self.workers if w.channel is not None]
+
+    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
+        return any(w.queue.name == queue and w.channel != channel for w in self.workers)
 
     def reset(self) -> None:
         self.release_holdings()

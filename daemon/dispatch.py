@@ -2,7 +2,9 @@
 
 Order (as Redis's processCommand): unknown command, arity, authentication,
 the user's permissions (-NOPERM: the command, then the queue it names; a
-user with every command on every queue skips this), recovery still running (-LOADING), a log that cannot be written (-MISCONF
+user with every command on every queue skips this), the pub/sub context (a
+RESP2 connection with SUBSCRIBE streams runs only the commands flagged
+``pubsub``, as Redis), recovery still running (-LOADING), a log that cannot be written (-MISCONF
 for commands that change queues), transaction queueing, memory; then the
 handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
@@ -50,6 +52,8 @@ def _execute(client, args: list):
         denied = _permission(client, cmd, args)
         if denied is not None:
             return _refuse(client, denied)
+    if client.subscriptions and not client.resp3 and "pubsub" not in cmd.flags:
+        return _refuse(client, errors.pubsub_context(cmd.name))
     if server.loading and "loading" not in cmd.flags:
         return _refuse(client, errors.LOADING)
     if server.disk_error is not None and "write" in cmd.flags:

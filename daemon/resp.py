@@ -30,7 +30,7 @@ from __future__ import annotations
 import hiredis
 
 from leaseq.commands import errors
-from leaseq.commands.replies import NULL_ARRAY, Error, Map, Push, Record, Simple, Verbatim
+from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
 TAIL_MAX = 64 * 1024  # partial commands up to this size are re-parsed whole with the next read
@@ -373,6 +373,9 @@ def _encode(v, out: list, resp3: bool) -> None:
             out.append(b"=%d\r\ntxt:%b\r\n" % (len(v.text) + 4, v.text))
         else:
             out.append(b"$%d\r\n%b\r\n" % (len(v.text), v.text))
+    elif t is Frames:
+        for frame in v.frames:
+            _encode(frame, out, resp3)
     elif t is Push:
         out.append((b">%d\r\n" if resp3 else b"*%d\r\n") % len(v.items))
         for item in v.items:

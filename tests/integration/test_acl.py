@@ -22,7 +22,7 @@ APP_HASH = hashlib.sha256(APP_PASSWORD.encode()).hexdigest()
 CONFIG = f"""
 requirepass admin-secret
 # a worker: four job commands on the jobs:* queues
-user worker on >w-secret ~jobs:* +qclaim +qack +qnack +qextend +qwork +@transaction +acl|whoami
+user worker on >w-secret ~jobs:* +qclaim +qack +qnack +qextend +qwork +@transaction +acl|whoami +subscribe
 # an application: everything but administration, password given by its hash
 user app on #{APP_HASH} ~* +@all -@admin
 # a producer limited to email queues
@@ -193,7 +193,7 @@ def test_acl_list_shows_hashes_never_passwords(admin):
         f"user retired off #{hashlib.sha256(b'x-secret').hexdigest()} ~* resetchannels +@all",
         f"user tools on #{hashlib.sha256(b't-secret').hexdigest()} ~jobs:* resetchannels -@all +@keyspace",
         f"user worker on #{worker} ~jobs:* resetchannels -@all +qclaim +qack +qnack +qextend +qwork "
-        f"+@transaction +acl|whoami",
+        f"+@transaction +acl|whoami +subscribe",
     ]
 
 
@@ -263,10 +263,27 @@ def test_a_refused_command_aborts_the_transaction(acl_daemon, admin):
     assert w.execute_command("ACL", "WHOAMI") == b"worker"
 
 
-def test_qwork_streams_only_from_allowed_queues(acl_daemon, admin):
+def test_qwork_streams_only_from_allowed_queues(acl_daemon, admin, bystander):
     w = login(acl_daemon, "worker", "w-secret", protocol=3)
     with pytest.raises(redis.exceptions.NoPermissionError):
         w.execute_command("QWORK", "payroll", "w1")
+    c = RespSocket(acl_daemon.port)
+    try:
+        c.send("AUTH", "worker", "w-secret")
+        assert c.read() == b"OK"
+        c.send("SUBSCRIBE", "QWORK payroll w1")          # the queue inside the channel is checked too
+        assert str(c.read()) == "NOPERM User worker has no permissions to access the 'payroll' queue"
+        bystander()
+        c.send("AUTH", "producer", "p-secret")
+        c.send("SUBSCRIBE", "QWORK emails w1")
+        assert c.read() == b"OK"
+        assert str(c.read()) == "NOPERM User producer has no permissions to run the 'subscribe' command"
+        c.send("AUTH", "app", APP_PASSWORD)
+        c.send("SUBSCRIBE", "QWORK emails w1")
+        assert c.read() == b"OK" and c.read() == [b"subscribe", b"QWORK emails w1", 1]
+    finally:
+        c.close()
+    assert qinfo(admin, "payroll")[b"in_flight"] == 0
 
 
 def test_info_counts_refusals(acl_daemon, admin):

@@ -731,14 +731,16 @@ SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durabilit
             "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "http-port", "http-bind",
             "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
             "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command"}
+# Redis settings tools read, answered as views of what leaseq does (docs/semantics.md §2.6)
+REDIS_VIEWS = {"save", "appendonly", "appendfsync", "databases", "maxmemory-policy"}
 
 
 def test_config_get_lists_leaseq_settings(client):
     everything = assert_map_shape(client, call(client, "CONFIG", "GET", "*"))
-    assert {k.decode() for k in everything} == SETTINGS
+    assert {k.decode() for k in everything} == SETTINGS | REDIS_VIEWS
     assert everything[b"port"] == str(client.connection_pool.connection_kwargs["port"]).encode()
     some = as_map(call(client, "CONFIG", "GET", "max*", "timeout"))
-    assert set(some) == {b"maxclients", b"max-payload", b"max-args", b"maxmemory", b"timeout"}
+    assert set(some) == {b"maxclients", b"max-payload", b"max-args", b"maxmemory", b"maxmemory-policy", b"timeout"}
 
 
 def test_config_set_changes_a_setting(fresh_r):

@@ -116,6 +116,7 @@ class Client:
         self.authenticated = not core.auth_required
         self.user = "default"
         self.acl_user = core.acl.default
+        self.subscriptions = 0
         self.lib_name = self.lib_ver = ""
         self.multi = None
         self.multi_dirty = False
@@ -145,6 +146,15 @@ class Client:
 
     def start_work(self, request) -> None:
         raise AssertionError("QWORK streams need the daemon (tests/integration)")
+
+    def stop_work(self, channel: bytes) -> None:
+        raise AssertionError("work streams need the daemon (tests/integration)")
+
+    def channels(self) -> list:
+        return []
+
+    def works_through_another_stream(self, queue: bytes, channel) -> bool:
+        return False
 
 
 def _arg(a) -> bytes:

@@ -33,7 +33,7 @@ def test_table_entry_is_complete(name):
     assert c.summary and c.group
     assert callable(c.handler) or "transaction" in c.flags
     assert c.flags <= {"write", "readonly", "denyoom", "blocking", "fast", "admin", "noauth", "loading",
-                       "no-multi", "transaction", "direct"}
+                       "no-multi", "transaction", "direct", "pubsub"}
     assert not ({"write", "readonly"} <= c.flags)
 
 

@@ -1,0 +1,76 @@
+"""Work streams through pub/sub: ``SUBSCRIBE "QWORK queue consumer [MAX n]
+[LEASE ms]"`` (docs/semantics.md §3.3, "QWORK through SUBSCRIBE").
+
+QWORK's own push frames (``["job", queue, job]``) reach application code
+only in clients that read push messages on purpose.  ioredis and node-redis
+take an unexpected RESP2 array for the reply to their next command, and drop
+RESP3 pushes they do not know, while the job stays leased to the connection.
+Every Redis client, though, delivers pub/sub messages to a listener once the
+application subscribes.  So the channel name *is* the QWORK request, and each
+job arrives as ``["message", channel, <job as JSON>]`` on that channel.
+The client's own SUBSCRIBE puts it in the state where it expects those
+frames; no job is leased before that.
+
+The JSON object holds the job map's fields (``id``, ``payload``, ``lease``,
+``deadline``, ``deliveries`` ...) plus ``queue``.  A byte string that is not
+UTF-8 (a binary payload) is sent base64-encoded under ``<field>_base64``
+instead, so that the message is always valid JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from . import errors
+from .acl import require_command, require_queue
+from .jobs import work_request
+from .replies import Frames, Push, Record
+
+WORK = b"QWORK"
+
+
+def subscribe(client, args):
+    """Every channel is checked and resolved before any stream starts: one
+    bad channel subscribes none."""
+    requests = [_request(client, channel) for channel in args[1:]]
+    frames = []
+    for request in requests:
+        client.start_work(request)
+        frames.append(Push([b"subscribe", request.channel, client.subscriptions]))
+    return Frames(frames)
+
+
+def unsubscribe(client, args):
+    channels = args[1:] or client.channels()
+    if not channels:
+        return Push([b"unsubscribe", None, 0])
+    frames = []
+    for channel in channels:
+        client.stop_work(channel)
+        frames.append(Push([b"unsubscribe", channel, client.subscriptions]))
+    return Frames(frames)
+
+
+def _request(client, channel: bytes):
+    words = channel.split()
+    if len(words) < 3 or words[0].upper() != WORK:
+        raise errors.NOT_A_WORK_CHANNEL
+    require_command(client, "qwork")
+    require_queue(client, words[1], "RW")
+    return work_request(client, [WORK] + words[1:], channel)
+
+
+def job_message(job: Record, queue: bytes) -> bytes:
+    """A claimed job as the JSON text of its pub/sub message."""
+    fields = {"queue": queue.decode()}
+    for key, value in job.items:
+        name = key.decode()
+        if isinstance(value, bytes):
+            try:
+                fields[name] = value.decode()
+            except UnicodeDecodeError:
+                fields[name + "_base64"] = base64.b64encode(value).decode()
+        else:
+            fields[name] = value
+    return json.dumps(fields, separators=(",", ":")).encode()
