@@ -35,6 +35,8 @@ class Settings:
     dir: str = _s("./data", "str", "data directory (write-ahead log); created if missing", mutable=False)
     loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
     requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
+    protected_mode: bool = _s(True, "bool", "without a password for the default user, serve only loopback "
+                                            "clients; others get -DENIED")
     default_durability: str = _s("fsync", "choice", "DURABILITY of queues that do not set one",
                                  choices=("fsync", "async", "memory"))
     lease_durability: str = _s("async", "choice",

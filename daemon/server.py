@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from leaseq.commands import errors
 from leaseq.commands.connection import VERSION
+from leaseq.commands.replies import Error
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
@@ -33,6 +34,7 @@ from .faults import DiskFaults
 from .http import HttpListener
 from .metrics import Metrics
 from .process import os_line, peak_rss_bytes, rss_bytes
+from .protected import binds_beyond_loopback, protected_mode_refuses
 from .snapshots import Snapshots
 from .resp import encode
 
@@ -147,6 +149,11 @@ class Server:
     def auth_required(self) -> bool:
         return bool(self.settings.requirepass)
 
+    def default_user_has_no_password(self) -> bool:
+        """What protected mode asks (Redis: the default user is ``nopass``).
+        The one place that knows where the default user's password lives."""
+        return not self.settings.requirepass
+
     def config_items(self) -> list[tuple[str, str]]:
         return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
 
@@ -174,16 +181,32 @@ class Server:
     # -- clients ------------------------------------------------------------------------------
 
     def register(self, conn: Connection) -> None:
+        """A new connection is served, or answered one error and closed
+        without touching anyone else."""
         self.stats.connections += 1
-        if len(self.clients) >= self.settings.maxclients or self.stopping:
+        refusal = self._refusal(conn)
+        if refusal is not None:
             self.stats.rejected += 1
-            conn.transport.write(encode(errors.SHUTTING_DOWN if self.stopping else errors.MAX_CLIENTS, False))
+            conn.transport.write(encode(refusal, False))
             conn.transport.close()
             conn.closed = True
             return
         conn.id = self.next_client_id
         self.next_client_id += 1
         self.clients[conn.id] = conn
+
+    def _refusal(self, conn: Connection) -> Error | None:
+        """Why a new connection is not served, in Redis's order: shutting
+        down, maxclients, then protected mode (daemon/protected.py)."""
+        if self.stopping:
+            return errors.SHUTTING_DOWN
+        if len(self.clients) >= self.settings.maxclients:
+            return errors.MAX_CLIENTS
+        peer = conn.transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else None
+        if protected_mode_refuses(self.settings.protected_mode, self.default_user_has_no_password(), host):
+            return errors.DENIED
+        return None
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
@@ -291,10 +314,21 @@ class Server:
             loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
         self._tasks.append(loop.create_task(self._fsync_ticker()))
         self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
-        if s.bind not in ("127.0.0.1", "::1", "localhost") and not s.requirepass:
-            log.warning("listening on %s without requirepass: any host that reaches this port can use "
-                        "every queue. Set requirepass or bind 127.0.0.1.", s.bind)
+        self._warn_if_reachable_without_password()
         log.info("leaseq listening on %s:%d; recovering data directory %s", s.bind, self.port, s.dir)
+
+    def _warn_if_reachable_without_password(self) -> None:
+        """Other hosts can reach the port and the default user has no
+        password: say what protected mode does about it (or that it is off)."""
+        bind = self.settings.bind
+        if not binds_beyond_loopback(bind) or not self.default_user_has_no_password():
+            return
+        if self.settings.protected_mode:
+            log.warning("listening on %s without requirepass: protected mode answers clients on other hosts "
+                        "-DENIED. Set requirepass to serve them.", bind)
+        else:
+            log.warning("listening on %s without requirepass and with protected-mode no: any host that reaches "
+                        "this port can use every queue. Set requirepass or bind 127.0.0.1.", bind)
 
     async def _fsync_ticker(self) -> None:
         """Async queues: fsync at least every fsync-interval (read each time,

@@ -214,3 +214,28 @@ def write_segment(directory, number: int, data: bytes, header: bytes | None = No
         f.write(records.segment_header(number) if header is None else header)
         f.write(data)
     return path
+
+
+# -- a client the loopback cannot produce -------------------------------------------------------
+
+class StandInTransport:
+    """What ``Connection.connection_made`` and ``Server.register`` read of a
+    transport, reporting a client address (``peer``) that a test on
+    127.0.0.1 cannot have; it keeps what is written to it."""
+
+    def __init__(self, peer) -> None:
+        self.peer = peer
+        self.written = b""
+        self.closed = False
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": self.peer, "sockname": ("0.0.0.0", 6479)}.get(name, default)
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True

@@ -720,7 +720,8 @@ def test_info_is_verbatim_in_resp3(raw):
 SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durability", "lease-durability",
             "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "http-port", "http-bind",
             "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
-            "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command"}
+            "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command",
+            "protected-mode"}
 
 
 def test_config_get_lists_leaseq_settings(client):
