@@ -25,7 +25,7 @@ from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults, MemoryLog
 
-from . import config
+from . import config, tls
 from .blocking import Blocking
 from .clock import Clock
 from .committer import Committer
@@ -47,6 +47,7 @@ class Stats:
     commands: int = 0
     rejected: int = 0
     protocol_errors: int = 0
+    tls_handshake_failures: int = 0
 
 
 class Server:
@@ -65,6 +66,7 @@ class Server:
         self.stats = Stats()
         self.started_at = time.time()
         self.port = settings.port
+        self.tls_port = 0                        # 0: no TLS listener
         self.oom = False
         self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
         self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
@@ -77,6 +79,7 @@ class Server:
         self._ops_samples: deque = deque(maxlen=16)
         self._stopped: asyncio.Event | None = None
         self._listener = None
+        self._tls_listener: tls.TlsListener | None = None
         self._tasks: list = []
         self.loop = None
         self.blocking: Blocking | None = None
@@ -100,7 +103,7 @@ class Server:
         datadir.faults = datadir.wal.faults = self.faults
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
-        log.info("leaseq ready to serve on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+        log.info("leaseq ready to serve on %s (data directory %s)", self._addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
 
@@ -181,8 +184,8 @@ class Server:
     # -- clients ------------------------------------------------------------------------------
 
     def register(self, conn: Connection) -> None:
-        """A new connection is served, or answered one error and closed
-        without touching anyone else."""
+        """A new connection (on the TLS port: once its handshake is done) is
+        served, or answered one error and closed without touching anyone else."""
         self.stats.connections += 1
         refusal = self._refusal(conn)
         if refusal is not None:
@@ -207,6 +210,13 @@ class Server:
         if protected_mode_refuses(self.settings.protected_mode, self.default_user_has_no_password(), host):
             return errors.DENIED
         return None
+
+    def tls_handshake_failed(self, addr: str, reason: str) -> None:
+        """A client's TLS handshake failed (plain text on the TLS port, no or
+        a wrong certificate): one line and a count, never a traceback; the
+        socket is closed already."""
+        self.stats.tls_handshake_failures += 1
+        log.info("TLS handshake with %s failed: %s", addr, reason)
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
@@ -251,6 +261,7 @@ class Server:
                 ("os", os_line()),
                 ("process_id", os.getpid()),
                 ("tcp_port", self.port),
+                ("tls_port", self.tls_port),
                 ("bind", s.bind),
                 ("uptime_in_seconds", uptime),
                 ("uptime_in_days", uptime // 86400),
@@ -276,6 +287,7 @@ class Server:
                 ("total_jobs_acked", sum(q.counters.acked for q in queues)),
                 ("rejected_connections", stats.rejected),
                 ("protocol_errors", stats.protocol_errors),
+                ("tls_handshake_failures", stats.tls_handshake_failures),
             ],
             "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
         }
@@ -304,9 +316,12 @@ class Server:
         self.blocking = Blocking(self, loop)
         self.committer = Committer(self, loop)
         s = self.settings
+        context = tls.server_context(s) if s.tls_port else None
         self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
                                                   reuse_address=True, backlog=511)
         self.port = self._listener.sockets[0].getsockname()[1]
+        if context is not None:
+            self._listen_tls(context)
         if s.http_port:
             self.http = HttpListener(self)
             self.http_port = await self.http.start(s.http_bind, s.http_port)
@@ -315,20 +330,36 @@ class Server:
         self._tasks.append(loop.create_task(self._fsync_ticker()))
         self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
         self._warn_if_reachable_without_password()
-        log.info("leaseq listening on %s:%d; recovering data directory %s", s.bind, self.port, s.dir)
+        log.info("leaseq listening on %s; recovering data directory %s", self._addresses(), s.dir)
+
+    def _listen_tls(self, context) -> None:
+        """The TLS listener: each accepted socket handshakes first, then
+        becomes a ``Connection`` like any other (daemon/tls.py)."""
+        self._tls_listener = tls.TlsListener(self, context, lambda: Connection(self))
+        self.tls_port = self._tls_listener.start(self.tls_bind, self.settings.tls_port)
+
+    @property
+    def tls_bind(self) -> str:
+        return self.settings.tls_bind or self.settings.bind
+
+    def _addresses(self) -> str:
+        """Where clients reach the daemon, for the log."""
+        where = f"{self.settings.bind}:{self.port}"
+        return f"{where} and TLS on {self.tls_bind}:{self.tls_port}" if self.tls_port else where
 
     def _warn_if_reachable_without_password(self) -> None:
-        """Other hosts can reach the port and the default user has no
-        password: say what protected mode does about it (or that it is off)."""
-        bind = self.settings.bind
-        if not binds_beyond_loopback(bind) or not self.default_user_has_no_password():
+        """Other hosts can reach a port and the default user has no password:
+        say what protected mode does about it (or that it is off)."""
+        binds = [self.settings.bind] + ([self.tls_bind] if self.tls_port else [])
+        reachable = sorted({b for b in binds if binds_beyond_loopback(b)})
+        if not reachable or not self.default_user_has_no_password():
             return
         if self.settings.protected_mode:
             log.warning("listening on %s without requirepass: protected mode answers clients on other hosts "
-                        "-DENIED. Set requirepass to serve them.", bind)
+                        "-DENIED. Set requirepass to serve them.", " and ".join(reachable))
         else:
             log.warning("listening on %s without requirepass and with protected-mode no: any host that reaches "
-                        "this port can use every queue. Set requirepass or bind 127.0.0.1.", bind)
+                        "this port can use every queue. Set requirepass or bind 127.0.0.1.", " and ".join(reachable))
 
     async def _fsync_ticker(self) -> None:
         """Async queues: fsync at least every fsync-interval (read each time,
@@ -369,11 +400,17 @@ class Server:
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
 
-    def abort(self) -> None:
-        """Recovery failed: close the port and every connection."""
+    def _stop_listening(self) -> None:
+        """Close every listener and drop the TLS handshakes still running."""
         self._listener.close()
+        if self._tls_listener is not None:
+            self._tls_listener.close()
         if self.http is not None:
             self.http.close()
+
+    def abort(self) -> None:
+        """Recovery failed: close the port and every connection."""
+        self._stop_listening()
         for task in self._tasks:
             task.cancel()
         for c in list(self.clients.values()):
@@ -383,9 +420,7 @@ class Server:
 
     def _shutdown(self) -> None:
         """Stop accepting, answer what was received, fsync, close."""
-        self._listener.close()
-        if self.http is not None:
-            self.http.close()
+        self._stop_listening()
         for task in self._tasks:
             task.cancel()
         self.snapshots.stop()

@@ -2,12 +2,15 @@
 daemon in a subprocess cannot show: a client on another host being refused
 by protected mode (no test may use an address but 127.0.0.1, so that client
 is a stand-in transport reporting 10.0.0.5, handed to a real ``Connection``)
-while real loopback clients are served."""
+while real loopback clients are served, and the socket options of a
+connection that came in over TLS."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import socket
+import ssl
 import time
 
 import uvloop
@@ -73,3 +76,26 @@ def test_a_client_on_another_host_is_denied_while_loopback_clients_are_served(tm
     assert seen["stranger"].written == encode(errors.DENIED, False) and seen["stranger"].closed
     assert b"hello" in seen["claimed"]
     assert seen["stats"] == (2, 1)
+
+
+def test_a_tls_connection_gets_tcp_nodelay_like_a_plain_one(tmp_path, pki):
+    seen = {}
+
+    async def scenario(server: Server) -> None:
+        context = ssl.create_default_context(cafile=pki.ca)
+        context.load_cert_chain(pki.client_cert, pki.client_key)
+        reader, writer = await asyncio.open_connection(HOST, server.tls_port, ssl=context)
+        plain_reader, plain_writer = await asyncio.open_connection(HOST, server.port)
+        assert await command(reader, writer, b"PING") == b"+PONG\r\n"
+        assert await command(plain_reader, plain_writer, b"PING") == b"+PONG\r\n"
+        for conn in server.clients.values():
+            sock = conn.transport.get_extra_info("socket")
+            seen[conn.laddr.rsplit(":", 1)[1]] = (sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), conn.fd)
+        for w in (writer, plain_writer):
+            w.close()
+
+    settings = config.Settings(port=free_port(), tls_port=free_port(), tls_cert_file=pki.server_cert,
+                               tls_key_file=pki.server_key, tls_ca_cert_file=pki.ca, dir=str(tmp_path / "data"))
+    serve_in_process(settings, scenario)
+    nodelay = {port: (bool(flag), fd > 0) for port, (flag, fd) in seen.items()}
+    assert nodelay == {str(settings.tls_port): (True, True), str(settings.port): (True, True)}

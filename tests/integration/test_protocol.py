@@ -721,7 +721,8 @@ SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durabilit
             "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "http-port", "http-bind",
             "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
             "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command",
-            "protected-mode"}
+            "protected-mode", "tls-port", "tls-bind", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
+            "tls-auth-clients", "tls-protocols"}
 
 
 def test_config_get_lists_leaseq_settings(client):
