@@ -2,8 +2,9 @@
 daemon in a subprocess cannot show: a client on another host being refused
 by protected mode (no test may use an address but 127.0.0.1, so that client
 is a stand-in transport reporting 10.0.0.5, handed to a real ``Connection``)
-while real loopback clients are served, and the socket options of a
-connection that came in over TLS."""
+while real loopback clients are served, the socket options of a
+connection that came in over TLS, and a TLS handshake that never comes
+(with a timeout shortened for the test)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import uvloop
 from harness import HOST, StandInTransport, free_port
 
 from leaseq.commands import errors
-from leaseq.daemon import config
+from leaseq.daemon import config, tls
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.resp import encode
 from leaseq.daemon.server import Server
@@ -99,3 +100,26 @@ def test_a_tls_connection_gets_tcp_nodelay_like_a_plain_one(tmp_path, pki):
     serve_in_process(settings, scenario)
     nodelay = {port: (bool(flag), fd > 0) for port, (flag, fd) in seen.items()}
     assert nodelay == {str(settings.tls_port): (True, True), str(settings.port): (True, True)}
+
+
+def test_a_client_that_never_handshakes_is_closed_at_the_timeout_while_others_are_served(tmp_path, pki,
+                                                                                         monkeypatch):
+    monkeypatch.setattr(tls, "HANDSHAKE_TIMEOUT", 0.3)
+    seen = {}
+
+    async def scenario(server: Server) -> None:
+        context = ssl.create_default_context(cafile=pki.ca)
+        context.load_cert_chain(pki.client_cert, pki.client_key)
+        silent_reader, silent_writer = await asyncio.open_connection(HOST, server.tls_port)   # sends nothing
+        reader, writer = await asyncio.open_connection(HOST, server.tls_port, ssl=context)
+        assert await command(reader, writer, b"PING") == b"+PONG\r\n"
+        seen["silent got"] = await asyncio.wait_for(silent_reader.read(100), 10)           # b"": closed
+        assert await command(reader, writer, b"QPUSH jobs after") == b":1\r\n"
+        seen["failures"] = server.stats.tls_handshake_failures
+        for w in (writer, silent_writer):
+            w.close()
+
+    settings = config.Settings(port=free_port(), tls_port=free_port(), tls_cert_file=pki.server_cert,
+                               tls_key_file=pki.server_key, tls_ca_cert_file=pki.ca, dir=str(tmp_path / "data"))
+    serve_in_process(settings, scenario)
+    assert seen == {"silent got": b"", "failures": 1}
