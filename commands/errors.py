@@ -30,6 +30,7 @@ CODES = {
     "CLOSED": "the queue was dropped while the command was waiting on it",
     "LOADING": "the daemon is still recovering its data directory; retry shortly",
     "MISCONF": "the log cannot be written (disk full or failing): changes are refused, reads go on",
+    "DENIED": "protected mode: no password is set, so only loopback clients are served",
 }
 
 
@@ -66,6 +67,17 @@ NO_KEY_ARGUMENTS = err("The command has no key arguments")
 MAX_CLIENTS = err("max number of clients reached")
 BGSAVE_RUNNING = err("Background save already in progress")
 LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
+# the opening is Redis's, which clients and operators recognise; the advice names leaseq's settings
+DENIED = Error(
+    "DENIED",
+    "leaseq is running in protected mode because protected mode is enabled and no password is set for the "
+    "default user. Only clients on the loopback interface are served until one of these is done: "
+    "1) give the default user a password (requirepass or a 'user default' line in the config file, "
+    "LEASEQ_REQUIREPASS, or CONFIG SET requirepass from the loopback interface); "
+    "2) turn protected mode off (protected-mode no in the config file, LEASEQ_PROTECTED_MODE=no, or "
+    "CONFIG SET protected-mode no from the loopback interface), and make sure the port is not reachable "
+    "from the internet. "
+    "If no other host should reach leaseq, bind 127.0.0.1 instead.")
 
 
 def misconf(error: OSError) -> Error:

@@ -33,12 +33,27 @@ def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = ())
 class Settings:
     port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False)
     bind: str = _s("127.0.0.1", "str", "address to listen on; 127.0.0.1 keeps a sidecar private", mutable=False)
+    tls_port: int = _s(0, "int", "TLS port for rediss:// clients (0 = no TLS listener); the plain port stays open",
+                       mutable=False)
+    tls_bind: str = _s("", "str", "address the TLS listener binds to (empty: the bind address)", mutable=False)
+    tls_cert_file: str = _s("", "str", "the server's certificate (PEM), with any intermediates after it",
+                            mutable=False)
+    tls_key_file: str = _s("", "str", "the private key of tls-cert-file (PEM, not encrypted)", mutable=False)
+    tls_ca_cert_file: str = _s("", "str", "CA certificates (PEM) that client certificates must be signed by",
+                               mutable=False)
+    tls_auth_clients: str = _s("yes", "choice",
+                               "yes: clients must present a certificate signed by tls-ca-cert-file; "
+                               "optional: checked if presented; no: not asked for",
+                               mutable=False, choices=("yes", "no", "optional"))
+    tls_protocols: str = _s("TLSv1.2 TLSv1.3", "str", "TLS versions the TLS listener accepts", mutable=False)
     http_port: int = _s(0, "int", "HTTP port for the status page, /healthz, /readyz and /metrics (0 = none)",
                         mutable=False)
     http_bind: str = _s("127.0.0.1", "str", "address the HTTP listener binds to", mutable=False)
     dir: str = _s("./data", "str", "data directory (write-ahead log); created if missing", mutable=False)
     loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
     requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
+    protected_mode: bool = _s(True, "bool", "without a password for the default user, serve only loopback "
+                                            "clients; others get -DENIED")
     default_durability: str = _s("fsync", "choice", "DURABILITY of queues that do not set one",
                                  choices=("fsync", "async", "memory"))
     lease_durability: str = _s("async", "choice",
@@ -106,6 +121,8 @@ def render(name: str, value) -> str:
     return str(value)
 
 
+_PORTS = ("port", "tls-port", "http-port")
+
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
 
 
@@ -132,7 +149,7 @@ def parse_value(name: str, text: str):
             v = int(t)
         except ValueError:
             raise ConfigError(f"'{name}' must be an integer, not '{text}'") from None
-        if v < 0 or (name == "port" and v > 65535):
+        if v < 0 or (name in _PORTS and v > 65535):
             raise ConfigError(f"'{name}' is out of range: {v}")
         return v
     if kind == "bytes":
@@ -207,10 +224,16 @@ def read_env(environ=os.environ) -> dict:
 
 
 def load(config_file: str | None = None, flags: dict | None = None, environ=os.environ) -> Settings:
-    """Defaults, then the file, then ``LEASEQ_*`` variables, then flags."""
+    """Defaults, then the file, then ``LEASEQ_*`` variables, then flags;
+    then the TLS files, when tls-port is set (``tls.server_context``)."""
     values: dict = {}
     if config_file:
         values.update(read_file(config_file))
     values.update(read_env(environ))
     values.update({k: v for k, v in (flags or {}).items() if v is not None})
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.tls_port:
+        # the certificate, key and CA must load before anything starts, as a bad value is refused
+        from .tls import server_context
+        server_context(settings)
+    return settings

@@ -21,12 +21,13 @@ from leaseq.commands import errors
 from leaseq.commands.acl import Acl
 from leaseq.commands.connection import VERSION
 from leaseq.commands.table import TABLE
+from leaseq.commands.replies import Error
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults, MemoryLog
 
-from . import config
+from . import config, tls
 from .blocking import Blocking
 from .clock import Clock
 from .committer import Committer
@@ -35,6 +36,7 @@ from .faults import DiskFaults
 from .http import HttpListener
 from .metrics import Metrics
 from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
+from .protected import binds_beyond_loopback, protected_mode_refuses
 from .snapshots import Snapshots
 from .resp import encode
 
@@ -50,6 +52,7 @@ class Stats:
     acl_access_denied_auth: int = 0     # AUTH/HELLO with a wrong user or password
     acl_access_denied_cmd: int = 0      # -NOPERM for a command
     acl_access_denied_key: int = 0      # -NOPERM for a queue
+    tls_handshake_failures: int = 0
 
 
 class Server:
@@ -69,6 +72,7 @@ class Server:
         self.stats = Stats()
         self.started_at = time.time()
         self.port = settings.port
+        self.tls_port = 0                        # 0: no TLS listener
         self.oom = False
         self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
         self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
@@ -81,6 +85,7 @@ class Server:
         self._ops_samples: deque = deque(maxlen=16)
         self._stopped: asyncio.Event | None = None
         self._listener = None
+        self._tls_listener: tls.TlsListener | None = None
         self._tasks: list = []
         self.loop = None
         self.blocking: Blocking | None = None
@@ -104,7 +109,7 @@ class Server:
         datadir.faults = datadir.wal.faults = self.faults
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
-        log.info("leaseq ready to serve on %s:%d (data directory %s)", s.bind, self.port, s.dir)
+        log.info("leaseq ready to serve on %s (data directory %s)", self._addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
 
@@ -153,6 +158,11 @@ class Server:
     def auth_required(self) -> bool:
         return self.acl.auth_required
 
+    def default_user_has_no_password(self) -> bool:
+        """What protected mode asks (Redis: the default user is ``nopass``;
+        requirepass or a ``user default`` line with a password ends that)."""
+        return self.acl.default.nopass
+
     def config_items(self) -> list[tuple[str, str]]:
         s = self.settings
         return [(name, config.render(name, s.get(name))) for name in config.FIELDS] + config.redis_views(s)
@@ -185,16 +195,39 @@ class Server:
     # -- clients ------------------------------------------------------------------------------
 
     def register(self, conn: Connection) -> None:
+        """A new connection (on the TLS port: once its handshake is done) is
+        served, or answered one error and closed without touching anyone else."""
         self.stats.connections += 1
-        if len(self.clients) >= self.settings.maxclients or self.stopping:
+        refusal = self._refusal(conn)
+        if refusal is not None:
             self.stats.rejected += 1
-            conn.transport.write(encode(errors.SHUTTING_DOWN if self.stopping else errors.MAX_CLIENTS, False))
+            conn.transport.write(encode(refusal, False))
             conn.transport.close()
             conn.closed = True
             return
         conn.id = self.next_client_id
         self.next_client_id += 1
         self.clients[conn.id] = conn
+
+    def _refusal(self, conn: Connection) -> Error | None:
+        """Why a new connection is not served, in Redis's order: shutting
+        down, maxclients, then protected mode (daemon/protected.py)."""
+        if self.stopping:
+            return errors.SHUTTING_DOWN
+        if len(self.clients) >= self.settings.maxclients:
+            return errors.MAX_CLIENTS
+        peer = conn.transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else None
+        if protected_mode_refuses(self.settings.protected_mode, self.default_user_has_no_password(), host):
+            return errors.DENIED
+        return None
+
+    def tls_handshake_failed(self, addr: str, reason: str) -> None:
+        """A client's TLS handshake failed (plain text on the TLS port, no or
+        a wrong certificate): one line and a count, never a traceback; the
+        socket is closed already."""
+        self.stats.tls_handshake_failures += 1
+        log.info("TLS handshake with %s failed: %s", addr, reason)
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
@@ -240,6 +273,7 @@ class Server:
                 ("os", os_line()),
                 ("process_id", os.getpid()),
                 ("tcp_port", self.port),
+                ("tls_port", self.tls_port),
                 ("bind", s.bind),
                 ("uptime_in_seconds", uptime),
                 ("uptime_in_days", uptime // 86400),
@@ -270,6 +304,7 @@ class Server:
                 ("acl_access_denied_auth", stats.acl_access_denied_auth),
                 ("acl_access_denied_cmd", stats.acl_access_denied_cmd),
                 ("acl_access_denied_key", stats.acl_access_denied_key),
+                ("tls_handshake_failures", stats.tls_handshake_failures),
             ],
             "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
             # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
@@ -300,9 +335,12 @@ class Server:
         self.blocking = Blocking(self, loop)
         self.committer = Committer(self, loop)
         s = self.settings
+        context = tls.server_context(s) if s.tls_port else None
         self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
                                                   reuse_address=True, backlog=511)
         self.port = self._listener.sockets[0].getsockname()[1]
+        if context is not None:
+            self._listen_tls(context)
         if s.http_port:
             self.http = HttpListener(self)
             self.http_port = await self.http.start(s.http_bind, s.http_port)
@@ -310,10 +348,37 @@ class Server:
             loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
         self._tasks.append(loop.create_task(self._fsync_ticker()))
         self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
-        if s.bind not in ("127.0.0.1", "::1", "localhost") and not s.requirepass:
-            log.warning("listening on %s without requirepass: any host that reaches this port can use "
-                        "every queue. Set requirepass or bind 127.0.0.1.", s.bind)
-        log.info("leaseq listening on %s:%d; recovering data directory %s", s.bind, self.port, s.dir)
+        self._warn_if_reachable_without_password()
+        log.info("leaseq listening on %s; recovering data directory %s", self._addresses(), s.dir)
+
+    def _listen_tls(self, context) -> None:
+        """The TLS listener: each accepted socket handshakes first, then
+        becomes a ``Connection`` like any other (daemon/tls.py)."""
+        self._tls_listener = tls.TlsListener(self, context, lambda: Connection(self))
+        self.tls_port = self._tls_listener.start(self.tls_bind, self.settings.tls_port)
+
+    @property
+    def tls_bind(self) -> str:
+        return self.settings.tls_bind or self.settings.bind
+
+    def _addresses(self) -> str:
+        """Where clients reach the daemon, for the log."""
+        where = f"{self.settings.bind}:{self.port}"
+        return f"{where} and TLS on {self.tls_bind}:{self.tls_port}" if self.tls_port else where
+
+    def _warn_if_reachable_without_password(self) -> None:
+        """Other hosts can reach a port and the default user has no password:
+        say what protected mode does about it (or that it is off)."""
+        binds = [self.settings.bind] + ([self.tls_bind] if self.tls_port else [])
+        reachable = sorted({b for b in binds if binds_beyond_loopback(b)})
+        if not reachable or not self.default_user_has_no_password():
+            return
+        if self.settings.protected_mode:
+            log.warning("listening on %s without requirepass: protected mode answers clients on other hosts "
+                        "-DENIED. Set requirepass to serve them.", " and ".join(reachable))
+        else:
+            log.warning("listening on %s without requirepass and with protected-mode no: any host that reaches "
+                        "this port can use every queue. Set requirepass or bind 127.0.0.1.", " and ".join(reachable))
 
     async def _fsync_ticker(self) -> None:
         """Async queues: fsync at least every fsync-interval (read each time,
@@ -354,11 +419,17 @@ class Server:
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
 
-    def abort(self) -> None:
-        """Recovery failed: close the port and every connection."""
+    def _stop_listening(self) -> None:
+        """Close every listener and drop the TLS handshakes still running."""
         self._listener.close()
+        if self._tls_listener is not None:
+            self._tls_listener.close()
         if self.http is not None:
             self.http.close()
+
+    def abort(self) -> None:
+        """Recovery failed: close the port and every connection."""
+        self._stop_listening()
         for task in self._tasks:
             task.cancel()
         for c in list(self.clients.values()):
@@ -368,9 +439,7 @@ class Server:
 
     def _shutdown(self) -> None:
         """Stop accepting, answer what was received, fsync, close."""
-        self._listener.close()
-        if self.http is not None:
-            self.http.close()
+        self._stop_listening()
         for task in self._tasks:
             task.cancel()
         self.snapshots.stop()

@@ -1,6 +1,6 @@
 import pytest
 
-from harness import Daemon
+from harness import Daemon, make_pki
 
 
 @pytest.fixture
@@ -18,3 +18,10 @@ def r(daemon):
     c = daemon.client(protocol=2)
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A throwaway CA with server and client certificates (harness.make_pki),
+    made once for the whole run."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
