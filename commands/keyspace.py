@@ -76,23 +76,6 @@ MEMORY_HELP = [
     b"    Print this help.",
 ]
 
-
-def memory(client, args):
-    sub = args[1].upper()
-    if sub == b"USAGE" and len(args) in (3, 5):
-        if len(args) == 5:
-            if args[3].upper() != b"SAMPLES":
-                raise errors.SYNTAX
-            to_int(args[4])                   # accepted as Redis does; the estimate needs no samples
-        q = client.server.store.queues.get(args[2])
-        return None if q is None else q.memory_estimate()
-    if sub == b"HELP" and len(args) == 2:
-        return MEMORY_HELP
-    if sub in (b"USAGE", b"HELP"):
-        raise errors.subcommand_arity("memory", sub)
-    raise errors.unknown_subcommand(args[1], "memory")
-
-
 OBJECT_HELP = [
     b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     b"FREQ <key>",
@@ -103,15 +86,31 @@ OBJECT_HELP = [
 ]
 
 
-def object_(client, args):
-    sub = args[1].upper()
-    if sub == b"FREQ" and len(args) == 3:
+def _about_a_queue(client, args, command: str, sub: bytes, arities: tuple, answer, help_lines: list):
+    """MEMORY and OBJECT: one subcommand that answers about a queue (nil for
+    none), HELP, and Redis's errors for the rest."""
+    given = args[1].upper()
+    if given == sub and len(args) in arities:
         q = client.server.store.queues.get(args[2])
-        if q is None:
-            return None
-        return min(255, (q.counters.pushed + q.counters.acked).bit_length())
-    if sub == b"HELP" and len(args) == 2:
-        return OBJECT_HELP
-    if sub in (b"FREQ", b"HELP"):
-        raise errors.subcommand_arity("object", sub)
-    raise errors.unknown_subcommand(args[1], "object")
+        return None if q is None else answer(q)
+    if given == b"HELP" and len(args) == 2:
+        return help_lines
+    if given in (sub, b"HELP"):
+        raise errors.subcommand_arity(command, given)
+    raise errors.unknown_subcommand(args[1], command)
+
+
+def memory(client, args):
+    if len(args) == 5 and args[1].upper() == b"USAGE":
+        if args[3].upper() != b"SAMPLES":
+            raise errors.SYNTAX
+        to_int(args[4])                       # accepted as Redis does; the estimate needs no samples
+    return _about_a_queue(client, args, "memory", b"USAGE", (3, 5), lambda q: q.memory_estimate(), MEMORY_HELP)
+
+
+def busyness(q) -> int:
+    return min(255, (q.counters.pushed + q.counters.acked).bit_length())
+
+
+def object_(client, args):
+    return _about_a_queue(client, args, "object", b"FREQ", (3,), busyness, OBJECT_HELP)

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from harness import (LEASEQ, Daemon, RespSocket, as_map, claim_one, error_text, free_port, no_retry_client, qinfo,
-                     unique)
+                     tls_env, unique)
 
 APP_PASSWORD = "app-secret"
 APP_HASH = hashlib.sha256(APP_PASSWORD.encode()).hexdigest()
@@ -352,3 +352,24 @@ def test_keyspace_commands_check_every_queue_they_name(acl_daemon, admin, bystan
     bystander()
     assert b"payroll" in t.keys("*")                # names are not hidden (docs/semantics.md §7)
 
+
+
+def test_redis_cli_over_tls_as_a_pattern_limited_user(tmp_path, pki):
+    """The sidecar's locked-down shape: TLS, a user limited to jobs:*."""
+    conf = tmp_path / "leaseq.conf"
+    conf.write_text("requirepass admin-secret\nuser worker on >w-secret ~jobs:* +qclaim +qack +qpush\n")
+    tls_port = free_port()
+    d = Daemon(str(tmp_path / "data"), "--config", str(conf), env=tls_env(pki, tls_port)).start()
+    try:
+        def cli(*args):
+            return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(tls_port), "--tls", "--cacert", pki.ca,
+                                   "--cert", pki.client_cert, "--key", pki.client_key, "--user", "worker",
+                                   "--pass", "w-secret", "--no-auth-warning", "--no-raw", *args],
+                                  capture_output=True, timeout=30)
+        assert cli("QPUSH", "jobs:mail", "hello").stdout == b"(integer) 1\n"
+        refused = cli("QPUSH", "payroll", "x")
+        assert refused.stdout == b"(error) NOPERM User worker has no permissions to access the 'payroll' queue\n"
+        assert cli("QCLAIM", "payroll", "w1").stdout.startswith(b"(error) NOPERM")
+        assert d.client(password="admin-secret").execute_command("DBSIZE") == 1      # payroll was not created
+    finally:
+        d.stop()
