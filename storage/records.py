@@ -283,17 +283,23 @@ def drop(qid: int, ts: int) -> bytes:
 
 
 def push(qid: int, ts: int, jobs) -> bytes:
-    """``jobs``: objects with id, visible_at, priority, flags, max_deliveries,
-    expire_ms, key (bytes or None) and payload."""
+    """``jobs``: ``Job`` objects (id, visible_at, priority, payload, and the
+    rare key, flags, max_deliveries and expire_ms in ``extra``)."""
     parts = [_PUSH.pack(qid, ts, len(jobs))]
     pack = _JOB.pack
+    append = parts.append
     for j in jobs:
-        key = j.key or b""
-        parts.append(pack(j.id, j.visible_at, j.priority, j.flags, j.max_deliveries, j.expire_ms,
-                          len(key), len(j.payload)))
-        if key:
-            parts.append(key)
-        parts.append(j.payload)
+        payload = j.payload
+        extra = j.extra             # the rare fields, read once (Job's properties cost a call each)
+        if extra is None:
+            append(pack(j.id, j.visible_at, j.priority, 0, 0, 0, 0, len(payload)))
+        else:
+            key = extra.key or b""
+            append(pack(j.id, j.visible_at, j.priority, extra.flags, extra.max_deliveries, extra.expire_ms,
+                        len(key), len(payload)))
+            if key:
+                append(key)
+        append(payload)
     return b"".join(parts)
 
 

@@ -8,21 +8,13 @@ import pytest
 from crc32c import crc32c
 
 from leaseq.storage import records
+from leaseq.storage.queue import Job
 from leaseq.storage.records import FormatError
 
 
-class J:
-    """A job as ``records.push`` reads it (any object with these attributes)."""
-
-    def __init__(self, id, payload, visible_at=0, priority=5, flags=0, max_deliveries=0, expire_ms=0, key=None):
-        self.id = id
-        self.payload = payload
-        self.visible_at = visible_at
-        self.priority = priority
-        self.flags = flags
-        self.max_deliveries = max_deliveries
-        self.expire_ms = expire_ms
-        self.key = key
+def J(id, payload, visible_at=0, priority=5, flags=0, max_deliveries=0, expire_ms=0, key=None) -> Job:
+    """A job as ``records.push`` reads it."""
+    return Job(id, payload, priority, 0, visible_at, key, flags, max_deliveries, expire_ms)
 
 
 def job_fields(j):
