@@ -1,11 +1,11 @@
-"""Group commit: one write per event-loop turn, fsync in a worker thread.
+"""Group commit: one write per event-loop turn, fsync in the log's thread.
 
 ``touch()`` schedules ``end_of_turn`` once per turn (``call_soon`` runs after
 the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
 blocked claimers take the jobs this turn made ready, then writes the log
 buffer with one ``write`` (one generation) and releases the replies whose
 tickets needed only that; if a record written needs fsync before its reply,
-it starts an ``fdatasync`` in the worker thread.  Last it asks whether the
+it starts an ``fdatasync`` in the log's thread (``daemon.logthread``).  Last it asks whether the
 log has grown enough for a snapshot (``daemon.snapshots``).  While that runs the loop
 keeps reading, parsing and running commands; a later turn's records are
 written and covered by the next ``fdatasync``, which starts as soon as the
@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from leaseq.storage.wal import MemoryLog
+
+from .logthread import LogThread
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Committer:
         self.server = server
         self.loop = loop
         self.wal = server.wal
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="leaseq-fsync")
+        self.thread = LogThread(loop)
         self.scheduled = False
         self.syncing = False
         self.waiters: set = set()
@@ -82,14 +83,12 @@ class Committer:
         wal = self.wal
         target = wal.start_sync()
         started = time.monotonic()
-        future = self.loop.run_in_executor(self.executor, wal.sync)
-        future.add_done_callback(lambda f: self._synced(f, wal, target, started))
+        self.thread.call(lambda _result, error: self._synced(error, wal, target, started), wal.sync)
 
-    def _synced(self, future, wal, target: int, started: float) -> None:
+    def _synced(self, error, wal, target: int, started: float) -> None:
         self.syncing = False
         if wal is not self.wal:             # the log failed meanwhile and was let go
             return
-        error = future.exception()
         if error is not None:
             log.error("fsync of the log failed: %s", error)
             self.server.disk.failed(error, fsync_failed=True)
@@ -122,7 +121,7 @@ class Committer:
         self.server.blocking.serve_woken()
         self.wal.flush_and_sync()
         self._release()
-        self.executor.shutdown(wait=True)
+        self.thread.stop()
 
     def info_fields(self) -> list[tuple[str, object]]:
         return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs)]

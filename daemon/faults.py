@@ -61,10 +61,10 @@ class DiskFaults:
         server = self.server
         loop = server.loop
         datadir = server.datadir
-        fsync_thread = server.committer.executor
+        log_thread = server.committer.thread      # never while an fsync of the failed log runs
         while True:
             try:
-                dropped = await loop.run_in_executor(fsync_thread, datadir.cut_back, fsync_failed)
+                dropped = await log_thread.run(datadir.cut_back, fsync_failed)
                 break
             except OSError as e:
                 log.error("cannot cut the log back yet (%s); trying again in 1 s", e)
@@ -76,7 +76,7 @@ class DiskFaults:
         log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
         while not server.stopping:
             try:
-                await loop.run_in_executor(fsync_thread, datadir.resume, server.now_ms())
+                await log_thread.run(datadir.resume, server.now_ms())
                 break
             except OSError as e:
                 log.debug("the disk still refuses the log: %s", e)
