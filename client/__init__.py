@@ -13,5 +13,7 @@ docs/client.md is the reference.
 from .errors import Closed, Full, LeaseqError, NoQueue, TooBig
 from .protocol import Job
 from .queue import Queue
+from .work import WorkerStats
+from .worker import Worker
 
-__all__ = ["Queue", "Job", "LeaseqError", "NoQueue", "Full", "TooBig", "Closed"]
+__all__ = ["Queue", "Worker", "WorkerStats", "Job", "LeaseqError", "NoQueue", "Full", "TooBig", "Closed"]

@@ -9,19 +9,19 @@ The module shares one daemon; each test uses queues of its own (``q``).
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 import time
 
 import pytest
 import redis
 
-from harness import CheckedThread, qget, qinfo, unique, wait_blocked
-from leaseq.client import Job, Queue, errors
+from harness import (CheckedThread, Daemon, claim_one, qget, qinfo, run_client_worker, unique, wait_blocked,
+                     wait_for)
+from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
-
-
-def url(daemon) -> str:
-    return f"redis://127.0.0.1:{daemon.port}"
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -32,7 +32,7 @@ def protocol(request) -> int:
 @pytest.fixture
 def queue(daemon, q, protocol):
     """A Queue on a fresh queue name, in RESP2 and in RESP3."""
-    with Queue(url(daemon), q, protocol=protocol, socket_timeout=10) as queue:
+    with Queue(daemon.url, q, protocol=protocol, socket_timeout=10) as queue:
         yield queue
 
 
@@ -189,7 +189,7 @@ def test_a_decoding_client_is_refused(daemon, q):
     with pytest.raises(ValueError, match="decode_responses"):
         Queue.from_client(c, q)
     with pytest.raises(ValueError, match="decode_responses"):
-        Queue(url(daemon), q, decode_responses=True)
+        Queue(daemon.url, q, decode_responses=True)
     c.close()
 
 
@@ -199,7 +199,7 @@ def test_a_blocking_claim_outlasts_a_short_socket_timeout(daemon, q, protocol, r
     """socket_timeout 0.3 s, BLOCK 1.2 s: redis-py alone would time out and
     send the claim again; the queue's claim connection waits it out, and the
     ordinary commands keep their short timeout on their own connection."""
-    with Queue(url(daemon), q, protocol=protocol, socket_timeout=0.3) as queue:
+    with Queue(daemon.url, q, protocol=protocol, socket_timeout=0.3) as queue:
         queue.push("x")
         queue.claim("w")
         t0 = time.monotonic()
@@ -215,3 +215,219 @@ def test_a_blocking_claim_outlasts_a_short_socket_timeout(daemon, q, protocol, r
         queue.push("arrives")
         t.join(10)
         assert t.failure is None and [j.payload for j in got["jobs"]] == [b"arrives"]
+
+
+# -- Worker ------------------------------------------------------------------------------------
+
+def run_worker(worker: Worker, burst: bool = True, timeout: float = 15.0) -> WorkerStats:
+    """``worker.run(burst)`` in a thread, bounded: past ``timeout`` the
+    worker is stopped and the test fails instead of hanging."""
+    result = []
+    t = CheckedThread(target=lambda: result.append(worker.run(burst)))
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        worker.stop()
+        t.join(10)
+        raise AssertionError(f"the worker did not finish within {timeout} s")
+    assert t.failure is None, t.failure
+    return result[0]
+
+
+class Peak:
+    """How many handlers ran at once, at most."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def test_a_worker_runs_jobs_four_at_a_time_and_acks_them(queue):
+    queue.push_many([f"photo-{i}.jpg" for i in range(12)])
+    peak, seen = Peak(), []
+
+    def handler(job):
+        with peak:
+            seen.append(job.payload)
+            time.sleep(0.15)
+
+    stats = run_worker(Worker(queue, handler, concurrency=4, lease_ms=5000))
+    assert stats == WorkerStats(acked=12) and stats.processed == 12
+    assert peak.most == 4
+    assert sorted(seen) == sorted(f"photo-{i}.jpg".encode() for i in range(12))
+    info = queue.info()
+    assert (info["acked"], info["ready"], info["in_flight"], info["nacked"]) == (12, 0, 0, 0)
+
+
+def test_a_raising_handler_nacks_with_the_exception_text(queue, r):
+    """The job's last_error is "<ExcType>: message"; with MAXDELIVERIES 1 the
+    next claim dead-letters it (in place: no DEADLETTER queue), which ends
+    the burst run."""
+    r.execute_command("QCREATE", queue.name, "MAXDELIVERIES", 1, "BACKOFF", 0, 1, 0)
+    bad, good = queue.push("corrupt.png"), queue.push("fine.png")
+
+    def handler(job):
+        if job.payload == b"corrupt.png":
+            raise ValueError("no thumbnail for 'corrupt.png'")
+
+    stats = run_worker(Worker(queue, handler, concurrency=2, lease_ms=5000))
+    assert stats == WorkerStats(acked=1, failed=1)
+    job = qget(r, queue.name, bad, str_keys=True)
+    assert (job["state"], job["last_error"]) == (b"dead", b"ValueError: no thumbnail for 'corrupt.png'")
+    assert qget(r, queue.name, good) is None           # acked
+
+
+def test_the_heartbeat_keeps_a_job_longer_than_three_leases(queue, r):
+    """A 300 ms lease, a handler of 1.2 s: without the heartbeat another
+    claimer would get the job after 300 ms."""
+    queue.push("slow")
+    started, stolen = threading.Event(), []
+
+    def thief():
+        assert started.wait(10)
+        deadline = time.monotonic() + 1.4
+        while time.monotonic() < deadline:
+            stolen.extend(queue.claim("thief", lease_ms=60_000))
+            time.sleep(0.03)
+
+    def handler(job):
+        started.set()
+        time.sleep(1.2)
+
+    t = CheckedThread(target=thief)
+    t.start()
+    stats = run_worker(Worker(queue, handler, lease_ms=300, block_ms=200), timeout=10)
+    t.join(5)
+    assert t.failure is None and stolen == []
+    assert stats == WorkerStats(acked=1)
+    info = queue.info()
+    assert (info["acked"], info["lease_expired"]) == (1, 0)
+
+
+def test_a_burst_run_waits_for_delayed_jobs(queue):
+    queue.push("now")
+    queue.push("later", delay_ms=600)
+    t0 = time.monotonic()
+    stats = run_worker(Worker(queue, lambda job: None, block_ms=5000))
+    elapsed = time.monotonic() - t0
+    assert stats == WorkerStats(acked=2)
+    assert 0.55 <= elapsed < 4                         # woken when the job came due, not by BLOCK's end
+
+
+def test_a_burst_run_waits_for_jobs_in_flight_elsewhere(queue):
+    """Another worker holds a job for 400 ms and never acks it: the burst
+    run waits, takes the job over when the lease runs out, and ends."""
+    queue.push("held elsewhere")
+    [held] = queue.claim("other", lease_ms=400)
+    t0 = time.monotonic()
+    done = []
+    stats = run_worker(Worker(queue, done.append, block_ms=5000))
+    assert stats == WorkerStats(acked=1) and time.monotonic() - t0 >= 0.35
+    assert (done[0].id, done[0].deliveries) == (held.id, 2)
+
+
+def test_stop_from_another_thread(queue):
+    """Outside the main thread no signal handler is installed; stop() ends
+    run(), after the job in flight is acked."""
+    queue.push("one")
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(job):
+        started.set()
+        finish.wait(10)
+
+    worker = Worker(queue, handler, concurrency=2, block_ms=100)
+    result = []
+    t = CheckedThread(target=lambda: result.append(worker.run()))
+    t.start()
+    assert started.wait(5)
+    worker.stop()
+    time.sleep(0.3)
+    assert t.is_alive()                                # the handler still runs: the worker waits for it
+    finish.set()
+    t.join(5)
+    assert t.failure is None and result == [WorkerStats(acked=1)]
+    assert queue.info()["in_flight"] == 0
+
+
+def test_a_lost_lease_is_not_acked(daemon, q, r, caplog, monkeypatch):
+    """While the handler runs the job is taken away (nacked with its token,
+    then claimed by a "thief"): the next beat finds the lease lost, and the
+    worker neither acks nor nacks when the handler ends."""
+    queue = Queue(daemon.url, q)
+    queue.push("contested")
+    settled = []
+    monkeypatch.setattr(queue, "ack", lambda job: settled.append(("ack", job)))
+    monkeypatch.setattr(queue, "nack", lambda job, **kw: settled.append(("nack", job)))
+    running, finish = [], threading.Event()
+
+    def handler(job):
+        running.append(job)
+        finish.wait(10)
+
+    worker = Worker(queue, handler, lease_ms=300, block_ms=100)
+    result = []
+    t = CheckedThread(target=lambda: result.append(worker.run()))
+    with caplog.at_level(logging.WARNING, logger="leaseq.client"):
+        t.start()
+        [job] = wait_for(lambda: running, 5, "the handler to start")
+        r.execute_command("QNACK", q, job.lease, "DELAY", 0)
+        thief = claim_one(r, q, "thief", "LEASE", 60_000)
+        wait_for(lambda: "lease lost" in caplog.text, 5, "the heartbeat to find the lease lost")
+        worker.stop()
+        finish.set()
+        t.join(5)
+    assert t.failure is None and result == [WorkerStats(lost=1)]
+    assert settled == []
+    now = qget(r, q, job.id, str_keys=True)
+    assert (now["state"], now["consumer"], thief[b"deliveries"]) == (b"in_flight", b"thief", 2)
+    queue.close()
+
+
+def test_a_worker_rides_out_a_daemon_restart(tmp_path, q):
+    """A connection error while claiming is logged and retried: the worker
+    goes on once the daemon is back on its port."""
+    d = Daemon(tmp_path / "data").start()
+    try:
+        queue = Queue(d.url, q)
+        queue.push("before")
+        done = []
+        worker = Worker(queue, lambda job: done.append(job.payload), block_ms=200)
+        t = CheckedThread(target=lambda: done.append(worker.run()))
+        t.start()
+        wait_for(lambda: b"before" in done, 5, "the first job")
+        d.stop()
+        time.sleep(0.5)
+        d.restart()
+        queue.push("after")
+        wait_for(lambda: b"after" in done, 15, "the job pushed after the restart")
+        worker.stop()
+        t.join(10)
+        assert t.failure is None and done[-1] == WorkerStats(acked=2)
+        queue.close()
+    finally:
+        d.kill()
+
+
+def test_sigterm_drains_the_jobs_in_flight(daemon, q, r):
+    """A worker process with 4 handlers of 1.5 s each gets SIGTERM while
+    they run: it claims nothing more, lets them finish, acks them and exits
+    0, leaving nothing in flight and the other jobs ready."""
+    with Queue(daemon.url, q) as queue:
+        queue.push_many([f"job-{i}" for i in range(8)])
+    status, out, err = run_client_worker(daemon, "sync", q, 1.5, 4,
+                                         in_flight=lambda: qinfo(r, q, str_keys=True)["in_flight"] == 4)
+    assert status == 0, err
+    assert json.loads(out) == {"acked": 4, "failed": 0, "lost": 0}
+    info = qinfo(r, q, str_keys=True)
+    assert (info["acked"], info["in_flight"], info["ready"], info["nacked"]) == (4, 0, 4, 0)
+    assert "stopping after 4 jobs in flight" in err

@@ -1,0 +1,237 @@
+"""``Worker``: runs a handler on leaseq jobs in threads.
+
+The main thread claims jobs (never more than the free handler slots) and
+waits; a pool of ``concurrency`` threads runs the handler, each job's
+thread acking or nacking it when the handler ends; one heartbeat thread
+extends the leases of every job in flight with one QEXTEND per beat.
+
+Everything that reaches the main thread while it waits arrives on one
+``queue.SimpleQueue``: a finished job, or a stop.  ``SimpleQueue.put`` is
+safe in a signal handler, which ``threading.Event.set`` is not (it takes a
+lock the interrupted main thread may hold), so SIGTERM and SIGINT only put
+a stop there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue as stdlib_queue
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+import redis
+
+from . import work
+from .protocol import Job
+from .queue import Queue
+from .work import HeldLeases, Outcome, WorkerStats
+
+logger = logging.getLogger("leaseq.client")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_STOP = "stop"
+
+
+class Worker:
+    """Claims jobs from ``queue`` and runs ``handler(job)`` on up to
+    ``concurrency`` of them at a time, each in a thread of its own.
+
+    A handler that returns gets its job acked; one that raises gets it
+    nacked with ``"<ExcType>: message"`` as the job's ``last_error`` (the
+    queue's BACKOFF decides when it comes back).  Leases are claimed for
+    ``lease_ms`` and extended every ``lease_ms / 3`` while the handler runs.
+    ``block_ms`` is how long an idle claim waits, and so also the longest a
+    stop waits for the claim in progress.  ``consumer`` names the worker in
+    QGET (``host:pid`` by default).
+    """
+
+    def __init__(self, queue: Queue, handler: Callable[[Job], Any], *, concurrency: int = 1,
+                 lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000) -> None:
+        work.check_settings(concurrency, lease_ms, block_ms)
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.block_ms = block_ms
+        self.consumer = consumer or work.default_consumer()
+        self._events: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
+
+    def stop(self) -> None:
+        """Stop claiming; ``run`` returns once the jobs in flight are done.
+        Safe from any thread and from a signal handler."""
+        self._events.put(_STOP)
+
+    def run(self, burst: bool = False, *, stop_signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> WorkerStats:
+        """Work until stopped (``stop()``, or one of ``stop_signals`` when
+        run in the main thread), or with ``burst`` until the queue has no
+        ready, delayed or in-flight jobs left.  Either way the jobs in
+        flight finish and are acked or nacked before it returns."""
+        outcomes: list[Outcome] = []
+        running: set[Future] = set()
+        with _stopping_on(stop_signals, self.stop), _Heartbeat(self.queue, self.lease_ms) as leases, \
+                ThreadPoolExecutor(self.concurrency, thread_name_prefix="leaseq-handler") as pool:
+            logger.info("worker %s: working on queue %s, %d at a time", self.consumer, self.queue.name,
+                        self.concurrency)
+            while not self._stop_requested(wait_s=None if len(running) >= self.concurrency else 0):
+                running, done = _split_done(running)
+                outcomes += [f.result() for f in done]
+                if len(running) >= self.concurrency:
+                    continue
+                try:
+                    jobs = self._claim_unless_finished(self.concurrency - len(running), burst, idle=not running)
+                except Exception as e:
+                    if not work.is_passing(e):
+                        raise
+                    logger.warning("worker %s: cannot claim from %s (%s); retrying", self.consumer,
+                                   self.queue.name, e)
+                    if self._stop_requested(wait_s=work.RETRY_AFTER_S):
+                        break
+                    continue
+                if jobs is None:
+                    logger.info("worker %s: queue %s is drained", self.consumer, self.queue.name)
+                    break
+                running |= {self._start(pool, leases, job) for job in jobs}
+            if running:
+                logger.info("worker %s: stopping after %d jobs in flight", self.consumer, len(running))
+            outcomes += [f.result() for f in wait(running).done]
+        stats = WorkerStats.of(outcomes)
+        logger.info("worker %s: done, %s", self.consumer, stats)
+        return stats
+
+    def _stop_requested(self, wait_s: float | None) -> bool:
+        """Take what arrived (waiting up to ``wait_s``; None: until something
+        does); True if a stop did.  Finished jobs only wake the loop: it
+        reads their futures."""
+        try:
+            events = [self._events.get(timeout=wait_s) if wait_s != 0 else self._events.get_nowait()]
+        except stdlib_queue.Empty:
+            return False
+        while not self._events.empty():
+            events.append(self._events.get_nowait())
+        return _STOP in events
+
+    def _claim_unless_finished(self, free: int, burst: bool, idle: bool) -> list[Job] | None:
+        """Claim up to ``free`` jobs, waiting up to ``block_ms``; None when
+        a burst run is over: none of ours runs and the queue is drained.
+        The drain is checked before the claim, so the last job's end is not
+        followed by one more wait of ``block_ms``."""
+        if burst and idle and work.queue_is_drained(self.queue.info()):
+            return None
+        return self.queue.claim(self.consumer, count=free, lease_ms=self.lease_ms, block_ms=self.block_ms)
+
+    def _start(self, pool: ThreadPoolExecutor, leases: HeldLeases, job: Job) -> Future:
+        leases.hold(job)
+        future = pool.submit(self._process, leases, job)
+        future.add_done_callback(self._events.put)
+        return future
+
+    def _process(self, leases: HeldLeases, job: Job) -> Outcome:
+        """Run the handler on one job, then ack or nack it, unless its lease
+        was lost meanwhile: then it belongs to whoever claimed it next."""
+        failure = self._call_handler(job)
+        if not leases.release(job):
+            logger.warning("job %s of %s: lease lost while the handler ran; not acked", job.id, job.queue)
+            return Outcome.LOST
+        try:
+            return _settle(self.queue, job, failure)
+        except redis.RedisError as e:
+            logger.warning("job %s of %s: could not %s it (%s); its lease will run out", job.id, job.queue,
+                           "ack" if failure is None else "nack", e)
+            return Outcome.LOST
+
+    def _call_handler(self, job: Job) -> Exception | None:
+        """The exception the handler raised, or None."""
+        try:
+            self.handler(job)
+        except Exception as e:
+            logger.warning("job %s of %s failed: %s", job.id, job.queue, work.failure_text(e), exc_info=True)
+            return e
+        return None
+
+
+def _settle(queue: Queue, job: Job, failure: Exception | None) -> Outcome:
+    """Ack a job whose handler returned, nack one whose handler raised."""
+    if failure is None:
+        settled, outcome = queue.ack(job), Outcome.ACKED
+    else:
+        settled, outcome = queue.nack(job, error=work.failure_text(failure)), Outcome.FAILED
+    if not settled:
+        logger.warning("job %s of %s: its lease was lost before the %s", job.id, job.queue,
+                       "ack" if failure is None else "nack")
+        return Outcome.LOST
+    return outcome
+
+
+def _split_done(futures: set[Future]) -> tuple[set[Future], list[Future]]:
+    """(still running, done)."""
+    done = [f for f in futures if f.done()]
+    return futures.difference(done), done
+
+
+class _Heartbeat:
+    """A thread that extends every held lease each ``lease_ms / 3``, all in
+    one QEXTEND, from entering to leaving the ``with`` block."""
+
+    def __init__(self, queue: Queue, lease_ms: int) -> None:
+        self.queue = queue
+        self.lease_ms = lease_ms
+        self.leases = HeldLeases()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="leaseq-heartbeat", daemon=True)
+
+    def __enter__(self) -> HeldLeases:
+        self._thread.start()
+        return self.leases
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(work.heartbeat_seconds(self.lease_ms)):
+            self.extend_held()
+
+    def extend_held(self) -> None:
+        jobs = self.leases.held()
+        if not jobs:
+            return
+        try:
+            deadlines = self.queue.extend_many(jobs, self.lease_ms)
+        except redis.RedisError as e:
+            logger.warning("cannot extend %d leases on %s (%s); trying again next beat", len(jobs),
+                           self.queue.name, e)
+            return
+        for job in self.leases.extended(jobs, deadlines):
+            logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
+                           "but the job will not be acked", job.id, job.queue)
+
+
+@contextlib.contextmanager
+def _stopping_on(signals: tuple[signal.Signals, ...], stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` on the first of ``signals`` while the block runs (only
+    in the main thread, the one Python delivers signals to).  The first
+    signal also puts the previous handlers back, so a second Ctrl-C or
+    SIGTERM acts as it would without the worker."""
+    if not signals or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in signals}
+
+    def restore() -> None:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        restore()
+        stop()
+
+    for s in signals:
+        signal.signal(s, on_signal)
+    try:
+        yield
+    finally:
+        restore()
