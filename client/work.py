@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import os
 import socket
 import threading
@@ -18,6 +19,8 @@ import redis
 
 from . import errors
 from .protocol import Job
+
+logger = logging.getLogger("leaseq.client")
 
 # a nack's ERROR text is stored with the job and logged; a huge exception
 # message (a whole response body) would bloat both
@@ -54,6 +57,42 @@ class WorkerStats:
         return cls(**{o.value: outcomes.count(o) for o in Outcome})
 
 
+class WorkerBase:
+    """The settings both workers take, and what they log about a run."""
+
+    def __init__(self, queue: Any, handler: Any, *, concurrency: int = 1, lease_ms: int = 30_000,
+                 consumer: str | None = None, block_ms: int = 1_000) -> None:
+        check_settings(concurrency, lease_ms, block_ms)
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.block_ms = block_ms
+        self.consumer = consumer or default_consumer()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.consumer!r} on {self.queue.name!r}, {self.concurrency} at a time>"
+
+    def _log_start(self) -> None:
+        logger.info("worker %s: working on queue %s, %d at a time", self.consumer, self.queue.name,
+                    self.concurrency)
+
+    def _log_claim_failed(self, error: Exception) -> None:
+        logger.warning("worker %s: cannot claim from %s (%s); retrying in %.0f s", self.consumer,
+                       self.queue.name, error, RETRY_AFTER_S)
+
+    def _log_drained(self) -> None:
+        logger.info("worker %s: queue %s is drained", self.consumer, self.queue.name)
+
+    def _log_stopping(self, in_flight: int) -> None:
+        if in_flight:
+            logger.info("worker %s: stopping after %d jobs in flight", self.consumer, in_flight)
+
+    def _log_done(self, stats: "WorkerStats") -> "WorkerStats":
+        logger.info("worker %s: done, %s", self.consumer, stats)
+        return stats
+
+
 def check_settings(concurrency: int, lease_ms: int, block_ms: int) -> None:
     """Refuse settings that cannot work, at construction rather than later.
     ``block_ms`` must end: the worker looks for a stop between claims."""
@@ -85,6 +124,16 @@ def failure_text(error: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
+def claim_block_ms(block_ms: int, burst: bool, idle: bool) -> int | None:
+    """How long a claim may wait.  A burst run whose own jobs still run does
+    not wait in a claim but for its jobs (they may nack, or be the last
+    ones): otherwise the run would end up to ``block_ms`` after the queue
+    drained.  A burst run with nothing of its own checks the drain first
+    (``queue_is_drained``) and then waits in the claim, which the daemon
+    answers as soon as a delayed job comes due or a lease runs out."""
+    return None if burst and not idle else block_ms
+
+
 def queue_is_drained(info: Mapping[str, Any]) -> bool:
     """A burst run is done when the queue has nothing ready, delayed or in
     flight.  Delayed jobs count because they will be ready; jobs in flight
@@ -102,6 +151,53 @@ def is_passing(error: BaseException) -> bool:
     if isinstance(error, errors.LeaseqError):
         return error.code == "MISCONF"
     return isinstance(error, (redis.ConnectionError, redis.TimeoutError))
+
+
+# -- how a job ends (and what the log says about it) ----------------------------------------------
+
+def handler_failed(job: Job, error: Exception) -> Exception:
+    logger.warning("job %s of %s failed: %s", job.id, job.queue, failure_text(error), exc_info=error)
+    return error
+
+
+def lost_while_running(job: Job) -> Outcome:
+    """The heartbeat found the lease lost: the job belongs to whoever
+    claimed it next, so this worker neither acks nor nacks it."""
+    logger.warning("job %s of %s: lease lost while the handler ran; not acked", job.id, job.queue)
+    return Outcome.LOST
+
+
+def settled(job: Job, failure: Exception | None, landed: bool) -> Outcome:
+    """The outcome of the ack (``failure`` None) or nack: ``landed`` False
+    means the token was stale, the lease lost before it."""
+    if not landed:
+        logger.warning("job %s of %s: the lease was lost before the %s", job.id, job.queue, _verb(failure))
+        return Outcome.LOST
+    return Outcome.ACKED if failure is None else Outcome.FAILED
+
+
+def settle_failed(job: Job, failure: Exception | None, error: Exception) -> Outcome:
+    """The ack or nack did not reach the daemon: its lease will run out and
+    the job will be claimed again."""
+    logger.warning("job %s of %s: could not %s it (%s); its lease will run out", job.id, job.queue,
+                   _verb(failure), error)
+    return Outcome.LOST
+
+
+def _verb(failure: Exception | None) -> str:
+    return "ack" if failure is None else "nack"
+
+
+def extend_failed(queue: str, jobs: list[Job], error: Exception) -> None:
+    logger.warning("cannot extend %d leases on %s (%s); trying again next beat", len(jobs), queue, error)
+
+
+def leases_lost(jobs: list[Job]) -> None:
+    for job in jobs:
+        logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
+                       "but the job will not be acked", job.id, job.queue)
+
+
 
 
 class HeldLeases:

@@ -15,7 +15,6 @@ a stop there.
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue as stdlib_queue
 import signal
 import threading
@@ -30,34 +29,27 @@ from .protocol import Job
 from .queue import Queue
 from .work import HeldLeases, Outcome, WorkerStats
 
-logger = logging.getLogger("leaseq.client")
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _STOP = "stop"
 
 
-class Worker:
+class Worker(work.WorkerBase):
     """Claims jobs from ``queue`` and runs ``handler(job)`` on up to
     ``concurrency`` of them at a time, each in a thread of its own.
 
-    A handler that returns gets its job acked; one that raises gets it
-    nacked with ``"<ExcType>: message"`` as the job's ``last_error`` (the
-    queue's BACKOFF decides when it comes back).  Leases are claimed for
-    ``lease_ms`` and extended every ``lease_ms / 3`` while the handler runs.
-    ``block_ms`` is how long an idle claim waits, and so also the longest a
-    stop waits for the claim in progress.  ``consumer`` names the worker in
-    QGET (``host:pid`` by default).
+    ``Worker(queue, handler, *, concurrency=1, lease_ms=30000,
+    consumer=None, block_ms=1000)``.  A handler that returns gets its job
+    acked; one that raises gets it nacked with ``"<ExcType>: message"`` as
+    the job's ``last_error`` (the queue's BACKOFF decides when it comes
+    back).  Leases are claimed for ``lease_ms`` and extended every
+    ``lease_ms / 3`` while the handler runs.  ``block_ms`` is how long an
+    idle claim waits, and so also the longest a stop waits for the claim in
+    progress.  ``consumer`` names the worker in QGET (``host:pid`` by
+    default).
     """
 
-    def __init__(self, queue: Queue, handler: Callable[[Job], Any], *, concurrency: int = 1,
-                 lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000) -> None:
-        work.check_settings(concurrency, lease_ms, block_ms)
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.lease_ms = lease_ms
-        self.block_ms = block_ms
-        self.consumer = consumer or work.default_consumer()
+    def __init__(self, queue: Queue, handler: Callable[[Job], Any], **settings: Any) -> None:
+        super().__init__(queue, handler, **settings)
         self._events: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
 
     def stop(self) -> None:
@@ -74,8 +66,7 @@ class Worker:
         running: set[Future] = set()
         with _stopping_on(stop_signals, self.stop), _Heartbeat(self.queue, self.lease_ms) as leases, \
                 ThreadPoolExecutor(self.concurrency, thread_name_prefix="leaseq-handler") as pool:
-            logger.info("worker %s: working on queue %s, %d at a time", self.consumer, self.queue.name,
-                        self.concurrency)
+            self._log_start()
             while not self._stop_requested(wait_s=None if len(running) >= self.concurrency else 0):
                 running, done = _split_done(running)
                 outcomes += [f.result() for f in done]
@@ -86,21 +77,19 @@ class Worker:
                 except Exception as e:
                     if not work.is_passing(e):
                         raise
-                    logger.warning("worker %s: cannot claim from %s (%s); retrying", self.consumer,
-                                   self.queue.name, e)
+                    self._log_claim_failed(e)
                     if self._stop_requested(wait_s=work.RETRY_AFTER_S):
                         break
                     continue
                 if jobs is None:
-                    logger.info("worker %s: queue %s is drained", self.consumer, self.queue.name)
+                    self._log_drained()
+                    break
+                if not jobs and burst and running and self._stop_requested(wait_s=self.block_ms / 1000):
                     break
                 running |= {self._start(pool, leases, job) for job in jobs}
-            if running:
-                logger.info("worker %s: stopping after %d jobs in flight", self.consumer, len(running))
+            self._log_stopping(len(running))
             outcomes += [f.result() for f in wait(running).done]
-        stats = WorkerStats.of(outcomes)
-        logger.info("worker %s: done, %s", self.consumer, stats)
-        return stats
+        return self._log_done(WorkerStats.of(outcomes))
 
     def _stop_requested(self, wait_s: float | None) -> bool:
         """Take what arrived (waiting up to ``wait_s``; None: until something
@@ -115,13 +104,11 @@ class Worker:
         return _STOP in events
 
     def _claim_unless_finished(self, free: int, burst: bool, idle: bool) -> list[Job] | None:
-        """Claim up to ``free`` jobs, waiting up to ``block_ms``; None when
-        a burst run is over: none of ours runs and the queue is drained.
-        The drain is checked before the claim, so the last job's end is not
-        followed by one more wait of ``block_ms``."""
+        """Claim up to ``free`` jobs; None when a burst run is over."""
         if burst and idle and work.queue_is_drained(self.queue.info()):
             return None
-        return self.queue.claim(self.consumer, count=free, lease_ms=self.lease_ms, block_ms=self.block_ms)
+        return self.queue.claim(self.consumer, count=free, lease_ms=self.lease_ms,
+                                block_ms=work.claim_block_ms(self.block_ms, burst, idle))
 
     def _start(self, pool: ThreadPoolExecutor, leases: HeldLeases, job: Job) -> Future:
         leases.hold(job)
@@ -131,39 +118,24 @@ class Worker:
 
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:
         """Run the handler on one job, then ack or nack it, unless its lease
-        was lost meanwhile: then it belongs to whoever claimed it next."""
+        was lost meanwhile."""
         failure = self._call_handler(job)
         if not leases.release(job):
-            logger.warning("job %s of %s: lease lost while the handler ran; not acked", job.id, job.queue)
-            return Outcome.LOST
+            return work.lost_while_running(job)
         try:
-            return _settle(self.queue, job, failure)
+            landed = (self.queue.ack(job) if failure is None
+                      else self.queue.nack(job, error=work.failure_text(failure)))
         except redis.RedisError as e:
-            logger.warning("job %s of %s: could not %s it (%s); its lease will run out", job.id, job.queue,
-                           "ack" if failure is None else "nack", e)
-            return Outcome.LOST
+            return work.settle_failed(job, failure, e)
+        return work.settled(job, failure, landed)
 
     def _call_handler(self, job: Job) -> Exception | None:
         """The exception the handler raised, or None."""
         try:
             self.handler(job)
         except Exception as e:
-            logger.warning("job %s of %s failed: %s", job.id, job.queue, work.failure_text(e), exc_info=True)
-            return e
+            return work.handler_failed(job, e)
         return None
-
-
-def _settle(queue: Queue, job: Job, failure: Exception | None) -> Outcome:
-    """Ack a job whose handler returned, nack one whose handler raised."""
-    if failure is None:
-        settled, outcome = queue.ack(job), Outcome.ACKED
-    else:
-        settled, outcome = queue.nack(job, error=work.failure_text(failure)), Outcome.FAILED
-    if not settled:
-        logger.warning("job %s of %s: its lease was lost before the %s", job.id, job.queue,
-                       "ack" if failure is None else "nack")
-        return Outcome.LOST
-    return outcome
 
 
 def _split_done(futures: set[Future]) -> tuple[set[Future], list[Future]]:
@@ -193,21 +165,17 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         while not self._stopped.wait(work.heartbeat_seconds(self.lease_ms)):
-            self.extend_held()
+            self._extend_held()
 
-    def extend_held(self) -> None:
+    def _extend_held(self) -> None:
         jobs = self.leases.held()
         if not jobs:
             return
         try:
             deadlines = self.queue.extend_many(jobs, self.lease_ms)
         except redis.RedisError as e:
-            logger.warning("cannot extend %d leases on %s (%s); trying again next beat", len(jobs),
-                           self.queue.name, e)
-            return
-        for job in self.leases.extended(jobs, deadlines):
-            logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
-                           "but the job will not be acked", job.id, job.queue)
+            return work.extend_failed(self.queue.name, jobs, e)
+        work.leases_lost(self.leases.extended(jobs, deadlines))
 
 
 @contextlib.contextmanager

@@ -177,6 +177,24 @@ class CheckedThread(threading.Thread):
             self.failure = traceback.format_exc()
 
 
+class Peak:
+    """How many handlers run at once (``with peak:`` around the work), and
+    the most that ever did (``most``); for threads and asyncio tasks alike."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.now -= 1
+
+
 def run_client_worker(d: Daemon, flavour: str, queue: str, seconds: float, concurrency: int,
                       in_flight) -> tuple[int, str, str]:
     """Run ``tests/integration/client_worker.py`` (a leaseq.client Worker of

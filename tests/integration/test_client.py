@@ -17,8 +17,8 @@ import time
 import pytest
 import redis
 
-from harness import (CheckedThread, Daemon, claim_one, qget, qinfo, run_client_worker, unique, wait_blocked,
-                     wait_for)
+from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique,
+                     wait_blocked, wait_for)
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
@@ -232,23 +232,6 @@ def run_worker(worker: Worker, burst: bool = True, timeout: float = 15.0) -> Wor
         raise AssertionError(f"the worker did not finish within {timeout} s")
     assert t.failure is None, t.failure
     return result[0]
-
-
-class Peak:
-    """How many handlers ran at once, at most."""
-
-    def __init__(self) -> None:
-        self.now = self.most = 0
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.now -= 1
 
 
 def test_a_worker_runs_jobs_four_at_a_time_and_acks_them(queue):
