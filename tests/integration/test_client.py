@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,6 +27,7 @@ from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_cl
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -243,7 +249,9 @@ def test_a_worker_runs_jobs_four_at_a_time_and_acks_them(queue):
             seen.append(job.payload)
             time.sleep(0.15)
 
-    stats = run_worker(Worker(queue, handler, concurrency=4, lease_ms=5000))
+    t0 = time.monotonic()
+    stats = run_worker(Worker(queue, handler, concurrency=4, lease_ms=5000, block_ms=5000))
+    assert time.monotonic() - t0 < 3                   # the run ends with the last job, not a BLOCK later
     assert stats == WorkerStats(acked=12) and stats.processed == 12
     assert peak.most == 4
     assert sorted(seen) == sorted(f"photo-{i}.jpg".encode() for i in range(12))
@@ -414,3 +422,27 @@ def test_sigterm_drains_the_jobs_in_flight(daemon, q, r):
     info = qinfo(r, q, str_keys=True)
     assert (info["acked"], info["in_flight"], info["ready"], info["nacked"]) == (4, 0, 4, 0)
     assert "stopping after 4 jobs in flight" in err
+
+
+# -- the README's example ------------------------------------------------------------------------
+
+def readme_example() -> tuple[str, str]:
+    """The code block of README's "A Python worker library" section and the
+    block after its "prints:"."""
+    section = README.read_text(encoding="utf-8").split("## A Python worker library: leaseq.client\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    printed = re.search(r"prints:\n\n```\n(.*?)```", section, re.S).group(1)
+    return code, printed
+
+
+def test_the_readme_worker_example_prints_what_the_readme_says(daemon, r):
+    """The example runs as written (LEASEQ_URL points it at this module's
+    daemon, where no other test uses the queue ``thumbnails``)."""
+    code, printed = readme_example()
+    result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LEASEQ_URL=daemon.url),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == printed
+    info = qinfo(r, "thumbnails", str_keys=True)
+    assert (info["acked"], info["nacked"], info["ready"], info["delayed"], info["in_flight"]) == (3, 1, 0, 0, 0)
