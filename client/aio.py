@@ -133,13 +133,14 @@ class Worker(work.WorkerBase):
     call ``stop()`` on the loop (``loop.call_soon_threadsafe(worker.stop)``
     from another thread)."""
 
-    def __init__(self, queue: Queue, handler: Callable[[Job], Any], **settings: Any) -> None:
-        super().__init__(queue, handler, **settings)
-        self._stopping = asyncio.Event()
+    queue: Queue
+
+    def _new_stop_requests(self) -> asyncio.Event:
+        return asyncio.Event()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` returns once the jobs in flight are done."""
-        self._stopping.set()
+        self._stop_requests.set()
 
     async def run(self, burst: bool = False, *, stop_signals: tuple[signal.Signals, ...] = STOP_SIGNALS
                   ) -> WorkerStats:
@@ -151,11 +152,12 @@ class Worker(work.WorkerBase):
             with _stopping_on(stop_signals, self.stop), _handler_caller(self.handler, self.concurrency) as call:
                 async with _Heartbeat(self.queue, self.lease_ms) as leases:
                     self._log_start()
-                    return self._log_done(WorkerStats.of(await self._work(burst, self._stopping, leases, call)))
+                    outcomes = await self._work(burst, self._stop_requests, leases, call)
+                    return self._log_done(WorkerStats.of(outcomes))
         finally:
             # a stop ends this run, not the next; and an Event that waited is
             # bound to this loop, while the next run may be on another
-            self._stopping = asyncio.Event()
+            self._stop_requests = self._new_stop_requests()
 
     async def _work(self, burst: bool, stopping: asyncio.Event, leases: HeldLeases,
                     call: Callable[[Job], Awaitable]) -> list[Outcome]:

@@ -1,7 +1,8 @@
 """What a worker decides, the same for threads (``worker.py``) and asyncio
-(``aio.py``): how often to beat, what a failure's nack says, when a burst
-run is done, what counts as a passing fault, and which leases are still
-held.  Only the waiting and the I/O differ between the two flavours.
+(``aio.py``): its settings, how often to beat, what a failure's nack says,
+when a burst run is done, what counts as a passing fault, which leases are
+still held, how each job ends and what the log says about it.  Only the
+waiting and the I/O differ between the two flavours.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import redis
@@ -58,10 +59,12 @@ class WorkerStats:
 
 
 class WorkerBase:
-    """The settings both workers take, and what they log about a run."""
+    """The settings both workers take, and what they log about a run.  Each
+    flavour says, in ``_new_stop_requests``, where its ``stop()`` leaves
+    the request for ``run()`` to find."""
 
-    def __init__(self, queue: Any, handler: Any, *, concurrency: int = 1, lease_ms: int = 30_000,
-                 consumer: str | None = None, block_ms: int = 1_000) -> None:
+    def __init__(self, queue: Any, handler: Callable[[Job], Any], *, concurrency: int = 1,
+                 lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000) -> None:
         check_settings(concurrency, lease_ms, block_ms)
         self.queue = queue
         self.handler = handler
@@ -69,6 +72,10 @@ class WorkerBase:
         self.lease_ms = lease_ms
         self.block_ms = block_ms
         self.consumer = consumer or default_consumer()
+        self._stop_requests = self._new_stop_requests()
+
+    def _new_stop_requests(self) -> Any:
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.consumer!r} on {self.queue.name!r}, {self.concurrency} at a time>"
@@ -196,8 +203,6 @@ def leases_lost(jobs: list[Job]) -> None:
     for job in jobs:
         logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
                        "but the job will not be acked", job.id, job.queue)
-
-
 
 
 class HeldLeases:

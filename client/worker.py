@@ -37,8 +37,7 @@ class Worker(work.WorkerBase):
     """Claims jobs from ``queue`` and runs ``handler(job)`` on up to
     ``concurrency`` of them at a time, each in a thread of its own.
 
-    ``Worker(queue, handler, *, concurrency=1, lease_ms=30000,
-    consumer=None, block_ms=1000)``.  A handler that returns gets its job
+    A handler that returns gets its job
     acked; one that raises gets it nacked with ``"<ExcType>: message"`` as
     the job's ``last_error`` (the queue's BACKOFF decides when it comes
     back).  Leases are claimed for ``lease_ms`` and extended every
@@ -48,14 +47,16 @@ class Worker(work.WorkerBase):
     default).
     """
 
-    def __init__(self, queue: Queue, handler: Callable[[Job], Any], **settings: Any) -> None:
-        super().__init__(queue, handler, **settings)
-        self._events: stdlib_queue.SimpleQueue = stdlib_queue.SimpleQueue()
+    queue: Queue
+
+    def _new_stop_requests(self) -> stdlib_queue.SimpleQueue:
+        """Where stops, and the futures of finished jobs, wake ``run``."""
+        return stdlib_queue.SimpleQueue()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` returns once the jobs in flight are done.
         Safe from any thread and from a signal handler."""
-        self._events.put(_STOP)
+        self._stop_requests.put(_STOP)
 
     def run(self, burst: bool = False, *, stop_signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> WorkerStats:
         """Work until stopped (``stop()``, or one of ``stop_signals`` when
@@ -95,12 +96,13 @@ class Worker(work.WorkerBase):
         """Take what arrived (waiting up to ``wait_s``; None: until something
         does); True if a stop did.  Finished jobs only wake the loop: it
         reads their futures."""
+        requests = self._stop_requests
         try:
-            events = [self._events.get(timeout=wait_s) if wait_s != 0 else self._events.get_nowait()]
+            events = [requests.get(timeout=wait_s) if wait_s != 0 else requests.get_nowait()]
         except stdlib_queue.Empty:
             return False
-        while not self._events.empty():
-            events.append(self._events.get_nowait())
+        while not requests.empty():
+            events.append(requests.get_nowait())
         return _STOP in events
 
     def _claim_unless_finished(self, free: int, burst: bool, idle: bool) -> list[Job] | None:
@@ -113,7 +115,7 @@ class Worker(work.WorkerBase):
     def _start(self, pool: ThreadPoolExecutor, leases: HeldLeases, job: Job) -> Future:
         leases.hold(job)
         future = pool.submit(self._process, leases, job)
-        future.add_done_callback(self._events.put)
+        future.add_done_callback(self._stop_requests.put)
         return future
 
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:

@@ -409,19 +409,21 @@ def test_a_worker_rides_out_a_daemon_restart(tmp_path, q):
         d.kill()
 
 
-def test_sigterm_drains_the_jobs_in_flight(daemon, q, r):
-    """A worker process with 4 handlers of 1.5 s each gets SIGTERM while
-    they run: it claims nothing more, lets them finish, acks them and exits
-    0, leaving nothing in flight and the other jobs ready."""
+@pytest.mark.parametrize("pushed, running", [(8, 4), (2, 2)], ids=["slots-full", "waiting-in-a-claim"])
+def test_sigterm_drains_the_jobs_in_flight(daemon, q, r, pushed, running):
+    """A worker process (4 slots, handlers of 1.5 s) gets SIGTERM while its
+    handlers run, waiting either for a free slot or in a blocking claim: it
+    claims nothing more, lets them finish, acks them and exits 0, leaving
+    nothing in flight and the other jobs ready."""
     with Queue(daemon.url, q) as queue:
-        queue.push_many([f"job-{i}" for i in range(8)])
+        queue.push_many([f"job-{i}" for i in range(pushed)])
     status, out, err = run_client_worker(daemon, "sync", q, 1.5, 4,
-                                         in_flight=lambda: qinfo(r, q, str_keys=True)["in_flight"] == 4)
+                                         in_flight=lambda: qinfo(r, q, str_keys=True)["in_flight"] == running)
     assert status == 0, err
-    assert json.loads(out) == {"acked": 4, "failed": 0, "lost": 0}
+    assert json.loads(out) == {"acked": running, "failed": 0, "lost": 0}
     info = qinfo(r, q, str_keys=True)
-    assert (info["acked"], info["in_flight"], info["ready"], info["nacked"]) == (4, 0, 4, 0)
-    assert "stopping after 4 jobs in flight" in err
+    assert (info["acked"], info["in_flight"], info["ready"], info["nacked"]) == (running, 0, pushed - running, 0)
+    assert f"stopping after {running} jobs in flight" in err
 
 
 # -- the README's example ------------------------------------------------------------------------

@@ -253,14 +253,15 @@ def test_a_lost_lease_is_not_acked(daemon, q, r, caplog):
     assert (now["state"], now["consumer"]) == (b"in_flight", b"thief")
 
 
-def test_sigterm_drains_the_jobs_in_flight(daemon, q, r):
+@pytest.mark.parametrize("pushed, running", [(8, 4), (2, 2)], ids=["slots-full", "waiting-in-a-claim"])
+def test_sigterm_drains_the_jobs_in_flight(daemon, q, r, pushed, running):
     """As in test_client.py, with an asyncio worker in the main thread of its
-    process: the loop's signal handler stops it, the 4 handlers finish."""
-    r.execute_command("QPUSHMANY", q, 8, *[f"job-{i}" for i in range(8)])
+    process: the loop's signal handler stops it, the handlers finish."""
+    r.execute_command("QPUSHMANY", q, pushed, *[f"job-{i}" for i in range(pushed)])
     status, out, err = run_client_worker(daemon, "aio", q, 1.5, 4,
-                                         in_flight=lambda: qinfo(r, q, str_keys=True)["in_flight"] == 4)
+                                         in_flight=lambda: qinfo(r, q, str_keys=True)["in_flight"] == running)
     assert status == 0, err
-    assert json.loads(out) == {"acked": 4, "failed": 0, "lost": 0}
+    assert json.loads(out) == {"acked": running, "failed": 0, "lost": 0}
     info = qinfo(r, q, str_keys=True)
-    assert (info["acked"], info["in_flight"], info["ready"]) == (4, 0, 4)
-    assert "stopping after 4 jobs in flight" in err
+    assert (info["acked"], info["in_flight"], info["ready"]) == (running, 0, pushed - running)
+    assert f"stopping after {running} jobs in flight" in err
