@@ -95,6 +95,11 @@ class Daemon:
         self.kill()
         raise RuntimeError(f"leaseq not ready within {timeout} s:\n{self.log()}")
 
+    @property
+    def url(self) -> str:
+        """The daemon's redis:// URL (what leaseq.client's Queue takes)."""
+        return f"redis://{HOST}:{self.port}"
+
     def client(self, **kw) -> redis.Redis:
         kw.setdefault("socket_timeout", 30)
         return redis.Redis(host=HOST, port=self.port, **kw)
@@ -171,6 +176,45 @@ class CheckedThread(threading.Thread):
             super().run()
         except BaseException:
             self.failure = traceback.format_exc()
+
+
+class Peak:
+    """How many handlers run at once (``with peak:`` around the work), and
+    the most that ever did (``most``); for threads and asyncio tasks alike."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def run_client_worker(d: Daemon, flavour: str, queue: str, seconds: float, concurrency: int,
+                      in_flight) -> tuple[int, str, str]:
+    """Run ``tests/integration/client_worker.py`` (a leaseq.client Worker of
+    ``flavour`` "sync" or "aio" whose handler sleeps ``seconds``) on
+    ``queue``; once ``in_flight()`` is true, SIGTERM it and wait for it to
+    end.  Returns (exit status, stdout, stderr); the process is killed by
+    its PID if it is still there after 30 s."""
+    script = os.path.join(os.path.dirname(__file__), "integration", "client_worker.py")
+    proc = subprocess.Popen([sys.executable, script, flavour, d.url, queue, str(seconds), str(concurrency)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: proc.poll() is not None or in_flight(), 20, "the worker's jobs in flight")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        return proc.returncode, out, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 # -- reply helpers ----------------------------------------------------------------------------

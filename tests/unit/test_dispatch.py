@@ -70,11 +70,15 @@ def imports_of(path: pathlib.Path) -> set[str]:
 
 @pytest.mark.parametrize("room, forbidden", [("commands", ("leaseq.daemon",)),
                                              ("storage", ("leaseq.daemon", "leaseq.commands", "leaseq.pipeline")),
-                                             ("pipeline", ("leaseq.daemon", "leaseq.commands"))])
+                                             ("pipeline", ("leaseq.daemon", "leaseq.commands")),
+                                             ("client", ("leaseq.daemon", "leaseq.commands", "leaseq.storage",
+                                                         "leaseq.pipeline", "leaseq.bench"))])
 def test_arrows_point_one_way(room, forbidden):
     """daemon -> commands -> storage, pipeline -> storage: handlers reach the
-    daemon only through the context, storage knows none of the others, and
-    Spark's side reads the log's format, never the daemon."""
+    daemon only through the context, storage knows none of the others,
+    Spark's side reads the log's format, never the daemon, and the client
+    library talks to the daemon over the wire only (it needs redis-py, not
+    the daemon's code)."""
     root = pathlib.Path(__file__).resolve().parents[2]
     for path in (root / room).glob("*.py"):
         bad = [m for m in imports_of(path) if m.startswith(forbidden)]

@@ -1,0 +1,19 @@
+"""leaseq.client: push, claim and work leaseq jobs from Python, on redis-py.
+
+- ``Queue(url, name)``: push, claim, ack, nack, extend, QINFO (threads);
+- ``Worker(queue, handler, concurrency=N)``: runs a handler on claimed
+  jobs, extends their leases while it runs, acks or nacks, and stops
+  gracefully on SIGTERM/SIGINT;
+- ``leaseq.client.aio``: the same on ``redis.asyncio``;
+- ``leaseq.client.errors``: the exceptions for the daemon's error replies.
+
+docs/client.md is the reference.
+"""
+
+from .errors import Closed, Full, LeaseqError, NoQueue, TooBig
+from .protocol import Job
+from .queue import Queue
+from .work import WorkerStats
+from .worker import Worker
+
+__all__ = ["Queue", "Worker", "WorkerStats", "Job", "LeaseqError", "NoQueue", "Full", "TooBig", "Closed"]

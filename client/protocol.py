@@ -1,0 +1,205 @@
+"""What leaseq.client sends and how it reads the answers, with no I/O.
+
+The thread flavour (``queue.py``) and the asyncio flavour (``aio.py``) both
+build their commands here and parse the replies here, so the two differ
+only in how the bytes travel.  redis-py does the protocol itself; this
+module turns Python arguments into leaseq's options and leaseq's replies
+into Python values:
+
+- a job map is a RESP3 map (redis-py's default since version 8) or, in
+  RESP2, a flat ``[field, value, ...]`` list; both become a ``Job``;
+- replies are read undecoded (``decode_responses`` off), because payloads
+  and dedupe keys are bytes, binary-safe; texts are decoded here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
+
+Payload = Union[bytes, bytearray, memoryview, str]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """One claimed job: what QCLAIM answers, plus the queue it came from.
+
+    ``lease`` is the token that acks, nacks and extends it; ``deadline`` is
+    when the lease runs out (ms since the epoch, on the daemon's clock).
+    ``payload`` and ``key`` are bytes, as pushed.  The ``dead_letter_*``
+    fields say where a dead-lettered job came from.  Fields a newer daemon
+    may add are kept in ``extra`` rather than refused.
+    """
+
+    queue: str
+    id: int
+    payload: bytes
+    lease: str
+    deadline: int
+    deliveries: int
+    priority: int
+    enqueued_at: int
+    key: bytes | None = None
+    last_error: str | None = None
+    dead_letter_from: str | None = None
+    dead_letter_src_id: int | None = None
+    dead_letter_deliveries: int | None = None
+    dead_letter_reason: str | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+# how each field QCLAIM names (docs/semantics.md §2.1) becomes a Job attribute
+_JOB_FIELDS = {"id": int, "payload": bytes, "lease": _text, "deadline": int, "deliveries": int, "priority": int,
+               "enqueued_at": int, "key": bytes, "last_error": _text, "dead_letter_from": _text,
+               "dead_letter_src_id": int, "dead_letter_deliveries": int, "dead_letter_reason": _text}
+
+
+# -- producing ------------------------------------------------------------------------------------
+
+def push_command(queue: str, payload: Payload, *, priority: int | None = None, delay_ms: int | None = None,
+                 at_ms: int | None = None, key: bytes | str | None = None, key_scope: str | None = None,
+                 max_deliveries: int | None = None, expire_ms: int | None = None) -> list:
+    """QPUSH's arguments.  ``None`` leaves an option to the daemon's default;
+    the daemon checks the values and answers errors for bad ones."""
+    _check_payload(payload)
+    args = ["QPUSH", queue, payload]
+    if key is not None:
+        args += ["KEY", key]
+    return args + _push_options(priority, delay_ms, at_ms, key is not None, key_scope, max_deliveries, expire_ms)
+
+
+def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes | str] | None = None,
+                      key_scope: str | None = None, priority: int | None = None, delay_ms: int | None = None,
+                      at_ms: int | None = None, max_deliveries: int | None = None,
+                      expire_ms: int | None = None) -> list:
+    """QPUSHMANY's arguments: one job per payload, ``keys`` one dedupe key
+    per payload, the other options for all of them."""
+    for payload in payloads:
+        _check_payload(payload)
+    args = ["QPUSHMANY", queue, len(payloads), *payloads]
+    if keys is not None:
+        if len(keys) != len(payloads):
+            raise ValueError(f"keys must hold one key per payload: {len(keys)} keys for {len(payloads)} payloads")
+        args += ["KEYS", *keys]
+    return args + _push_options(priority, delay_ms, at_ms, keys is not None, key_scope, max_deliveries, expire_ms)
+
+
+def _push_options(priority, delay_ms, at_ms, keyed: bool, key_scope, max_deliveries, expire_ms) -> list:
+    """The options QPUSH and QPUSHMANY share.  The two mistakes the daemon
+    would only call ``syntax error`` are named here instead."""
+    if delay_ms is not None and at_ms is not None:
+        raise ValueError("give delay_ms or at_ms, not both")
+    if key_scope is not None and not keyed:
+        raise ValueError("key_scope applies to a dedupe key: give key (or keys) too")
+    options = {"WHILE": key_scope, "PRIORITY": priority, "DELAY": delay_ms, "AT": at_ms,
+               "MAXDELIVERIES": max_deliveries, "EXPIRE": expire_ms}
+    return [part for name, value in options.items() if value is not None for part in (name, value)]
+
+
+def _check_payload(payload: object) -> None:
+    """Only bytes and str: redis-py would turn a number into its text, and a
+    dict or list has no single encoding, so the caller picks one (JSON,
+    msgpack, ...)."""
+    if not isinstance(payload, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}; encode it first "
+                        f"(json.dumps, for example)")
+
+
+# -- claiming and completing ----------------------------------------------------------------------
+
+def claim_command(queue: str, consumer: str, count: int = 1, lease_ms: int | None = None,
+                  block_ms: int | None = None) -> list:
+    args = ["QCLAIM", queue, consumer, "COUNT", count]
+    if lease_ms is not None:
+        args += ["LEASE", lease_ms]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms]
+    return args
+
+
+def claim_socket_timeout(block_ms: int | None, socket_timeout: float | None) -> float | None:
+    """The socket timeout for a claim that may wait ``block_ms``: the wait
+    plus the client's own ``socket_timeout`` (what any reply may take).
+
+    A blocked QCLAIM does not extend redis-py's timeout.  With a timeout
+    shorter than BLOCK, redis-py would give up, reconnect and send the claim
+    again, and a job leased just as the socket gave up would reach nobody
+    until its lease ran out (README, "A worker loop").  ``None`` (no
+    timeout) stays ``None``, and so does ``BLOCK 0``, which waits for ever.
+    """
+    if socket_timeout is None or block_ms == 0:
+        return None
+    return (block_ms or 0) / 1000 + socket_timeout
+
+
+def token_of(job: Job | str) -> str:
+    """A lease token, from a ``Job`` or given as is."""
+    return job.lease if isinstance(job, Job) else job
+
+
+def ack_command(queue: str, job: Job | str) -> list:
+    return ["QACK", queue, token_of(job)]
+
+
+def nack_command(queue: str, job: Job | str, error: str | None = None, delay_ms: int | None = None,
+                 dead: bool = False) -> list:
+    args = ["QNACK", queue, token_of(job)]
+    if delay_ms is not None:
+        args += ["DELAY", delay_ms]
+    if error is not None:
+        args += ["ERROR", error]
+    if dead:
+        args.append("DEAD")
+    return args
+
+
+def extend_command(queue: str, jobs: Iterable[Job | str], lease_ms: int | None = None) -> list:
+    args = ["QEXTEND", queue, *(token_of(j) for j in jobs)]
+    if lease_ms is not None:
+        args += ["LEASE", lease_ms]
+    return args
+
+
+# -- replies ------------------------------------------------------------------------------------
+
+def as_map(reply: Any) -> dict[str, Any]:
+    """A map reply with str keys: a RESP3 dict, or RESP2's flat
+    ``[field, value, field, value, ...]``."""
+    if not isinstance(reply, dict):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return {_text(k): v for k, v in reply.items()}
+
+
+def parse_jobs(queue: str, reply: list) -> list[Job]:
+    """QCLAIM's reply: a list of job maps (empty when nothing was claimed)."""
+    return [parse_job(queue, item) for item in reply]
+
+
+def parse_job(queue: str, reply: Any) -> Job:
+    fields = as_map(reply)
+    known = {name: convert(fields.pop(name)) for name, convert in _JOB_FIELDS.items()
+             if fields.get(name) is not None}
+    return Job(queue=queue, **known, extra=fields)
+
+
+def parse_info(reply: Any) -> dict[str, Any]:
+    """QINFO's reply as a dict: counters and limits stay ints, texts become
+    str, and ``backoff_exponent``, which the daemon sends as text because
+    RESP2 has no floats, becomes a float."""
+    info = {name: _text(value) if isinstance(value, bytes) else value for name, value in as_map(reply).items()}
+    if isinstance(info.get("backoff_exponent"), str):
+        info["backoff_exponent"] = float(info["backoff_exponent"])
+    return info
+
+
+def check_raw_replies(connection_kwargs: Mapping[str, Any]) -> None:
+    """Refuse a redis-py client that decodes replies: payloads are bytes,
+    and a binary payload would fail to decode inside redis-py."""
+    if connection_kwargs.get("decode_responses"):
+        raise ValueError("leaseq.client reads payloads as bytes: give it a redis client without "
+                         "decode_responses=True")
