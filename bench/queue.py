@@ -628,7 +628,7 @@ def common_figures(jobs: int, span: float, acct: dict, outs: list[dict]) -> dict
     load_cpu = sum(o["cpu_seconds"] for o in outs)
     return {"server_cpu_s": cpu, "server_cpu_us_per_job": cpu / jobs * 1e6 if jobs else math.nan,
             "load_cpu_s": load_cpu, "load_cpu_share": load_cpu / wall if wall else math.nan,
-            "other_cpu_s": acct["other_cpu_s"], "other_cpu_share": acct["other_cpu_s"] / wall if wall else math.nan,
+            "other_cpu_s": acct["other_cpu_s"], "other_cpu_pct": 100 * acct["other_cpu_s"] / wall if wall else math.nan,
             "wall_s": wall, "span_s": span}
 
 
@@ -813,7 +813,7 @@ def run(jobs: int, seconds: float, rate: int, reps: int, workloads: tuple, class
     result["machine"]["loadavg_end"] = os.getloadavg()
     result["runs"] = runs
     result["results"] = summarize(runs, workloads, classes)
-    result["notes"] = s.notes + load_warnings(runs) + check_warnings(runs)
+    result["notes"] = s.notes + noise_warning(runs) + load_warnings(runs) + check_warnings(runs)
     result["total_seconds"] = round(time.monotonic() - t0, 1)
     return publish(result, report, json_path)
 
@@ -898,27 +898,37 @@ def summarize(runs: list[dict], workloads, classes) -> dict:
 
 
 def load_warnings(runs: list[dict]) -> list[str]:
-    """Runs in which the load processes used ≥ LOAD_BOUND of their CPU (the
-    load generator may have been the limit, not the server), or other
-    processes used ≥ NOISY of a CPU (the figure is noisy)."""
-    out = []
-    for r in runs:
-        where = f"{r['workload']} {r['class']} {r['server']} rep {r['rep']}"
-        if r.get("load_cpu_share", 0) >= LOAD_BOUND:
-            out.append(f"load generator at {r['load_cpu_share']:.0%} of its CPU in {where}: may be load-bound")
-        if r.get("other_cpu_share", 0) >= NOISY:
-            out.append(f"other processes used {r['other_cpu_share']:.0%} of a CPU during {where}: noisy")
-    return out
+    """Runs in which the load processes used ≥ LOAD_BOUND of their CPU: the
+    load generator may have been the limit there, not the server."""
+    return [f"load generator at {r['load_cpu_share']:.0%} of its CPU in {run_name(r)}: may be load-bound"
+            for r in runs if r.get("load_cpu_share", 0) >= LOAD_BOUND]
+
+
+def noise_warning(runs: list[dict]) -> list[str]:
+    """One line for the runs during which other processes used ≥ NOISY of
+    a CPU (each cell's median is a table row, each run's in the JSON)."""
+    noisy = sorted((r for r in runs if r.get("other_cpu_pct", 0) >= 100 * NOISY), key=lambda r: -r["other_cpu_pct"])
+    if not noisy:
+        return []
+    pcts = [r["other_cpu_pct"] for r in noisy]
+    line = (f"other processes used {NOISY:.0%} of a CPU or more during {len(noisy)} of {len(runs)} runs "
+            f"(median {statistics.median(pcts):.0f} %, most {pcts[0]:.0f} % in {run_name(noisy[0])}): "
+            f"those figures are noisy; see the 'other processes' CPU %' rows")
+    return [line]
+
+
+def run_name(r: dict) -> str:
+    return f"{r['workload']} {r['class']} {r['server']} rep {r['rep']}"
 
 
 def check_warnings(runs: list[dict]) -> list[str]:
-    return [f"check failed in {r['workload']} {r['class']} {r['server']} rep {r['rep']}: {r['check']}"
-            for r in runs if r.get("check", "ok") != "ok"]
+    return [f"check failed in {run_name(r)}: {r['check']}" for r in runs if r.get("check", "ok") != "ok"]
 
 
 # --- the table ------------------------------------------------------------
 
-# (figure key, label, better when the ratio is ...)
+# (figure key, label, better when the ratio is ...; None: no ratio, context only)
+NOISE_ROW = ("other_cpu_pct", "other processes' CPU %", None)
 ROWS = {
     "w1": [("jobs_per_s", "jobs/s", ">1"), ("p99_ms", "push call p99 ms", "<1"),
            ("server_cpu_s", "server CPU s", "<1"), ("server_cpu_us_per_job", "server CPU us/job", "<1")],
@@ -938,8 +948,8 @@ def table_rows(results: dict) -> list[list]:
     for w, by_class in results.items():
         for c, cell in by_class.items():
             lq, rd = cell["leaseq"], cell["redis"]
-            for key, label, better in ROWS[w]:
-                ratio = cell["ratio"].get(key) if rd else None
+            for key, label, better in ROWS[w] + [NOISE_ROW]:
+                ratio = cell["ratio"].get(key) if rd and better is not None else None
                 rows.append([TITLES[w], c, label, lq.get(key), rd.get(key) if rd else "-",
                              ratio if ratio is not None else "-", better if ratio is not None else ""])
     return rows
