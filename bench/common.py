@@ -96,6 +96,80 @@ def parse_info(text) -> dict:
     return out
 
 
+def wait_pong(proc: subprocess.Popen, port: int, deadline: float, name: str) -> float:
+    """Poll PING on ``port`` every 5 ms until +PONG (before the monotonic
+    ``deadline``, while ``proc`` lives); return the monotonic time of the
+    +PONG.  Any RESP server: leaseq answers -LOADING while it recovers, a
+    redis-server refuses connections until it listens."""
+    sock = None
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}")
+            try:
+                if sock is None:
+                    sock = socket.create_connection((HOST, port), timeout=1.0)
+                sock.sendall(b"PING\r\n")
+                reply = sock.recv(64)
+                if reply.startswith(b"+PONG"):
+                    return time.monotonic()
+                if not reply:
+                    sock.close()
+                    sock = None
+            except OSError:
+                if sock is not None:
+                    sock.close()
+                    sock = None
+            time.sleep(0.005)
+    finally:
+        if sock is not None:
+            sock.close()
+    raise RuntimeError(f"{name} not ready on port {port} in time")
+
+
+def pin_threads(pid: int, cpus: set[int]) -> int:
+    """Set the CPU affinity of every thread of ``pid`` (threads it starts
+    later inherit it from their creator); return how many were pinned.
+    os.sched_setaffinity(pid) alone would move only the main thread."""
+    pinned = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = [str(pid)]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+            pinned += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return pinned
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads, and the
+    children it waited for) from /proc/<pid>/stat; nan when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return math.nan
+    # after "pid (comm)": state is field 3, utime..cstime are fields 14..17
+    ticks = sum(int(v) for v in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process() -> dict[int, float]:
+    """cpu_seconds of every process now, by PID: two of these around a run
+    show how much CPU the machine's other processes took meanwhile."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            seconds = cpu_seconds(int(name))
+            if not math.isnan(seconds):
+                out[int(name)] = seconds
+    return out
+
+
 def rss_of(pid: int) -> int:
     """VmRSS of a process in bytes (0 when unreadable)."""
     try:
@@ -163,33 +237,12 @@ class Daemon:
         return self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> float:
-        """Poll PING (a -LOADING answer means recovery still runs) every 5 ms."""
-        deadline = self.started_at + timeout
-        sock = None
+        """Until PING answers +PONG (a -LOADING answer means recovery still runs)."""
         try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"leaseq exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-                try:
-                    if sock is None:
-                        sock = socket.create_connection((HOST, self.port), timeout=1.0)
-                    sock.sendall(b"PING\r\n")
-                    reply = sock.recv(64)
-                    if reply.startswith(b"+PONG"):
-                        return time.monotonic() - self.started_at
-                    if not reply:
-                        sock.close()
-                        sock = None
-                except OSError:
-                    if sock is not None:
-                        sock.close()
-                        sock = None
-                time.sleep(0.005)
-        finally:
-            if sock is not None:
-                sock.close()
-        self.kill()
-        raise RuntimeError(f"leaseq not ready within {timeout} s:\n{self.log()[-3000:]}")
+            return wait_pong(self.proc, self.port, self.started_at + timeout, "leaseq") - self.started_at
+        except RuntimeError as e:
+            self.kill()
+            raise RuntimeError(f"{e}:\n{self.log()[-3000:]}") from None
 
     def client(self, **kw) -> redis.Redis:
         kw.setdefault("socket_timeout", 120)
@@ -273,6 +326,25 @@ def print_table(title: str, rows: list[tuple], out=None, baseline: str = "before
     print(f"  {'figure':<{w0}}  {'value':>{w1}}  {'unit':<{w2}}  {baseline}".rstrip(), file=out)
     for a, b, c, d in rows:
         print(f"  {a:<{w0}}  {b:>{w1}}  {c:<{w2}}  {d}".rstrip(), file=out)
+    out.flush()
+
+
+def print_grid(title: str, header: list[str], rows: list[list], right: set[int] = frozenset(), out=None) -> None:
+    """A title and rows of any number of columns, aligned; numbers are
+    formatted as in print_table, and columns whose index is in ``right``
+    are right-aligned."""
+    out = out or sys.stdout
+    cells = [[_fmt(v) if v is not None else "" for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+
+    def line(values):
+        parts = [f"{v:>{w}}" if i in right else f"{v:<{w}}" for i, (v, w) in enumerate(zip(values, widths))]
+        return ("  " + "  ".join(parts)).rstrip()
+
+    print(title, file=out)
+    print(line(header), file=out)
+    for r in cells:
+        print(line(r), file=out)
     out.flush()
 
 

@@ -222,5 +222,51 @@ def bench_http(seconds, queues, json_path) -> None:
         raise click.ClickException(str(e)) from None
 
 
+def _names(value: str, allowed: tuple, what: str) -> tuple:
+    """A comma-separated selection, checked against ``allowed``, in
+    ``allowed``'s order; ``w3`` stands for both W3 workloads."""
+    names = {n.strip().lower() for n in value.split(",") if n.strip()}
+    if "w3" in names and "w3" not in allowed:
+        names = (names - {"w3"}) | {"w3max", "w3rate"}
+    unknown = names - set(allowed)
+    if unknown or not names:
+        raise click.BadParameter(f"{', '.join(sorted(unknown)) or value!r}: choose from {', '.join(allowed)}",
+                                 param_hint=what)
+    return tuple(n for n in allowed if n in names)
+
+
+@bench.command("queue")
+@click.option("--jobs", type=click.IntRange(100), help="Jobs in W1 and W2 (default 200,000; --quick 10,000).")
+@click.option("--seconds", type=click.FloatRange(0.5), help="Length of each W3 run (default 10; --quick 1.5).")
+@click.option("--rate", type=click.IntRange(8), default=5000, show_default=True, help="W3 fixed rate, jobs/s.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--only", default="w1,w2,w3max,w3rate", show_default=True,
+              help="Workloads: w1, w2, w3max, w3rate (w3 = both W3).")
+@click.option("--class", "classes", default="fsync,memory", show_default=True, help="Durability classes.")
+@click.option("--url", help="A running leaseq (redis://[:password@]host:port) instead of starting one per run.")
+@click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
+              help="The redis-server to compare with; when it is missing, leaseq runs alone.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@click.option("--quick", is_flag=True, help="10,000 jobs and 1.5 s W3 runs, for a fast try.")
+def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, json_path, quick) -> None:
+    """leaseq beside redis-server (streams) at the same durability: produce, consume, mixed at max
+    rate and at a fixed rate with push->claim latency."""
+    try:
+        from leaseq.bench import queue
+    except ImportError as e:
+        raise click.ClickException(f"{e}: install the bench extra (pip install 'leaseq[bench]')") from None
+    if url and (why := queue.check_url(url)):
+        raise click.BadParameter(why, param_hint="--url")
+    workloads = _names(only, queue.WORKLOADS, "--only")
+    durabilities = _names(classes, queue.CLASSES, "--class")
+    jobs = jobs or (queue.QUICK_JOBS if quick else queue.DEFAULT_JOBS)
+    seconds = seconds or (queue.QUICK_SECONDS if quick else queue.DEFAULT_SECONDS)
+    try:
+        queue.run(jobs, seconds, rate, reps, workloads, durabilities, url, redis_server, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 if __name__ == "__main__":
     main()

@@ -1,7 +1,10 @@
-"""`leaseq bench storage` at its smallest: it runs through, prints its figures
-and writes JSON.  The figures themselves are never checked (a benchmark)."""
+"""`leaseq bench storage`, `http` and `queue` at their smallest: they run
+through, print their figures and write JSON.  The figures themselves are
+never checked (a benchmark; the machines are shared and noisy)."""
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 
@@ -51,3 +54,92 @@ def test_bench_http_runs_and_reports(tmp_path):
     data = json.loads(out.read_text())
     assert data["with_scrape"]["pushes"] > 0 and data["without_scrape"]["pushes"] > 0
     assert data["scrape"]["count"] >= 1 and data["scrape"]["bytes"] > 0
+
+
+QUEUE_FIGURES = {"w1": ("jobs/s", "push call p99 ms", "server CPU s", "server CPU us/job"),
+                 "w2": ("jobs/s", "claim+ack p99 ms", "server CPU s", "server CPU us/job"),
+                 "w3max": ("jobs/s through", "server CPU s", "server CPU us/job"),
+                 "w3rate": ("achieved jobs/s", "target sustained (reps)", "push->claim p50 ms",
+                            "push->claim p99 ms", "push->claim p999 ms", "server CPU s")}
+QUEUE_TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
+
+
+def bench_queue(tmp_path, *args, timeout=100):
+    out = tmp_path / "queue.json"
+    run = subprocess.run([sys.executable, "-m", "leaseq.daemon.cli", "bench", "queue", "--quick", "--reps", "1",
+                          "--json", str(out), *args],
+                         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout, json.loads(out.read_text())
+
+
+def table_lines(stdout, workload, cls):
+    """The table rows of one workload and class, as columns: workload,
+    class, figure, leaseq, redis, leaseq/redis[, better]."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in stdout.splitlines() if line.startswith("  W")]
+    return [r for r in rows if r[:2] == [QUEUE_TITLES[workload], cls]]
+
+
+def check_queue_json(data, workloads, classes, with_redis):
+    assert set(data) >= {"settings", "machine", "runs", "results", "notes", "total_seconds"}
+    assert {"cpus", "python", "redis_server", "leaseq", "loadavg_start", "loadavg_end", "server_cpus",
+            "load_cpus"} <= set(data["machine"])
+    assert data["settings"]["reps"] == 1 and data["settings"]["workloads"] == list(workloads)
+    servers = 2 if with_redis else 1
+    assert len(data["runs"]) == len(workloads) * len(classes) * servers
+    for r in data["runs"]:
+        assert {"rep", "workload", "class", "server", "jobs", "jobs_per_s", "server_cpu_s", "server_cpu_us_per_job",
+                "load_cpu_s", "load_cpu_share", "other_cpu_s", "other_cpu_pct", "wall_s"} <= set(r), r
+        if r["workload"] in ("w1", "w2"):
+            assert r["check"] == "ok", r        # every job pushed is there (W1), none left (W2): not a speed
+    for w in workloads:
+        for c in classes:
+            cell = data["results"][w][c]
+            assert set(cell) == {"leaseq", "redis", "ratio"}
+            assert {"jobs_per_s", "server_cpu_s"} <= set(cell["leaseq"])
+            if w == "w3rate":
+                assert {"target_per_s", "pushed_per_s", "p50_ms", "p99_ms", "p999_ms", "sustained",
+                        "samples"} <= set(cell["leaseq"])
+            if with_redis:
+                assert set(cell["redis"]) == set(cell["leaseq"])
+                assert "jobs_per_s" in cell["ratio"]
+            else:
+                assert cell["redis"] is None and cell["ratio"] == {}
+
+
+@pytest.mark.timeout(110)
+def test_bench_queue_side_by_side_or_leaseq_only(tmp_path):
+    """With redis-server installed: every workload and class, both servers,
+    a ratio per figure.  Without it: the same run, leaseq only, with the
+    note saying why."""
+    with_redis = shutil.which("redis-server") is not None
+    stdout, data = bench_queue(tmp_path)
+    assert stdout.startswith("machine: "), stdout
+    assert "leaseq bench queue: 10,000 jobs" in stdout
+    assert "workload" in stdout and "leaseq/redis" in stdout and "better" in stdout
+    for w, figures in QUEUE_FIGURES.items():
+        for c in ("fsync", "memory"):
+            rows = table_lines(stdout, w, c)
+            assert {row[2] for row in rows} >= {*figures, "other processes' CPU %"}, (w, c, stdout)
+            for row in rows:
+                assert len(row) >= 6, row
+                assert (row[4] != "-") == with_redis, row
+    if with_redis:
+        assert "redis-server not installed" not in stdout.splitlines()[0]
+        assert "redis-server not found" not in stdout
+    else:
+        assert "note: redis-server not found" in stdout
+    check_queue_json(data, ("w1", "w2", "w3max", "w3rate"), ("fsync", "memory"), with_redis)
+
+
+@pytest.mark.timeout(60)
+def test_bench_queue_leaseq_only_says_so(tmp_path):
+    """A redis-server that is not there: leaseq alone, a note, '-' for redis."""
+    stdout, data = bench_queue(tmp_path, "--only", "w1,w3rate", "--class", "memory",
+                               "--redis-server", str(tmp_path / "no-redis-server"), timeout=50)
+    assert "redis-server not installed" in stdout.splitlines()[0]
+    assert "note: redis-server not found" in stdout and "leaseq only" in stdout
+    assert table_lines(stdout, "w1", "memory") and not table_lines(stdout, "w1", "fsync")
+    assert not table_lines(stdout, "w2", "memory")
+    check_queue_json(data, ("w1", "w3rate"), ("memory",), with_redis=False)
+    assert any("redis-server not found" in n for n in data["notes"])
