@@ -245,6 +245,15 @@ class Blocking:
         """Serve ``queue`` at the end of this turn."""
         self._woken.add(queue)
 
+    @property
+    def has_woken(self) -> bool:
+        return bool(self._woken)
+
+    @property
+    def anyone_waits(self) -> bool:
+        """A parked claim or a work stream exists, on any queue."""
+        return bool(self.by_queue or self.workers)
+
     def serve_woken(self) -> None:
         """End of a turn: serve the queues whose ready jobs or next due moment
         changed (the store's woken set) and those ``wake`` named."""

@@ -171,7 +171,8 @@ class Connection(asyncio.Protocol):
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self.flush()
-        server.committer.touch()
+        if self.held or server.committer.work_left():
+            server.committer.touch()
 
     def answer(self, reply, ticket: Ticket | None = None) -> None:
         """Queue a reply (see the module docstring): held on ``ticket`` when

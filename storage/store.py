@@ -67,6 +67,10 @@ class Store:
                 q.id_mark = q.next_id
                 self.journal.meta_record(records.IDMARK, records.idmark(q.qid, q.next_id))
 
+    @property
+    def has_woken(self) -> bool:
+        return bool(self._woken)
+
     def take_woken(self) -> set[Queue]:
         """The queues woken since the last call (and forget them)."""
         woken, self._woken = self._woken, set()
