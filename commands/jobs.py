@@ -9,7 +9,7 @@ from leaseq.storage.queue import LEASE_MAX, LEASE_MIN, SCOPE_CODES, Job, Queue
 from . import errors
 from .args import OptionReader, queue_name, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
-from .replies import OK, Map, Record, Shape
+from .replies import OK, Ints, Map, Record, Shape
 
 MAX_COUNT = 1000
 NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
@@ -140,7 +140,7 @@ def qpushmany(client, args):
     if len(args) < 3 + count:
         raise errors.wrong_arity("qpushmany")
     opts = parse_push_options(args, 3 + count, count, many=True)
-    return _push(client, name, args[3:3 + count], opts)
+    return Ints(_push(client, name, args[3:3 + count], opts))
 
 
 # -- claiming -----------------------------------------------------------------------

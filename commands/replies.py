@@ -106,6 +106,13 @@ class Push:
         self.items = list(items)
 
 
+class Ints(list):
+    """An array reply that holds only integers (QPUSHMANY's ids): the
+    encoder writes it with one format operation instead of one per item."""
+
+    __slots__ = ()
+
+
 class Frames:
     """Several top-level replies to one command, sent back to back: SUBSCRIBE
     and UNSUBSCRIBE answer once per channel, as in Redis."""
