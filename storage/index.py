@@ -59,6 +59,17 @@ class TimeIndex:
         if not ids:
             del self._by_time[when]
 
+    def remove_many(self, when: int, jids: list) -> None:
+        """``remove`` of several entries at one moment, all present."""
+        ids = self._by_time[when]
+        before = len(ids)
+        ids.difference_update(jids)
+        if len(ids) != before - len(jids):
+            raise KeyError(f"not all of {len(jids)} ids were indexed at {when}")
+        self._len -= len(jids)
+        if not ids:
+            del self._by_time[when]
+
     def first(self) -> int | None:
         """The earliest moment, or None when empty."""
         return self._by_time.peekitem(0)[0] if self._by_time else None

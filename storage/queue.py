@@ -335,6 +335,53 @@ class Queue:
             job.deliveries += 1
         self.leases.add_many(deadline, [job.id for job in jobs])
 
+    def complete_many(self, jobs: list[Job], now: int) -> None:
+        """``complete`` of every job of one QACK.  Without RETAIN-COMPLETED the
+        jobs still in flight go in bulk: their lease entries leave the index
+        per deadline (one claim's jobs share one), not one by one."""
+        if self.config.retain_completed:
+            for job in jobs:
+                self.complete(job, now)
+            return
+        leased = [job for job in jobs if job.state is IN_FLIGHT]
+        for job in jobs:
+            if job.state is not IN_FLIGHT:    # a lease that ran out, its token still good
+                self.remove(job)
+        self._remove_leased(leased)
+        self.counters.acked += len(jobs)
+
+    def _remove_leased(self, jobs: list[Job]) -> None:
+        """``remove`` for jobs in flight, with their lease entries in bulk."""
+        by_deadline: dict[int, list] = {}
+        table = self.jobs
+        for job in jobs:
+            extra = job.extra
+            job.token = None
+            if extra is not None:
+                self._end_lease_extra(job, extra)
+            by_deadline.setdefault(job.deadline, []).append(job.id)
+            job.state = None
+            del table[job.id]
+        for deadline, ids in by_deadline.items():
+            self.leases.remove_many(deadline, ids)
+        self.payload_bytes -= sum(len(job.payload) for job in jobs)
+        if len(self.order) > 2 * len(table) + 4096:
+            self.order = list(table)            # dict order is ascending id order
+
+    def _end_lease_extra(self, job: Job, extra: JobExtra) -> None:
+        """The rare fields of a job leaving: its holder hears, its key is let go."""
+        holder = extra.holder
+        if holder is not None:
+            extra.holder = None
+            holder.lease_ended(job)
+        key = extra.key
+        if key is not None:
+            holders = self.keys.get(key)
+            if holders is not None and job.id in holders:
+                holders.remove(job.id)
+                if not holders:
+                    del self.keys[key]
+
     def complete(self, job: Job, now: int) -> None:
         """Acked: gone, or kept as completed for RETAIN-COMPLETED."""
         retain = self.config.retain_completed

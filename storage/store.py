@@ -143,8 +143,7 @@ class Store:
                                 lease=True)
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
-        for job in jobs:
-            q.complete(job, ts)
+        q.complete_many(jobs, ts)
         self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
