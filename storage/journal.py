@@ -50,6 +50,10 @@ class Journal:
 
     # -- what transitions call -------------------------------------------------------------
 
+    def logs_jobs_of(self, q: Queue) -> bool:
+        """Whether records about ``q``'s jobs are kept (not for memory queues)."""
+        return self.log is not None and q.durability is not MEMORY
+
     def job_record(self, q: Queue, rtype: int, body: bytes, lease: bool = False) -> None:
         """A record about jobs of ``q``; ``lease``: a CLAIM, NACK or EXTEND."""
         if self.log is None or q.durability is MEMORY:
