@@ -35,7 +35,7 @@ from .connection import Connection
 from .faults import DiskFaults
 from .http import HttpListener
 from .metrics import Metrics
-from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
+from .process import human_bytes, keep_old_objects_out_of_collections, os_line, peak_rss_bytes, rss_bytes
 from .protected import binds_beyond_loopback, protected_mode_refuses
 from .snapshots import Snapshots
 from .resp import encode
@@ -471,11 +471,12 @@ async def serve(settings: config.Settings, open_datadir) -> None:
     # Jobs hold no reference cycles (refcounting frees them), yet each one is
     # tracked by the cyclic collector: at the default threshold a push spends
     # more time in collections than in the push. Collect the young generation
-    # less often, and move what recovery built into the permanent generation so
-    # full collections never rescan it (it is still freed by refcounting).
+    # less often, move what recovery built into the permanent generation, and
+    # from then on what survives a second (daemon/process.py).
     gc.set_threshold(50_000, 20, 20)
     gc.freeze()
     server.attach(datadir)
+    server.spawn(keep_old_objects_out_of_collections())
     await server.wait_stopped()
     # let the transports write what they still hold
     await asyncio.sleep(0.05)
