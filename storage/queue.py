@@ -270,9 +270,9 @@ class Queue:
         """New jobs (ascending ids, above every id so far): ready now, or delayed
         until visible_at."""
         table = self.jobs
-        ready_add = self.ready.add
         delayed_add = self.delayed.add
         keys = self.keys
+        ready: dict[int, list] = {}     # band -> ids, ascending and above every id so far
         for job in jobs:
             table[job.id] = job
             if job.visible_at > now:
@@ -280,10 +280,17 @@ class Queue:
                 delayed_add(job.visible_at, job.id)
             else:
                 job.state = READY
-                ready_add((9 - job.priority) * 2 + (0 if job.requeued else 1), job.id)
+                band = (9 - job.priority) * 2 + (0 if job.requeued else 1)
+                ids = ready.get(band)
+                if ids is None:
+                    ready[band] = [job.id]
+                else:
+                    ids.append(job.id)
             extra = job.extra           # (job.key, without the property's cost)
             if extra is not None and extra.key is not None:
                 keys.setdefault(extra.key, []).append(job.id)
+        for band, ids in ready.items():
+            self.ready.append_new(band, ids)
         self.payload_bytes += sum(len(job.payload) for job in jobs)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:

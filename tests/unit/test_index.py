@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leaseq.storage.index import TimeIndex
+from leaseq.storage.index import ReadyIndex, TimeIndex
 
 
 def filled(*entries):
@@ -257,3 +257,29 @@ def test_index_agrees_with_a_sorted_set_of_pairs(ops):
         assert len(idx) == len(model)
         assert bool(idx) == bool(model)
         assert idx.first() == (min(model)[0] if model else None)
+
+
+# -- ReadyIndex.append_new: new ids appended into a band's SortedList in bulk --------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 3000), min_size=1, max_size=8), st.integers(0, 5), st.booleans())
+def test_append_new_keeps_the_sorted_lists_invariants(batch_sizes, removed_each_time, load_small):
+    """Batches of ascending new ids (larger than a sublist, and after claims
+    from the front) leave each band exactly as adding them one by one would."""
+    bulk, single = ReadyIndex(), ReadyIndex()
+    if load_small:                                  # many sublists and splits with few ids
+        for band in bulk._bands + single._bands:
+            band._reset(4)
+    next_id = 1
+    for size in batch_sizes:
+        ids = list(range(next_id, next_id + size))
+        next_id += size
+        bulk.append_new(3, ids)
+        for jid in ids:
+            single.add(3, jid)
+        n = min(removed_each_time, len(bulk))
+        bulk.pop_first(n)
+        single.pop_first(n)
+        bulk._bands[3]._check()
+        assert list(bulk) == list(single) and len(bulk) == len(single)
+        assert bulk.first(7) == single.first(7)
