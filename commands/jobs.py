@@ -162,6 +162,8 @@ def job_reply(job: Job):
     priority, enqueued_at, then key, last_error and dead-letter provenance
     when the job has them."""
     values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
+    if job.extra is None:                       # no key, error or provenance: the plain shape
+        return Record(PLAIN_JOB, values)
     key, error = job.key, job.last_error
     if job.origin is not None:
         return Map(list(zip(PLAIN_JOB.keys, values)) + _optional_items(job))

@@ -528,6 +528,13 @@ class Queue:
         jobs = self.jobs
         return [jobs[i] for i in self.ready.first(count)]
 
+    def nobody_doomed(self, jobs: list[Job]) -> bool:
+        """True when none of ``jobs`` can have a ``death_reason``: the queue
+        sets no MAXDELIVERIES or EXPIRE and no job has its own (the common
+        case, answered without looking at each job's rare fields)."""
+        config = self.config
+        return not config.maxdeliveries and not config.expire and all(job.extra is None for job in jobs)
+
     def death_reason(self, job: Job, now: int) -> bytes | None:
         """Why ``job`` must not be delivered again now, or None (docs/semantics.md §1.8: on the
         MAXDELIVERIES+1-th delivery, or when older than EXPIRE)."""

@@ -187,6 +187,8 @@ class Store:
         while True:
             self.fold(q, now)
             jobs = q.ready_head(count)
+            if q.nobody_doomed(jobs):
+                return jobs
             doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
             if not doomed:
                 return jobs
