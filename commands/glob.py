@@ -4,8 +4,8 @@
 range, ``[^a]`` not in the set, ``\\x`` the byte x itself.  This differs
 from Python's ``fnmatch`` in the negation (``^``, not ``!``) and in the
 backslash escape, and it works on bytes, as queue names are.  A pattern is
-translated once into a regular expression; QLIST MATCH, COMMAND LIST
-FILTERBY PATTERN and the ACL's queue patterns all use it.
+translated once into a regular expression; QLIST MATCH, SCAN MATCH, KEYS,
+CONFIG GET and the ACL's queue patterns all use it.
 """
 
 from __future__ import annotations

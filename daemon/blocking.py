@@ -277,6 +277,7 @@ class Blocking:
         waiters = self.by_queue.pop(queue, [])
         for worker in self.workers.pop(queue, []):
             worker.held = {}
+            worker.conn.work_ended(worker)     # a new stream on a new queue of that name starts afresh
         self._forget(queue)
         for w in waiters:
             if w.timer is not None:

@@ -271,11 +271,16 @@ class Connection(asyncio.Protocol):
         """UNSUBSCRIBE: that stream's leases go back to ready now."""
         for worker in self.workers:
             if worker.channel == channel:
-                self.workers.remove(worker)
                 self.server.blocking.remove_worker(worker)
                 worker.release_all(self.server.store, self.server.now_ms())
                 self.server.committer.touch()
+                self.work_ended(worker)
                 break
+
+    def work_ended(self, worker) -> None:
+        """A stream is over (UNSUBSCRIBE, or its queue was dropped)."""
+        if worker in self.workers:
+            self.workers.remove(worker)
         self.subscriptions = len(self.channels())
 
     def channels(self) -> list[bytes]:

@@ -257,12 +257,28 @@ class Queue:
 
     @staticmethod
     def _end_lease(job: Job) -> None:
-        """The job's current lease is over: drop the token, tell its holder."""
+        """The job's current lease is over: drop the token, tell its holder
+        (read from the job's rare fields directly: this runs for every ack)."""
         job.token = None
-        holder = job.holder
-        if holder is not None:
-            job.holder = None
+        extra = job.extra
+        if extra is not None and extra.holder is not None:
+            holder, extra.holder = extra.holder, None
             holder.lease_ended(job)
+
+    def _forget_key(self, job: Job) -> None:
+        """A job leaving: its dedupe key no longer points at it."""
+        extra = job.extra
+        if extra is None or extra.key is None:
+            return
+        holders = self.keys.get(extra.key)
+        if holders is not None and job.id in holders:
+            holders.remove(job.id)
+            if not holders:
+                del self.keys[extra.key]
+
+    def _compact_order(self) -> None:
+        if len(self.order) > 2 * len(self.jobs) + 4096:
+            self.order = list(self.jobs)      # dict order is ascending id order
 
     # -- transitions (called by Store, live and during replay) ------------------------
 
@@ -362,32 +378,15 @@ class Queue:
         by_deadline: dict[int, list] = {}
         table = self.jobs
         for job in jobs:
-            extra = job.extra
-            job.token = None
-            if extra is not None:
-                self._end_lease_extra(job, extra)
+            self._end_lease(job)
             by_deadline.setdefault(job.deadline, []).append(job.id)
             job.state = None
             del table[job.id]
+            self._forget_key(job)
         for deadline, ids in by_deadline.items():
             self.leases.remove_many(deadline, ids)
         self.payload_bytes -= sum(len(job.payload) for job in jobs)
-        if len(self.order) > 2 * len(table) + 4096:
-            self.order = list(table)            # dict order is ascending id order
-
-    def _end_lease_extra(self, job: Job, extra: JobExtra) -> None:
-        """The rare fields of a job leaving: its holder hears, its key is let go."""
-        holder = extra.holder
-        if holder is not None:
-            extra.holder = None
-            holder.lease_ended(job)
-        key = extra.key
-        if key is not None:
-            holders = self.keys.get(key)
-            if holders is not None and job.id in holders:
-                holders.remove(job.id)
-                if not holders:
-                    del self.keys[key]
+        self._compact_order()
 
     def complete(self, job: Job, now: int) -> None:
         """Acked: gone, or kept as completed for RETAIN-COMPLETED."""
@@ -434,14 +433,8 @@ class Queue:
         job.state = None
         del self.jobs[job.id]
         self.payload_bytes -= len(job.payload)
-        if job.key is not None:
-            holders = self.keys.get(job.key)
-            if holders is not None and job.id in holders:
-                holders.remove(job.id)
-                if not holders:
-                    del self.keys[job.key]
-        if len(self.order) > 2 * len(self.jobs) + 4096:
-            self.order = list(self.jobs)      # dict order is ascending id order
+        self._forget_key(job)
+        self._compact_order()
 
     def remove_all(self) -> int:
         n = len(self.jobs)

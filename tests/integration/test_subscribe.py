@@ -133,3 +133,19 @@ def test_qwork_is_refused_to_libraries_that_cannot_read_its_frames(daemon, q):
             f"{library} does not deliver QWORK's push messages; SUBSCRIBE \"QWORK <queue> <consumer> [MAX n] "
             f"[LEASE ms]\" streams the same jobs as pub/sub messages it does deliver")
     assert qinfo(r, q)[b"in_flight"] == 0 and qinfo(r, q)[b"ready"] == 1
+
+
+def test_a_dropped_queue_ends_its_stream_and_a_new_one_starts_afresh(daemon, conn, q):
+    r = daemon.client()
+    channel = f"QWORK {q} w1"
+    c = conn(3)
+    c.send("SUBSCRIBE", channel)
+    assert c.read() == [b"subscribe", channel.encode(), 1]
+    r.execute_command("QCREATE", q)
+    r.execute_command("QDROP", q, "FORCE")
+    c.send("CLIENT", "INFO")
+    assert b" sub=0 " in c.read()
+    c.send("SUBSCRIBE", channel)                       # the queue is created again by auto-create
+    assert c.read() == [b"subscribe", channel.encode(), 1]
+    r.execute_command("QPUSH", q, "again")
+    assert message_job(c.read(), channel)["payload"] == "again"
