@@ -5,14 +5,15 @@ Bytes in → ``RequestParser`` → commands run in order by ``dispatch.execute``
 replies of one read are written with one ``write``.
 
 Replies stay in order.  ``execute`` returns each reply with its command's
-``Ticket`` (``storage.wal``): when the command appended log records, the
-reply is *held* until the generation holding them is written (end of the
-event-loop turn), or durable when they need fsync (group commit, see
-``daemon.committer``); every reply after it on this connection waits behind
-it.  So no reply ever gets ahead of its record.  A blocked QCLAIM stops the
-processing of commands pipelined after it until it is answered, as in Redis;
-what it logged before it parked (a queue it created) is held too, so its
-eventual reply waits for that as well.
+``Ticket`` (``storage.wal``); the connection's ``Outbox`` (``daemon.outbox``,
+sans-IO, where the rules are written and unit-tested) holds a reply until
+the generation holding its records is written (end of the event-loop turn),
+or durable when they need fsync (group commit, see ``daemon.committer``),
+and every reply after it waits behind it.  So no reply ever gets ahead of
+its record.  A blocked QCLAIM stops the processing of commands pipelined
+after it until it is answered, as in Redis; what it logged before it parked
+(a queue it created) holds its place in the outbox, so its eventual reply
+waits for that as well.
 
 Flow control: when the transport's write buffer is over its high-water mark
 the connection stops reading (a client that does not read its replies stops
@@ -36,6 +37,7 @@ from leaseq.storage.wal import Ticket
 
 from .blocking import Session
 from .dispatch import execute
+from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,7 @@ class Connection(asyncio.Protocol):
         self.created = self.last_active = time.monotonic()
         # processing state
         self.pending: deque = deque()
-        self.out: list[bytes] = []
-        self.held: deque = deque()         # (Ticket or None, reply bytes) waiting for the log
+        self.outbox = Outbox()             # encoded replies, in order, each waiting for its record
         self.waiting = None                # the blocking.Waiter while a QCLAIM is parked
         self.protocol_error = None
         self.quitting = False
@@ -112,7 +113,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.pending.clear()
-        self.held.clear()
+        self.outbox.clear()
         if self.waiting is not None:
             self.server.blocking.cancel(self.waiting)
             self.waiting = None
@@ -163,7 +164,8 @@ class Connection(asyncio.Protocol):
                     reply = reply.expired()
                 else:
                     if ticket is not None:
-                        self._hold(ticket, b"")      # its reply comes later, behind this
+                        self.outbox.hold_place(ticket)   # its reply comes later, behind this
+                        server.committer.wait(self)
                     server.blocking.park(self, reply)
                     break
             self.answer(reply, ticket)
@@ -171,7 +173,7 @@ class Connection(asyncio.Protocol):
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self.flush()
-        if self.held or server.committer.work_left():
+        if self.outbox.holding or server.committer.work_left():
             server.committer.touch()
 
     def answer(self, reply, ticket: Ticket | None = None) -> None:
@@ -179,17 +181,8 @@ class Connection(asyncio.Protocol):
         the command logged records, behind any reply held before it."""
         if reply is NO_REPLY:
             return
-        data = encode(reply, self.resp3)
-        if ticket is not None:
-            self._hold(ticket, data)
-        elif self.held:
-            self.held.append((None, data))
-        else:
-            self.out.append(data)
-
-    def _hold(self, ticket: Ticket, data: bytes) -> None:
-        self.held.append((ticket, data))
-        self.server.committer.wait(self)
+        if self.outbox.add(encode(reply, self.resp3), ticket):
+            self.server.committer.wait(self)
 
     def unblock(self, reply, ticket: Ticket | None = None) -> None:
         """A parked QCLAIM got its answer (jobs, timeout, or an error)."""
@@ -200,46 +193,29 @@ class Connection(asyncio.Protocol):
         self.run_pending()
 
     def flush(self) -> None:
-        if self.out and not self.closed:
-            out = self.out
-            self.out = []
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-            self._check_output()
-        if self.quitting and not self.held and not self.closed:
-            self.transport.close()
+        """Write the replies that wait for nothing."""
+        self._write(self.outbox.take())
 
     def release(self, wal) -> bool:
         """Write the held replies whose tickets ``wal`` has now reached, in
         order; True when none are left."""
-        held = self.held
-        chunks = []
-        while held:
-            ticket, data = held[0]
-            if ticket is not None and not wal.reached(ticket):
-                break
-            chunks.append(data)
-            held.popleft()
-        if chunks and not self.closed:
-            self.transport.write(b"".join(chunks))
-            self._check_output()
-            if self.quitting and not held:
-                self.transport.close()
-        return not held
+        self._write(self.outbox.release(wal.reached))
+        return not self.outbox.holding
 
     def fail_held(self, error) -> None:
-        """The log failed: every held reply whose records did not get where
-        its ticket needed becomes ``error`` (they will not be found after a
-        restart either), in order."""
-        failed = encode(error, self.resp3)
-        # replies with no ticket (reads behind a write) stand; b"" holds the
-        # place of a parked claim, which gets its own answer
-        chunks = [data if ticket is None else failed for ticket, data in self.held if data]
-        self.held.clear()
-        if chunks and not self.closed:
-            self.transport.write(b"".join(chunks))
+        """The log failed: held replies whose records did not get where their
+        tickets needed become ``error``, in order (``Outbox.fail``)."""
+        self._write(self.outbox.fail(encode(error, self.resp3)))
+
+    def _write(self, data: bytes) -> None:
+        """Send ``data``; after QUIT, close once nothing is held any more."""
+        if self.closed:
+            return
+        if data:
+            self.transport.write(data)
             self._check_output()
-            if self.quitting:
-                self.transport.close()
+        if self.quitting and not self.outbox.holding:
+            self.transport.close()
 
     def _check_output(self) -> None:
         limit = self.server.settings.client_output_buffer_limit
