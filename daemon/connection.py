@@ -35,8 +35,8 @@ from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
-from .blocking import Session
 from .dispatch import execute
+from .holdings import Holdings
 from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode
 
@@ -71,9 +71,7 @@ class Connection(asyncio.Protocol):
         self.protocol_error = None
         self.quitting = False
         self.closed = False
-        self._session = None               # SESSION leases (blocking.Session)
-        self.workers: list = []            # work streams (blocking.Worker)
-        self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context)
+        self.holdings = Holdings(self)     # SESSION leases and work streams (daemon/holdings.py)
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -117,31 +115,8 @@ class Connection(asyncio.Protocol):
         if self.waiting is not None:
             self.server.blocking.cancel(self.waiting)
             self.waiting = None
-        self.release_holdings()
+        self.holdings.release_all()
         self.server.unregister(self)
-
-    def release_holdings(self) -> None:
-        """SESSION and QWORK leases go back to ready the moment we let go."""
-        server = self.server
-        if server.committer is None or server.committer.closed:
-            return
-        now = server.now_ms()
-        if self._session is not None:
-            self._session.release_all(server.store, now)
-            self._session = None
-        for worker in self.workers:
-            server.blocking.remove_worker(worker)
-            worker.release_all(server.store, now)
-        self.workers = []
-        self.subscriptions = 0
-        server.committer.touch()
-
-    def drop_holdings(self) -> None:
-        """The store these leases live in is being rebuilt from disk (a disk
-        fault): forget them without logging; their deadlines still run."""
-        self._session = None
-        self.workers = []
-        self.subscriptions = 0
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -233,40 +208,8 @@ class Connection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.abort()
 
-    def session(self):
-        """The holder of this connection's SESSION leases."""
-        if self._session is None:
-            self._session = Session(self)
-        return self._session
-
-    def start_work(self, request) -> None:
-        self.server.blocking.add_worker(self, request)
-        self.subscriptions = len(self.channels())
-
-    def stop_work(self, channel: bytes) -> None:
-        """UNSUBSCRIBE: that stream's leases go back to ready now."""
-        for worker in self.workers:
-            if worker.channel == channel:
-                self.server.blocking.remove_worker(worker)
-                worker.release_all(self.server.store, self.server.now_ms())
-                self.server.committer.touch()
-                self.work_ended(worker)
-                break
-
-    def work_ended(self, worker) -> None:
-        """A stream is over (UNSUBSCRIBE, or its queue was dropped)."""
-        if worker in self.workers:
-            self.workers.remove(worker)
-        self.subscriptions = len(self.channels())
-
-    def channels(self) -> list[bytes]:
-        return [w.channel for w in self.workers if w.channel is not None]
-
-    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
-        return any(w.queue.name == queue and w.channel != channel for w in self.workers)
-
     def reset(self) -> None:
-        self.release_holdings()
+        self.holdings.release_all()
         self.resp3 = False
         self.name = None
         self.multi = None
