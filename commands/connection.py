@@ -24,7 +24,7 @@ VERSION = "0.1.0"
 def ping(client, args):
     if len(args) > 2:
         raise errors.wrong_arity("ping")
-    if client.subscriptions and not client.resp3:       # Redis's answer in the RESP2 pub/sub context
+    if client.holdings.subscriptions and not client.resp3:       # Redis's answer in the RESP2 pub/sub context
         return [b"pong", args[1] if len(args) == 2 else b""]
     return PONG if len(args) == 1 else args[1]
 
@@ -122,7 +122,7 @@ def hello(client, args):
 def client_info_line(c, now: float) -> bytes:
     name = (c.name or b"").decode(errors="replace")
     return (f"id={c.id} addr={c.addr} laddr={c.laddr} fd={c.fd} name={name} "
-            f"age={int(now - c.created)} idle={int(now - c.last_active)} flags={c.flags} db=0 sub={c.subscriptions} psub=0 "
+            f"age={int(now - c.created)} idle={int(now - c.last_active)} flags={c.flags} db=0 sub={c.holdings.subscriptions} psub=0 "
             f"ssub=0 multi={c.multi_len} qbuf={c.query_buffer} obl=0 oll=0 omem={c.output_buffer} "
             f"events=r cmd={c.last_command} user={c.user} redir=-1 resp={3 if c.resp3 else 2} "
             f"lib-name={c.lib_name} lib-ver={c.lib_ver}\n").encode()

@@ -101,6 +101,29 @@ class ServerContext(Protocol):
 
 
 @runtime_checkable
+class Holdings(Protocol):
+    """What a connection holds beyond its replies: SESSION leases and work
+    streams (the daemon's ``daemon.holdings.Holdings``)."""
+
+    subscriptions: int               # work streams started by SUBSCRIBE (RESP2: the pub/sub context)
+
+    def session(self):
+        """The holder of this connection's SESSION leases (``hold(queue, job)``)."""
+
+    def start_work(self, request) -> None:
+        """QWORK: keep jobs leased to this connection (``jobs.WorkRequest``)."""
+
+    def stop_work(self, channel: bytes) -> None:
+        """UNSUBSCRIBE: end the stream of that channel; its leases go back to ready."""
+
+    def channels(self) -> list[bytes]:
+        """The channels of the streams SUBSCRIBE started."""
+
+    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
+        """Whether a stream of another kind or channel already works ``queue``."""
+
+
+@runtime_checkable
 class ClientContext(Protocol):
     server: ServerContext
     id: int
@@ -120,7 +143,7 @@ class ClientContext(Protocol):
     last_command: str
     created: float                   # monotonic seconds
     last_active: float
-    subscriptions: int               # work streams started by SUBSCRIBE (RESP2: the pub/sub context)
+    holdings: "Holdings"             # SESSION leases and work streams
 
     @property
     def flags(self) -> str: ...
@@ -139,18 +162,3 @@ class ClientContext(Protocol):
 
     def reset(self) -> None:
         """RESET: release SESSION/QWORK leases, back to a fresh connection."""
-
-    def session(self):
-        """The holder of this connection's SESSION leases (``hold(queue, job)``)."""
-
-    def start_work(self, request) -> None:
-        """QWORK: keep jobs leased to this connection (``jobs.WorkRequest``)."""
-
-    def stop_work(self, channel: bytes) -> None:
-        """UNSUBSCRIBE: end the stream of that channel; its leases go back to ready."""
-
-    def channels(self) -> list[bytes]:
-        """The channels of the streams SUBSCRIBE started."""
-
-    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
-        """Whether a stream of another kind or channel already works ``queue``."""

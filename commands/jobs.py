@@ -274,7 +274,7 @@ def qclaim(client, args):
     q = get_or_create(server, name)
     if lease_ms is None:
         lease_ms = q.config.lease
-    holder = client.session() if session else None
+    holder = client.holdings.session() if session else None
     if q.config.window and not client.in_exec and _has_claimable(server, q):
         # jobs are waiting: gather a cohort for WINDOW ms, then divide evenly
         return ClaimWait(server, q, consumer, count, lease_ms, block, holder, cohort=True)
@@ -317,7 +317,7 @@ def work_request(client, args: list, channel: bytes | None = None) -> WorkReques
             lease_ms = r.int_clamped("LEASE", LEASE_MIN, LEASE_MAX)
         else:
             r.unknown()
-    if client.works_through_another_stream(name, channel):
+    if client.holdings.works_through_another_stream(name, channel):
         raise errors.stream_conflict(name)
     q = get_or_create(client.server, name)
     return WorkRequest(q, consumer, max_jobs, q.config.lease if lease_ms is None else lease_ms, channel)
@@ -333,7 +333,7 @@ PUSH_BLIND = ("ioredis", "node-redis")
 def qwork(client, args):
     if client.lib_name.startswith(PUSH_BLIND):
         raise errors.qwork_unreadable(client.lib_name)
-    client.start_work(work_request(client, args))
+    client.holdings.start_work(work_request(client, args))
     return OK
 
 

@@ -36,19 +36,19 @@ def subscribe(client, args):
     requests = [_request(client, channel) for channel in args[1:]]
     frames = []
     for request in requests:
-        client.start_work(request)
-        frames.append(Push([b"subscribe", request.channel, client.subscriptions]))
+        client.holdings.start_work(request)
+        frames.append(Push([b"subscribe", request.channel, client.holdings.subscriptions]))
     return Frames(frames)
 
 
 def unsubscribe(client, args):
-    channels = args[1:] or client.channels()
+    channels = args[1:] or client.holdings.channels()
     if not channels:
         return Push([b"unsubscribe", None, 0])
     frames = []
     for channel in channels:
-        client.stop_work(channel)
-        frames.append(Push([b"unsubscribe", channel, client.subscriptions]))
+        client.holdings.stop_work(channel)
+        frames.append(Push([b"unsubscribe", channel, client.holdings.subscriptions]))
     return Frames(frames)
 
 

@@ -186,7 +186,7 @@ class Blocking:
                 break
         else:
             worker = Worker(conn, request)
-            conn.workers.append(worker)
+            conn.holdings.workers.append(worker)
             self.workers.setdefault(request.queue, []).append(worker)
         self.wake(request.queue)
 
@@ -277,7 +277,7 @@ class Blocking:
         waiters = self.by_queue.pop(queue, [])
         for worker in self.workers.pop(queue, []):
             worker.held = {}
-            worker.conn.work_ended(worker)     # a new stream on a new queue of that name starts afresh
+            worker.conn.holdings.work_ended(worker)     # a new stream on a new queue of that name starts afresh
         self._forget(queue)
         for w in waiters:
             if w.timer is not None:
@@ -296,7 +296,7 @@ class Blocking:
         for workers in list(self.workers.values()):
             for worker in workers:
                 worker.held = {}
-                worker.conn.workers = []
+                worker.conn.holdings.workers = []
                 worker.conn.kill()
         self.workers.clear()
         for _due, timer in self.timers.values():

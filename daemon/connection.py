@@ -5,14 +5,15 @@ Bytes in → ``RequestParser`` → commands run in order by ``dispatch.execute``
 replies of one read are written with one ``write``.
 
 Replies stay in order.  ``execute`` returns each reply with its command's
-``Ticket`` (``storage.wal``): when the command appended log records, the
-reply is *held* until the generation holding them is written (end of the
-event-loop turn), or durable when they need fsync (group commit, see
-``daemon.committer``); every reply after it on this connection waits behind
-it.  So no reply ever gets ahead of its record.  A blocked QCLAIM stops the
-processing of commands pipelined after it until it is answered, as in Redis;
-what it logged before it parked (a queue it created) is held too, so its
-eventual reply waits for that as well.
+``Ticket`` (``storage.wal``); the connection's ``Outbox`` (``daemon.outbox``,
+sans-IO, where the rules are written and unit-tested) holds a reply until
+the generation holding its records is written (end of the event-loop turn),
+or durable when they need fsync (group commit, see ``daemon.committer``),
+and every reply after it waits behind it.  So no reply ever gets ahead of
+its record.  A blocked QCLAIM stops the processing of commands pipelined
+after it until it is answered, as in Redis; what it logged before it parked
+(a queue it created) holds its place in the outbox, so its eventual reply
+waits for that as well.
 
 Flow control: when the transport's write buffer is over its high-water mark
 the connection stops reading (a client that does not read its replies stops
@@ -34,8 +35,9 @@ from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
-from .blocking import Session
 from .dispatch import execute
+from .holdings import Holdings
+from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode
 
 log = logging.getLogger(__name__)
@@ -64,15 +66,12 @@ class Connection(asyncio.Protocol):
         self.created = self.last_active = time.monotonic()
         # processing state
         self.pending: deque = deque()
-        self.out: list[bytes] = []
-        self.held: deque = deque()         # (Ticket or None, reply bytes) waiting for the log
+        self.outbox = Outbox()             # encoded replies, in order, each waiting for its record
         self.waiting = None                # the blocking.Waiter while a QCLAIM is parked
         self.protocol_error = None
         self.quitting = False
         self.closed = False
-        self._session = None               # SESSION leases (blocking.Session)
-        self.workers: list = []            # work streams (blocking.Worker)
-        self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context)
+        self.holdings = Holdings(self)     # SESSION leases and work streams (daemon/holdings.py)
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -112,35 +111,12 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self.pending.clear()
-        self.held.clear()
+        self.outbox.clear()
         if self.waiting is not None:
             self.server.blocking.cancel(self.waiting)
             self.waiting = None
-        self.release_holdings()
+        self.holdings.release_all()
         self.server.unregister(self)
-
-    def release_holdings(self) -> None:
-        """SESSION and QWORK leases go back to ready the moment we let go."""
-        server = self.server
-        if server.committer is None or server.committer.closed:
-            return
-        now = server.now_ms()
-        if self._session is not None:
-            self._session.release_all(server.store, now)
-            self._session = None
-        for worker in self.workers:
-            server.blocking.remove_worker(worker)
-            worker.release_all(server.store, now)
-        self.workers = []
-        self.subscriptions = 0
-        server.committer.touch()
-
-    def drop_holdings(self) -> None:
-        """The store these leases live in is being rebuilt from disk (a disk
-        fault): forget them without logging; their deadlines still run."""
-        self._session = None
-        self.workers = []
-        self.subscriptions = 0
 
     def pause_writing(self) -> None:
         self.transport.pause_reading()
@@ -163,7 +139,8 @@ class Connection(asyncio.Protocol):
                     reply = reply.expired()
                 else:
                     if ticket is not None:
-                        self._hold(ticket, b"")      # its reply comes later, behind this
+                        self.outbox.hold_place(ticket)   # its reply comes later, behind this
+                        server.committer.wait(self)
                     server.blocking.park(self, reply)
                     break
             self.answer(reply, ticket)
@@ -171,7 +148,7 @@ class Connection(asyncio.Protocol):
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self.flush()
-        if self.held or server.committer.work_left():
+        if self.outbox.holding or server.committer.work_left():
             server.committer.touch()
 
     def answer(self, reply, ticket: Ticket | None = None) -> None:
@@ -179,17 +156,8 @@ class Connection(asyncio.Protocol):
         the command logged records, behind any reply held before it."""
         if reply is NO_REPLY:
             return
-        data = encode(reply, self.resp3)
-        if ticket is not None:
-            self._hold(ticket, data)
-        elif self.held:
-            self.held.append((None, data))
-        else:
-            self.out.append(data)
-
-    def _hold(self, ticket: Ticket, data: bytes) -> None:
-        self.held.append((ticket, data))
-        self.server.committer.wait(self)
+        if self.outbox.add(encode(reply, self.resp3), ticket):
+            self.server.committer.wait(self)
 
     def unblock(self, reply, ticket: Ticket | None = None) -> None:
         """A parked QCLAIM got its answer (jobs, timeout, or an error)."""
@@ -200,46 +168,29 @@ class Connection(asyncio.Protocol):
         self.run_pending()
 
     def flush(self) -> None:
-        if self.out and not self.closed:
-            out = self.out
-            self.out = []
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-            self._check_output()
-        if self.quitting and not self.held and not self.closed:
-            self.transport.close()
+        """Write the replies that wait for nothing."""
+        self._write(self.outbox.take())
 
     def release(self, wal) -> bool:
         """Write the held replies whose tickets ``wal`` has now reached, in
         order; True when none are left."""
-        held = self.held
-        chunks = []
-        while held:
-            ticket, data = held[0]
-            if ticket is not None and not wal.reached(ticket):
-                break
-            chunks.append(data)
-            held.popleft()
-        if chunks and not self.closed:
-            self.transport.write(b"".join(chunks))
-            self._check_output()
-            if self.quitting and not held:
-                self.transport.close()
-        return not held
+        self._write(self.outbox.release(wal.reached))
+        return not self.outbox.holding
 
     def fail_held(self, error) -> None:
-        """The log failed: every held reply whose records did not get where
-        its ticket needed becomes ``error`` (they will not be found after a
-        restart either), in order."""
-        failed = encode(error, self.resp3)
-        # replies with no ticket (reads behind a write) stand; b"" holds the
-        # place of a parked claim, which gets its own answer
-        chunks = [data if ticket is None else failed for ticket, data in self.held if data]
-        self.held.clear()
-        if chunks and not self.closed:
-            self.transport.write(b"".join(chunks))
+        """The log failed: held replies whose records did not get where their
+        tickets needed become ``error``, in order (``Outbox.fail``)."""
+        self._write(self.outbox.fail(encode(error, self.resp3)))
+
+    def _write(self, data: bytes) -> None:
+        """Send ``data``; after QUIT, close once nothing is held any more."""
+        if self.closed:
+            return
+        if data:
+            self.transport.write(data)
             self._check_output()
-            if self.quitting:
-                self.transport.close()
+        if self.quitting and not self.outbox.holding:
+            self.transport.close()
 
     def _check_output(self) -> None:
         limit = self.server.settings.client_output_buffer_limit
@@ -257,40 +208,8 @@ class Connection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.transport.abort()
 
-    def session(self):
-        """The holder of this connection's SESSION leases."""
-        if self._session is None:
-            self._session = Session(self)
-        return self._session
-
-    def start_work(self, request) -> None:
-        self.server.blocking.add_worker(self, request)
-        self.subscriptions = len(self.channels())
-
-    def stop_work(self, channel: bytes) -> None:
-        """UNSUBSCRIBE: that stream's leases go back to ready now."""
-        for worker in self.workers:
-            if worker.channel == channel:
-                self.server.blocking.remove_worker(worker)
-                worker.release_all(self.server.store, self.server.now_ms())
-                self.server.committer.touch()
-                self.work_ended(worker)
-                break
-
-    def work_ended(self, worker) -> None:
-        """A stream is over (UNSUBSCRIBE, or its queue was dropped)."""
-        if worker in self.workers:
-            self.workers.remove(worker)
-        self.subscriptions = len(self.channels())
-
-    def channels(self) -> list[bytes]:
-        return [w.channel for w in self.workers if w.channel is not None]
-
-    def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
-        return any(w.queue.name == queue and w.channel != channel for w in self.workers)
-
     def reset(self) -> None:
-        self.release_holdings()
+        self.holdings.release_all()
         self.resp3 = False
         self.name = None
         self.multi = None

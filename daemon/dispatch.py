@@ -52,7 +52,7 @@ def _execute(client, args: list):
         denied = _permission(client, cmd, args)
         if denied is not None:
             return _refuse(client, denied)
-    if client.subscriptions and not client.resp3 and "pubsub" not in cmd.flags:
+    if client.holdings.subscriptions and not client.resp3 and "pubsub" not in cmd.flags:
         return _refuse(client, errors.pubsub_context(cmd.name))
     if server.loading and "loading" not in cmd.flags:
         return _refuse(client, errors.LOADING)

@@ -54,7 +54,7 @@ class DiskFaults:
         server.wal = server.committer.wal
         server.blocking.fail_all(misconf)
         for c in server.clients.values():
-            c.drop_holdings()                # their leases stay until the rebuilt store's deadlines
+            c.holdings.drop()                # their leases stay until the rebuilt store's deadlines
         server.spawn(self._recover(fsync_failed))
 
     async def _recover(self, fsync_failed: bool) -> None:

@@ -445,7 +445,7 @@ class Server:
         self.snapshots.stop()
         self.blocking.release_all()
         for c in list(self.clients.values()):
-            c.release_holdings()        # SESSION and QWORK leases end with their connections
+            c.holdings.release_all()        # SESSION and QWORK leases end with their connections
         self.committer.flush_and_sync_now()
         for c in list(self.clients.values()):
             c.flush()

@@ -116,7 +116,6 @@ class Client:
         self.authenticated = not core.auth_required
         self.user = "default"
         self.acl_user = core.acl.default
-        self.subscriptions = 0
         self.lib_name = self.lib_ver = ""
         self.multi = None
         self.multi_dirty = False
@@ -126,7 +125,7 @@ class Client:
         self.flags = "N"
         self.multi_len = -1
         self.query_buffer = self.output_buffer = 0
-        self.holder = holder
+        self.holdings = Holdings(holder)
         self.closing = self.killed = False
 
     def close_after_reply(self) -> None:
@@ -138,6 +137,15 @@ class Client:
     def reset(self) -> None:
         self.multi = None
         self.resp3 = False
+
+
+class Holdings:
+    """A ``Holdings`` in memory: SESSION leases go to ``holder``; work
+    streams need the daemon."""
+
+    def __init__(self, holder) -> None:
+        self.holder = holder
+        self.subscriptions = 0
 
     def session(self):
         if self.holder is None:

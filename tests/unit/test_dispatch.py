@@ -12,7 +12,7 @@ import pathlib
 import pytest
 from core import PARKED, T0, Client, Core, call, run
 
-from leaseq.commands.context import ClientContext, ServerContext
+from leaseq.commands.context import ClientContext, Holdings, ServerContext
 from leaseq.commands.jobs import ClaimWait
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
@@ -49,12 +49,15 @@ def logged(core) -> list[int]:
 def test_the_test_core_fits_the_handler_context(core, c):
     assert isinstance(core, ServerContext)
     assert isinstance(c, ClientContext)
+    assert isinstance(c.holdings, Holdings)
 
 
 def test_the_daemon_fits_the_handler_context(tmp_path, core):
     server = Server(config.Settings(dir=str(tmp_path / "data")))     # loading: not attached yet
     assert isinstance(server, ServerContext)
-    assert isinstance(Connection(server), ClientContext)
+    conn = Connection(server)
+    assert isinstance(conn, ClientContext)
+    assert isinstance(conn.holdings, Holdings)
     assert server.loading
 
 
