@@ -23,6 +23,7 @@ disk").
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -37,7 +38,7 @@ class Committer:
     def __init__(self, server, loop) -> None:
         self.server = server
         self.loop = loop
-        self.wal = server.wal
+        self.wal = MemoryLog()        # a stand-in that takes nothing until ``resumed`` (``Server.attach``)
         self.thread = LogThread(loop)
         self.scheduled = False
         self.syncing = False
@@ -123,10 +124,14 @@ class Committer:
             for c in done:
                 self.waiters.discard(c)
 
-    def sync_interval_tick(self) -> None:
-        """Async queues: fsync what was written, at least every fsync-interval."""
-        if self.wal.unsynced and not self.syncing and not self.closed:
-            self.start_sync()
+    async def sync_every_interval(self) -> None:
+        """Async queues: fsync what was written, at least every fsync-interval
+        (read each time, so CONFIG SET applies at once); ``Server.listen``
+        starts it."""
+        while True:
+            await asyncio.sleep(max(self.server.settings.fsync_interval, 1) / 1000.0)
+            if self.wal.unsynced and not self.syncing and not self.closed:
+                self.start_sync()
 
     def flush_and_sync_now(self) -> None:
         """Shutdown: write and fsync everything, release every held reply."""

@@ -17,8 +17,10 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+from leaseq.commands import errors
 from leaseq.commands.acl import AclError, check_rules
 from leaseq.commands.table import TABLE
+from leaseq.storage.queue import QueueConfig
 
 
 class ConfigError(ValueError):
@@ -108,6 +110,45 @@ def redis_views(settings: "Settings") -> list[tuple[str, str]]:
 
 
 REDIS_VIEWS = frozenset(name for name, _ in redis_views(Settings()))
+
+
+def items(settings: "Settings") -> list[tuple[str, str]]:
+    """CONFIG GET: every setting by name, rendered as text, then Redis's views."""
+    return [(name, render(name, settings.get(name))) for name in FIELDS] + redis_views(settings)
+
+
+def apply_set(settings: "Settings", pairs: list[tuple[str, str]]) -> tuple["Settings", dict]:
+    """CONFIG SET, all or none: ``settings`` with every ``(name, text)`` of
+    ``pairs`` applied, and the changes by attribute name.  The first pair
+    refused raises its reply from ``commands.errors``: a Redis view or a
+    setting fixed at start (immutable), an unknown name, a value that does
+    not parse (invalid)."""
+    changes = {}
+    for name, text in pairs:
+        f = FIELDS.get(name)
+        if name in REDIS_VIEWS:
+            raise errors.config_immutable(name)
+        if f is None:
+            raise errors.config_unknown(name)
+        if not f.metadata["mutable"]:
+            raise errors.config_immutable(name)
+        try:
+            changes[attr_name(name)] = parse_value(name, text)
+        except ConfigError as e:
+            raise errors.config_invalid(name, str(e)) from None
+    return settings.replace(**changes), changes
+
+
+def copy_to_storage(settings: "Settings", store, datadir) -> None:
+    """The settings the store, the data directory and its log hold copies of
+    (at ``attach``, after CONFIG SET, when a disk fault's recovery hands over
+    a new store or log)."""
+    datadir.lease_sync = store.journal.lease_sync = settings.lease_durability == "fsync"
+    datadir.segment_size = settings.segment_size
+    datadir.archive_dir = settings.archive_dir
+    store.default_config = QueueConfig(durability=settings.default_durability)
+    if datadir.wal is not None:
+        datadir.wal.set_segment_size(settings.segment_size)
 
 
 def attr_name(name: str) -> str:

@@ -91,7 +91,7 @@ class Connection(asyncio.Protocol):
         limit = self.server.settings.client_output_buffer_limit
         if limit:
             transport.set_write_buffer_limits(high=min(limit, 1 << 20))
-        self.server.register(self)
+        self.server.admission.register(self)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()

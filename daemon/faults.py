@@ -17,10 +17,11 @@ then ``_recover``, a task:
 3. cut the log back (``DataDir.cut_back``) in the fsync thread, so it runs
    after any fsync in flight; again every second until the disk allows it;
 4. rebuild the store from disk (``DataDir.recover``) in a worker thread;
-   reads use the old store until the new one takes over;
+   reads use the old store until the new one takes over
+   (``Server.replace_after_disk_fault(store=...)``);
 5. about once a second try ``DataDir.resume`` (a new segment and its BOOT
-   record, fsynced); when it works, the committer takes the new log and
-   ``error`` is cleared.
+   record, fsynced); when it works, the committer takes the new log
+   (``Server.replace_after_disk_fault(wal=...)``) and ``error`` is cleared.
 """
 
 from __future__ import annotations
@@ -50,8 +51,7 @@ class DiskFaults:
                   "reads go on", error)
         misconf = errors.misconf(error)
         server.store.journal = Journal()     # nothing more goes to the failed log, not even a note
-        server.committer.failed(misconf)
-        server.wal = server.committer.wal
+        server.committer.failed(misconf)     # its stand-in log takes nothing until writing resumes
         server.blocking.fail_all(misconf)
         for c in server.clients.values():
             c.holdings.drop()                # their leases stay until the rebuilt store's deadlines
@@ -72,7 +72,7 @@ class DiskFaults:
         for line in dropped:
             log.warning("dropped from the log (never acknowledged as durable): %s", line)
         await loop.run_in_executor(None, datadir.recover)
-        server.serve_store(datadir.store)
+        server.replace_after_disk_fault(store=datadir.store)
         log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
         while not server.stopping:
             try:
@@ -83,7 +83,7 @@ class DiskFaults:
                 await asyncio.sleep(1)
         if datadir.wal is None:
             return
-        server.serve_log(datadir.wal)
+        server.replace_after_disk_fault(wal=datadir.wal)
         self.error = None
         log.info("the log is writable again: writes resume")
 

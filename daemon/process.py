@@ -1,4 +1,5 @@
-"""Facts about this process that INFO and maxmemory read."""
+"""Facts about this process that INFO and maxmemory read; the maxmemory
+guard; ``every``, the loop of the daemon's periodic timers."""
 
 from __future__ import annotations
 
@@ -46,6 +47,33 @@ async def keep_old_objects_out_of_collections(every: float = 0.2, sweep_every: f
             gc.unfreeze()
             gc.collect()
         gc.freeze()
+
+
+async def every(seconds: float, fn) -> None:
+    """Call ``fn()`` every ``seconds`` until cancelled (``Server.spawn``'s
+    tasks are, at shutdown)."""
+    while True:
+        await asyncio.sleep(seconds)
+        fn()
+
+
+class MemoryGuard:
+    """maxmemory: every 0.1 s (``check``) compares the resident memory with
+    the setting, read each time; ``Server.oom`` is what it found (commands
+    flagged ``denyoom`` get -OOM meanwhile).  Its only writer."""
+
+    PERIOD = 0.1
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def check(self) -> None:
+        server = self.server
+        limit = server.settings.maxmemory
+        if limit:
+            server.oom = rss_bytes() > limit
+        elif server.oom:
+            server.oom = False
 
 
 def human_bytes(n: int) -> str:

@@ -1,4 +1,5 @@
-"""The server: listener, clients, clock, settings and orderly shutdown.
+"""The server: the daemon's parts put together; the clients, the clock,
+the settings, start-up and orderly shutdown.
 
 Commands reach the daemon's state only through this object (``client.server``
 in the handlers), as ``commands.context.ServerContext`` describes: the store,
@@ -11,34 +12,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import signal
-import time
-from collections import deque
 from dataclasses import dataclass
 
-from leaseq.commands import errors
 from leaseq.commands.acl import Acl
-from leaseq.commands.connection import VERSION
 from leaseq.commands.table import TABLE
-from leaseq.commands.replies import Error
 from leaseq.storage.datadir import DataDir
-from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
-from leaseq.storage.wal import Faults, MemoryLog
+from leaseq.storage.wal import Faults
 
-from . import config, tls
+from . import config
+from .admission import Admission, IdleReaper
 from .blocking import Blocking
 from .clock import Clock
 from .committer import Committer
 from .connection import Connection
 from .faults import DiskFaults
-from .http import HttpListener
+from .info import SAMPLE_EVERY, Info
+from .listeners import Listeners
 from .metrics import Metrics
-from .process import human_bytes, keep_old_objects_out_of_collections, os_line, peak_rss_bytes, rss_bytes
-from .protected import binds_beyond_loopback, protected_mode_refuses
+from .process import MemoryGuard, every, keep_old_objects_out_of_collections
 from .snapshots import Snapshots
-from .resp import encode
 
 log = logging.getLogger(__name__)
 
@@ -57,35 +51,33 @@ class Stats:
 
 class Server:
     """Listens at once and answers -LOADING until ``attach`` hands it the
-    recovered data directory (docs/operations.md, "Starting")."""
+    recovered data directory (docs/operations.md, "Starting").  Its parts
+    each do one job: ``listeners`` (daemon/listeners.py), ``admission`` and
+    the idle-client ``reaper`` (daemon/admission.py), ``info``
+    (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
+    ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self.acl = Acl(TABLE, settings.users, settings.requirepass)   # users and permissions
         self.datadir: DataDir | None = None
         self.loading = True
-        self.loading_started = int(time.time())
-        self.store = Store()          # empty stand-ins until recovery is done; while loading
-        self.wal = MemoryLog()        # no command that writes is run, so nothing reaches them
+        self.store = Store()          # an empty stand-in until recovery is done; while loading
+        self.faults = Faults()        # no command that writes (nor DEBUG) runs, so nothing reaches them
         self.clients: dict[int, Connection] = {}
-        self.next_client_id = 1
         self.stats = Stats()
-        self.started_at = time.time()
-        self.port = settings.port
-        self.tls_port = 0                        # 0: no TLS listener
-        self.oom = False
-        self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
-        self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
-        self.http: HttpListener | None = None
-        self.http_port = 0
-        self.faults = Faults()                   # DEBUG FAULT: errors the log pretends to get
+        self.oom = False                         # written by ``memory`` only
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
         self.now_ms = self.clock.now
-        self._ops_samples: deque = deque(maxlen=16)
+        self.listeners = Listeners(self)
+        self.admission = Admission(self)
+        self.reaper = IdleReaper(self)
+        self.memory = MemoryGuard(self)
+        self.info = Info(self)
+        self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
+        self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
         self._stopped: asyncio.Event | None = None
-        self._listener = None
-        self._tls_listener: tls.TlsListener | None = None
         self._tasks: list = []
         self.loop = None
         self.blocking: Blocking | None = None
@@ -93,12 +85,14 @@ class Server:
         self.snapshots: Snapshots | None = None
 
     def attach(self, datadir: DataDir) -> None:
-        """Recovery is done: serve the recovered store from now on."""
+        """Recovery is done: serve the recovered store from now on.  DEBUG
+        FAULT's ``faults`` is the data directory's, which gives it to every
+        log it opens (``DataDir.resume``)."""
         s = self.settings
         self.datadir = datadir
         self.store = store = datadir.store
-        self.wal = datadir.wal
-        self._apply_settings()
+        self.faults = datadir.faults
+        config.copy_to_storage(s, store, datadir)
         self.clock = Clock(*store.clock, on_change=self._clock_changed)
         self.now_ms = self.clock.now
         if self.clock.frozen and not s.enable_debug_command:
@@ -106,29 +100,24 @@ class Server:
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
             self.clock.resume()
         self.committer.resumed(datadir.wal)
-        datadir.faults = datadir.wal.faults = self.faults
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
-        log.info("leaseq ready to serve on %s (data directory %s)", self._addresses(), s.dir)
+        log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
 
-    def serve_store(self, store) -> None:
-        """The store rebuilt from disk after a disk fault takes over."""
-        self.store = store
-        self._apply_settings()
-
-    def serve_log(self, wal) -> None:
-        """Writing resumed after a disk fault: this log takes the records."""
-        self.wal = wal
-        self.committer.resumed(wal)
-        self._apply_settings()
+    def replace_after_disk_fault(self, store: Store | None = None, wal=None) -> None:
+        """A disk fault's recovery (daemon/faults.py) hands over the store
+        rebuilt from disk, and later the new log once writing resumes."""
+        if store is not None:
+            self.store = store
+        if wal is not None:
+            self.committer.resumed(wal)
+        config.copy_to_storage(self.settings, self.store, self.datadir)
 
     def spawn(self, coroutine) -> None:
         """Run a background task that stops with the server."""
         self._tasks.append(self.loop.create_task(coroutine))
-
-    # -- clock and settings --------------------------------------------------------------
 
     def _clock_changed(self, offset: int, frozen: bool, frozen_at: int) -> None:
         """DEBUG moved the clock: log it, then fold and re-arm every queue
@@ -137,97 +126,40 @@ class Server:
         if self.blocking is not None:
             self.blocking.time_moved()
 
+    # -- what handlers call (commands.context.ServerContext) ----------------------------------
+
     @property
     def disk_error(self) -> OSError | None:
         """Why the log cannot be written (commands that change queues get
         -MISCONF meanwhile), or None."""
         return self.disk.error
 
-    def _apply_settings(self) -> None:
-        """Settings the store and the data directory hold copies of."""
-        s = self.settings
-        d = self.datadir
-        d.lease_sync = self.store.journal.lease_sync = s.lease_durability == "fsync"
-        d.segment_size = s.segment_size
-        d.archive_dir = s.archive_dir
-        self.store.default_config = QueueConfig(durability=s.default_durability)
-        if d.wal is not None:
-            d.wal.set_segment_size(s.segment_size)
-
     @property
     def auth_required(self) -> bool:
         return self.acl.auth_required
 
-    def default_user_has_no_password(self) -> bool:
-        """What protected mode asks (Redis: the default user is ``nopass``;
-        requirepass or a ``user default`` line with a password ends that)."""
-        return self.acl.default.nopass
-
     def config_items(self) -> list[tuple[str, str]]:
-        s = self.settings
-        return [(name, config.render(name, s.get(name))) for name in config.FIELDS] + config.redis_views(s)
+        return config.items(self.settings)
 
     def config_set(self, pairs: list[tuple[str, str]]) -> None:
-        changes = {}
-        for name, text in pairs:
-            f = config.FIELDS.get(name)
-            if name in config.REDIS_VIEWS:
-                raise errors.config_immutable(name)
-            if f is None:
-                raise errors.config_unknown(name)
-            if not f.metadata["mutable"]:
-                raise errors.config_immutable(name)
-            try:
-                changes[config.attr_name(name)] = config.parse_value(name, text)
-            except config.ConfigError as e:
-                raise errors.config_invalid(name, str(e)) from None
-        self.settings = s = self.settings.replace(**changes)
+        s, changes = config.apply_set(self.settings, pairs)
+        self.settings = s
         if "requirepass" in changes:        # Redis: requirepass is the default user's password
             self.acl = Acl(TABLE, s.users, s.requirepass)
         if self.datadir is not None:
-            self._apply_settings()
+            config.copy_to_storage(s, self.store, self.datadir)
         for c in self.clients.values():
             c.parser.max_args = s.max_args
             c.parser.max_bulk = s.proto_max_bulk_len
         if "loglevel" in changes:
-            logging.getLogger("leaseq").setLevel(self.settings.loglevel.upper())
+            logging.getLogger("leaseq").setLevel(s.loglevel.upper())
 
-    # -- clients ------------------------------------------------------------------------------
+    def info_sections(self) -> dict[str, list[tuple[str, object]]]:
+        return self.info.sections()
 
-    def register(self, conn: Connection) -> None:
-        """A new connection (on the TLS port: once its handshake is done) is
-        served, or answered one error and closed without touching anyone else."""
-        self.stats.connections += 1
-        refusal = self._refusal(conn)
-        if refusal is not None:
-            self.stats.rejected += 1
-            conn.transport.write(encode(refusal, False))
-            conn.transport.close()
-            conn.closed = True
-            return
-        conn.id = self.next_client_id
-        self.next_client_id += 1
-        self.clients[conn.id] = conn
-
-    def _refusal(self, conn: Connection) -> Error | None:
-        """Why a new connection is not served, in Redis's order: shutting
-        down, maxclients, then protected mode (daemon/protected.py)."""
-        if self.stopping:
-            return errors.SHUTTING_DOWN
-        if len(self.clients) >= self.settings.maxclients:
-            return errors.MAX_CLIENTS
-        peer = conn.transport.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) else None
-        if protected_mode_refuses(self.settings.protected_mode, self.default_user_has_no_password(), host):
-            return errors.DENIED
-        return None
-
-    def tls_handshake_failed(self, addr: str, reason: str) -> None:
-        """A client's TLS handshake failed (plain text on the TLS port, no or
-        a wrong certificate): one line and a count, never a traceback; the
-        socket is closed already."""
-        self.stats.tls_handshake_failures += 1
-        log.info("TLS handshake with %s failed: %s", addr, reason)
+    def reset_stats(self) -> None:
+        self.stats = Stats()
+        self.info.clear_samples()
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
@@ -246,165 +178,26 @@ class Server:
     def lastsave(self) -> int:
         return self.snapshots.last_time if self.snapshots else 0
 
-    def ops_per_sec(self) -> int:
-        if len(self._ops_samples) < 2:
-            return 0
-        (t0, c0), (t1, c1) = self._ops_samples[0], self._ops_samples[-1]
-        return int((c1 - c0) / (t1 - t0)) if t1 > t0 else 0
-
-    def reset_stats(self) -> None:
-        self.stats = Stats()
-        self._ops_samples.clear()
-
-    # -- INFO -----------------------------------------------------------------------------------
-
-    def info_sections(self) -> dict[str, list[tuple[str, object]]]:
-        """INFO's sections, each field from the part that holds it."""
-        s = self.settings
-        store = self.store
-        uptime = int(time.time() - self.started_at)
-        rss = rss_bytes()
-        queues = store.queues.values()
-        stats = self.stats
-        return {
-            "server": [
-                ("leaseq_version", VERSION),
-                ("leaseq_mode", "standalone"),
-                ("os", os_line()),
-                ("process_id", os.getpid()),
-                ("tcp_port", self.port),
-                ("tls_port", self.tls_port),
-                ("bind", s.bind),
-                ("uptime_in_seconds", uptime),
-                ("uptime_in_days", uptime // 86400),
-                ("executable", "leaseq"),
-            ],
-            "clients": [
-                ("connected_clients", len(self.clients)),
-                ("blocked_clients", self.blocking.count() if self.blocking else 0),
-                ("maxclients", s.maxclients),
-            ],
-            "memory": [
-                ("used_memory", rss),                   # Python has no cheap allocator total: the RSS
-                ("used_memory_human", human_bytes(rss)),
-                ("used_memory_rss", rss),
-                ("used_memory_peak", peak_rss_bytes()),
-                ("maxmemory", s.maxmemory),
-                ("jobs_live", sum(len(q.jobs) for q in queues)),
-            ],
-            "persistence": self._persistence(),
-            "stats": [
-                ("total_connections_received", stats.connections),
-                ("total_commands_processed", stats.commands),
-                ("instantaneous_ops_per_sec", self.ops_per_sec()),
-                ("total_jobs_pushed", sum(q.counters.pushed for q in queues)),
-                ("total_jobs_acked", sum(q.counters.acked for q in queues)),
-                ("rejected_connections", stats.rejected),
-                ("protocol_errors", stats.protocol_errors),
-                ("acl_access_denied_auth", stats.acl_access_denied_auth),
-                ("acl_access_denied_cmd", stats.acl_access_denied_cmd),
-                ("acl_access_denied_key", stats.acl_access_denied_key),
-                ("tls_handshake_failures", stats.tls_handshake_failures),
-            ],
-            "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
-            # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
-            "keyspace": [("db0", f"keys={len(store.queues)},expires=0,avg_ttl=0")] if store.queues else [],
-        }
-
-    def _persistence(self) -> list[tuple[str, object]]:
-        s = self.settings
-        if self.loading:
-            return [("loading", 1), ("loading_start_time", self.loading_started),
-                    ("loading_elapsed_ms", int((time.time() - self.loading_started) * 1000)),
-                    ("dir", os.path.abspath(s.dir))]
-        return [("loading", 0)] + self.disk.info_fields() + self.datadir.info_fields() \
-            + self.committer.info_fields() + [
-            ("default_durability", s.default_durability),
-            ("lease_durability", s.lease_durability),
-            ("fsync_interval_ms", s.fsync_interval),
-        ] + self.snapshots.info_fields()
-
     # -- running --------------------------------------------------------------------------------
 
     async def listen(self) -> None:
-        """Open the port; until ``attach`` every command but the few flagged
-        ``loading`` is answered -LOADING."""
+        """Open the ports and start the timers; until ``attach`` every
+        command but the few flagged ``loading`` is answered -LOADING."""
         loop = asyncio.get_running_loop()
         self.loop = loop
         self._stopped = asyncio.Event()
         self.blocking = Blocking(self, loop)
         self.committer = Committer(self, loop)
-        s = self.settings
-        context = tls.server_context(s) if s.tls_port else None
-        self._listener = await loop.create_server(lambda: Connection(self), s.bind, s.port,
-                                                  reuse_address=True, backlog=511)
-        self.port = self._listener.sockets[0].getsockname()[1]
-        if context is not None:
-            self._listen_tls(context)
-        if s.http_port:
-            self.http = HttpListener(self)
-            self.http_port = await self.http.start(s.http_bind, s.http_port)
+        await self.listeners.start(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
-        self._tasks.append(loop.create_task(self._fsync_ticker()))
-        self._tasks.append(loop.create_task(self._every(0.1, self._housekeeping)))
-        self._warn_if_reachable_without_password()
-        log.info("leaseq listening on %s; recovering data directory %s", self._addresses(), s.dir)
-
-    def _listen_tls(self, context) -> None:
-        """The TLS listener: each accepted socket handshakes first, then
-        becomes a ``Connection`` like any other (daemon/tls.py)."""
-        self._tls_listener = tls.TlsListener(self, context, lambda: Connection(self))
-        self.tls_port = self._tls_listener.start(self.tls_bind, self.settings.tls_port)
-
-    @property
-    def tls_bind(self) -> str:
-        return self.settings.tls_bind or self.settings.bind
-
-    def _addresses(self) -> str:
-        """Where clients reach the daemon, for the log."""
-        where = f"{self.settings.bind}:{self.port}"
-        return f"{where} and TLS on {self.tls_bind}:{self.tls_port}" if self.tls_port else where
-
-    def _warn_if_reachable_without_password(self) -> None:
-        """Other hosts can reach a port and the default user has no password:
-        say what protected mode does about it (or that it is off)."""
-        binds = [self.settings.bind] + ([self.tls_bind] if self.tls_port else [])
-        reachable = sorted({b for b in binds if binds_beyond_loopback(b)})
-        if not reachable or not self.default_user_has_no_password():
-            return
-        if self.settings.protected_mode:
-            log.warning("listening on %s without requirepass: protected mode answers clients on other hosts "
-                        "-DENIED. Set requirepass to serve them.", " and ".join(reachable))
-        else:
-            log.warning("listening on %s without requirepass and with protected-mode no: any host that reaches "
-                        "this port can use every queue. Set requirepass or bind 127.0.0.1.", " and ".join(reachable))
-
-    async def _fsync_ticker(self) -> None:
-        """Async queues: fsync at least every fsync-interval (read each time,
-        so CONFIG SET applies at once)."""
-        while True:
-            await asyncio.sleep(max(self.settings.fsync_interval, 1) / 1000.0)
-            self.committer.sync_interval_tick()
-
-    async def _every(self, seconds: float, fn) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            fn()
-
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        self._ops_samples.append((now, self.stats.commands))
-        s = self.settings
-        if s.maxmemory:
-            self.oom = rss_bytes() > s.maxmemory
-        elif self.oom:
-            self.oom = False
-        if s.timeout:
-            for c in list(self.clients.values()):
-                if c.waiting is None and now - c.last_active > s.timeout:
-                    log.info("closing idle client id=%d addr=%s", c.id, c.addr)
-                    c.kill()
+        self.spawn(self.committer.sync_every_interval())
+        self.spawn(every(SAMPLE_EVERY, self.info.sample))
+        self.spawn(every(MemoryGuard.PERIOD, self.memory.check))
+        self.spawn(every(IdleReaper.PERIOD, self.reaper.scan))
+        self.admission.warn_if_reachable_without_password(self.listeners.binds())
+        log.info("leaseq listening on %s; recovering data directory %s", self.listeners.addresses(),
+                 self.settings.dir)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -419,17 +212,9 @@ class Server:
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
 
-    def _stop_listening(self) -> None:
-        """Close every listener and drop the TLS handshakes still running."""
-        self._listener.close()
-        if self._tls_listener is not None:
-            self._tls_listener.close()
-        if self.http is not None:
-            self.http.close()
-
     def abort(self) -> None:
-        """Recovery failed: close the port and every connection."""
-        self._stop_listening()
+        """Recovery failed: close the ports and every connection."""
+        self.listeners.close()
         for task in self._tasks:
             task.cancel()
         for c in list(self.clients.values()):
@@ -439,7 +224,7 @@ class Server:
 
     def _shutdown(self) -> None:
         """Stop accepting, answer what was received, fsync, close."""
-        self._stop_listening()
+        self.listeners.close()
         for task in self._tasks:
             task.cancel()
         self.snapshots.stop()

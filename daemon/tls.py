@@ -181,7 +181,7 @@ class TlsListener:
             # closed before the handshake ended: a TCP probe, a client giving up; not a failure
             log.debug("TLS client %s closed the connection during the handshake", _addr(peer))
         except Exception as e:         # the loop has closed the socket
-            self.server.tls_handshake_failed(_addr(peer), _reason(e))
+            self.server.admission.tls_handshake_failed(_addr(peer), _reason(e))
 
 
 def listening_socket(bind: str, port: int) -> socket.socket:

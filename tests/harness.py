@@ -335,7 +335,7 @@ class RespSocket:
 # -- a client the loopback cannot produce -------------------------------------------------------
 
 class StandInTransport:
-    """What ``Connection.connection_made`` and ``Server.register`` read of a
+    """What ``Connection.connection_made`` and ``Admission.register`` read of a
     transport, reporting a client address (``peer``) that a test on
     127.0.0.1 cannot have; it keeps what is written to it."""
 

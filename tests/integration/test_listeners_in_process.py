@@ -56,8 +56,8 @@ def test_a_client_on_another_host_is_denied_while_loopback_clients_are_served(tm
     seen = {}
 
     async def scenario(server: Server) -> None:
-        r1, w1 = await asyncio.open_connection(HOST, server.port)
-        r2, w2 = await asyncio.open_connection(HOST, server.port)
+        r1, w1 = await asyncio.open_connection(HOST, server.listeners.port)
+        r2, w2 = await asyncio.open_connection(HOST, server.listeners.port)
         assert await command(r1, w1, b"PING") == b"+PONG\r\n"
         w1.write(b"QCLAIM jobs w BLOCK 10000\r\n")         # parked while the stranger arrives
         while server.blocking.count() == 0:                  # bounded by the scenario's 30 s
@@ -85,8 +85,8 @@ def test_a_tls_connection_gets_tcp_nodelay_like_a_plain_one(tmp_path, pki):
     async def scenario(server: Server) -> None:
         context = ssl.create_default_context(cafile=pki.ca)
         context.load_cert_chain(pki.client_cert, pki.client_key)
-        reader, writer = await asyncio.open_connection(HOST, server.tls_port, ssl=context)
-        plain_reader, plain_writer = await asyncio.open_connection(HOST, server.port)
+        reader, writer = await asyncio.open_connection(HOST, server.listeners.tls_port, ssl=context)
+        plain_reader, plain_writer = await asyncio.open_connection(HOST, server.listeners.port)
         assert await command(reader, writer, b"PING") == b"+PONG\r\n"
         assert await command(plain_reader, plain_writer, b"PING") == b"+PONG\r\n"
         for conn in server.clients.values():
@@ -110,8 +110,8 @@ def test_a_client_that_never_handshakes_is_closed_at_the_timeout_while_others_ar
     async def scenario(server: Server) -> None:
         context = ssl.create_default_context(cafile=pki.ca)
         context.load_cert_chain(pki.client_cert, pki.client_key)
-        silent_reader, silent_writer = await asyncio.open_connection(HOST, server.tls_port)   # sends nothing
-        reader, writer = await asyncio.open_connection(HOST, server.tls_port, ssl=context)
+        silent_reader, silent_writer = await asyncio.open_connection(HOST, server.listeners.tls_port)   # sends nothing
+        reader, writer = await asyncio.open_connection(HOST, server.listeners.tls_port, ssl=context)
         assert await command(reader, writer, b"PING") == b"+PONG\r\n"
         seen["silent got"] = await asyncio.wait_for(silent_reader.read(100), 10)           # b"": closed
         assert await command(reader, writer, b"QPUSH jobs after") == b":1\r\n"

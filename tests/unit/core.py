@@ -73,7 +73,7 @@ class Core:
         return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
 
     def config_set(self, pairs) -> None:
-        self.settings = self.settings.replace(**{config.attr_name(n): config.parse_value(n, v) for n, v in pairs})
+        self.settings, _changes = config.apply_set(self.settings, pairs)     # the daemon's checks
 
     def reset_stats(self) -> None:
         self.stats = Stats()

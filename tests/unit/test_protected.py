@@ -1,6 +1,6 @@
 """Protected mode (docs/operations.md, "Security"): the decision is one pure
 function, tested here with client addresses that tests bound to 127.0.0.1
-can never produce for real; then ``Server.register`` acting on it, driven
+can never produce for real; then ``Admission.register`` (daemon/admission.py) acting on it, driven
 with stand-in transports that report such an address."""
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def test_a_client_on_another_host_gets_denied_and_the_loopback_client_keeps_its_
 
 def test_a_password_set_at_run_time_lets_other_hosts_in(tmp_path):
     server = Server(config.Settings(bind="0.0.0.0", dir=str(tmp_path)))
-    assert server.default_user_has_no_password()
+    assert server.admission.default_user_has_no_password()
     server.config_set([("requirepass", "s3cret")])
-    assert not server.default_user_has_no_password()
+    assert not server.admission.default_user_has_no_password()
     remote, transport = connect(server, ("10.0.0.5", 40002))
     assert transport.written == b"" and remote.id in server.clients
     server.config_set([("requirepass", ""), ("protected-mode", "no")])
