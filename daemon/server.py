@@ -23,7 +23,8 @@ from leaseq.commands.connection import VERSION
 from leaseq.commands.table import TABLE
 from leaseq.commands.replies import Error
 from leaseq.storage.datadir import DataDir
-from leaseq.storage.queue import QueueConfig
+from leaseq.storage import queries
+from leaseq.storage.config import QueueConfig
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults, MemoryLog
 
@@ -306,7 +307,7 @@ class Server:
                 ("acl_access_denied_key", stats.acl_access_denied_key),
                 ("tls_handshake_failures", stats.tls_handshake_failures),
             ],
-            "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
+            "queues": [(q.name.decode(), queries.summary(q)) for q in sorted(queues, key=lambda q: q.name)],
             # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
             "keyspace": [("db0", f"keys={len(store.queues)},expires=0,avg_ttl=0")] if store.queues else [],
         }
