@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from leaseq.storage.queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Queue
+from leaseq.storage import queries
+from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
@@ -87,7 +89,7 @@ def qscan(client, args):
             state = STATES[name]
         else:
             r.unknown()
-    nxt, jobs = q.scan(cursor, count, state)
+    nxt, jobs = queries.scan(q, cursor, count, state)
     return [str(nxt).encode(), [inspect_reply(j) for j in jobs]]
 
 
@@ -139,12 +141,12 @@ def qredrive(client, args):
             r.unknown()
     store = server.store
     now = server.now_ms()
-    dead = [q.jobs[jid] for _, jid in q.dead][:limit]
+    dead = [q.jobs[jid] for _, jid in q.indexes.dead][:limit]
     left = None if limit is None else limit - len(dead)
     by_source: dict[bytes, list] = {}
     if left is None or left > 0:
         server.store.fold(q, now)
-        for job in q.ready_head(len(q.ready)):
+        for job in q.ready_head(len(q.indexes.ready)):
             if job.origin is not None:
                 by_source.setdefault(job.origin.source, []).append(job)
                 if left is not None:

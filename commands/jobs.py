@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import random
 
-from leaseq.storage.queue import LEASE_MAX, LEASE_MIN, SCOPE_CODES, Job, Queue
+from leaseq.storage import queries
+from leaseq.storage.config import LEASE_MAX, LEASE_MIN
+from leaseq.storage.job import Job
+from leaseq.storage.queries import SCOPE_CODES
+from leaseq.storage.queue import Queue
 
 from . import errors
 from .args import OptionReader, queue_name, to_int
@@ -95,7 +99,7 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
         store.fold(q, now)
         fresh, keys, resolved, batch = [], [], [], {}
         for p, key in zip(payloads, opts.keys):
-            holder = q.duplicate_of(key, opts.scope)
+            holder = queries.duplicate_of(q, key, opts.scope)
             if holder is not None:
                 resolved.append(holder.id)
             elif key in batch:                 # the same key twice in one QPUSHMANY
@@ -106,7 +110,7 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
                 fresh.append(p)
                 keys.append(key)
     maxlen = q.config.maxlen
-    if maxlen and q.live + len(fresh) > maxlen:
+    if maxlen and queries.live(q) + len(fresh) > maxlen:
         raise errors.queue_full(q.name, maxlen)
     first = 0
     if fresh:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from itertools import islice
 
+from leaseq.storage import queries
+
 from . import errors
 from .args import OptionReader, to_int
 from .glob import compile_glob
@@ -105,7 +107,7 @@ def memory(client, args):
         if args[3].upper() != b"SAMPLES":
             raise errors.SYNTAX
         to_int(args[4])                       # accepted as Redis does; the estimate needs no samples
-    return _about_a_queue(client, args, "memory", b"USAGE", (3, 5), lambda q: q.memory_estimate(), MEMORY_HELP)
+    return _about_a_queue(client, args, "memory", b"USAGE", (3, 5), queries.memory_estimate, MEMORY_HELP)
 
 
 def busyness(q) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 
-from leaseq.storage.queue import DURABILITIES, LEASE_MAX, LEASE_MIN, MEMORY, Queue, QueueConfig
+from leaseq.storage import queries
+from leaseq.storage.config import DURABILITIES, LEASE_MAX, LEASE_MIN, MEMORY, QueueConfig
+from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
@@ -182,19 +184,15 @@ def qinfo(client, args):
     now = server.now_ms()
     server.store.fold(q, now)
     c = q.counters
-    items = [(b"name", q.name)] + config_items(q.config) + [
-        (b"ready", len(q.ready)),
-        (b"delayed", len(q.delayed)),
-        (b"in_flight", len(q.leases)),
-        (b"dead", len(q.dead)),
-        (b"completed", len(q.completed)),
+    counts = [(state.encode(), n) for state, n in q.indexes.counts().items()]   # ready .. completed
+    items = [(b"name", q.name)] + config_items(q.config) + counts + [
         (b"pushed", c.pushed),
         (b"acked", c.acked),
         (b"nacked", c.nacked),
         (b"lease_expired", c.lease_expired),
         (b"dead_lettered", c.dead_lettered),
         (b"duplicates", c.duplicates),
-        (b"oldest_ready_age_ms", q.oldest_ready_age(now)),
+        (b"oldest_ready_age_ms", queries.oldest_ready_age(q, now)),
         (b"consumers_blocked", server.blocked_on(q)),
         (b"next_id", q.next_id),
     ]
@@ -205,4 +203,4 @@ def qlen(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))
     server.store.fold(q, server.now_ms())
-    return len(q.ready)
+    return len(q.indexes.ready)

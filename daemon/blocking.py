@@ -32,7 +32,7 @@ import logging
 from leaseq.commands.jobs import claim_now
 from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
-from leaseq.storage.queue import IN_FLIGHT
+from leaseq.storage.job import IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class Blocking:
             self.server.store.fold(queue, self.server.now_ms())
             workers = [k for k in workers if not k.conn.closed and k.room]
         if waiters or workers:
-            available = len(queue.ready)
+            available = len(queue.indexes.ready)
             if available:
                 journal = self.server.store.journal
                 takers = waiters + workers
@@ -320,7 +320,7 @@ class Blocking:
         if not self.by_queue.get(queue) and not self.workers.get(queue):
             self._forget(queue)
             return
-        due = queue.next_due()
+        due = queue.indexes.next_due()
         current = self.timers.get(queue)
         if due is None:
             if current:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from leaseq.commands import errors
 from leaseq.commands.acl import AclError, check_rules
 from leaseq.commands.table import TABLE
-from leaseq.storage.queue import QueueConfig
+from leaseq.storage.config import QueueConfig
 
 
 class ConfigError(ValueError):

@@ -13,6 +13,7 @@ import time
 from collections import deque
 
 from leaseq.commands.connection import VERSION
+from leaseq.storage import queries
 
 from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
 
@@ -89,7 +90,7 @@ class Info:
                 ("acl_access_denied_key", stats.acl_access_denied_key),
                 ("tls_handshake_failures", stats.tls_handshake_failures),
             ],
-            "queues": [(q.name.decode(), q.summary()) for q in sorted(queues, key=lambda q: q.name)],
+            "queues": [(q.name.decode(), queries.summary(q)) for q in sorted(queues, key=lambda q: q.name)],
             # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
             "keyspace": [("db0", f"keys={len(store.queues)},expires=0,avg_ttl=0")] if store.queues else [],
         }

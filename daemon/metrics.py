@@ -83,7 +83,7 @@ class Metrics:
                                          labels=["queue"]) for c in COUNTERS}
         for q in queues:
             name = q.name.decode(errors="replace")
-            for state, n in q.counts().items():
+            for state, n in q.indexes.counts().items():
                 jobs.add_metric([name, state], n)
             for c in COUNTERS:
                 totals[c].add_metric([name], getattr(q.counters, c))

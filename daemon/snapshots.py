@@ -38,7 +38,7 @@ import signal
 import time
 
 from leaseq.storage import snapshot
-from leaseq.storage.queue import MEMORY
+from leaseq.storage.config import MEMORY
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Three parts, so that the page can be tested without a socket:
 * ``read_status(server, rates)`` reads the live state into plain data
   (``Status``), on the loop.  The header and the log and snapshot figures
   are INFO's own sections (``Server.info_sections``); queue counts come from
-  ``Queue.counts`` as INFO's and /metrics' do.  Everything it reads is
+  ``Indexes.counts`` as INFO's and /metrics' do.  Everything it reads is
   bounded: at most ``MAX_QUEUES`` queues, ``DEAD_PER_QUEUE`` dead letters
   each, error texts cut to ``MAX_ERROR_BYTES``.
 * ``render(status)`` turns that data into HTML text: a pure function, run in
@@ -31,7 +31,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from leaseq.storage.queue import DEAD, Job, Queue
+from leaseq.storage import queries
+from leaseq.storage.job import DEAD, Job
+from leaseq.storage.queue import Queue
 
 REFRESH_SECONDS = 2
 MAX_QUEUES = 500            # rows in the queue table; the rest is counted in a note
@@ -73,7 +75,7 @@ class RateSamples:
 class QueueRow:
     name: str
     durability: str
-    counts: dict            # state -> jobs, as Queue.counts
+    counts: dict            # state -> jobs, as Indexes.counts
     push_rate: float        # per second
     ack_rate: float
     oldest_ready_ms: int    # 0 when nothing is ready
@@ -116,8 +118,8 @@ def read_status(server, rates: RateSamples) -> Status:
 
 def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float) -> QueueRow:
     push_rate, ack_rate = rates.rates(q, moment)
-    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=q.counts(),
-                    push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=q.oldest_ready_age(now_ms))
+    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=q.indexes.counts(),
+                    push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=queries.oldest_ready_age(q, now_ms))
 
 
 def latest_dead_letters(q: Queue, is_target: bool) -> list[DeadLetter]:
@@ -125,9 +127,9 @@ def latest_dead_letters(q: Queue, is_target: bool) -> list[DeadLetter]:
     some queue names it as DEADLETTER, jobs that arrived in it as dead
     letters.  Only dead-letter queues are looked through for arrivals, so a
     page costs nothing for the queues that are not."""
-    rows = [_buried(q, job) for job in q.latest_buried(DEAD_PER_QUEUE)]
+    rows = [_buried(q, job) for job in queries.latest_buried(q, DEAD_PER_QUEUE)]
     if is_target and len(rows) < DEAD_PER_QUEUE:
-        arrived = q.latest_dead_lettered(DEAD_PER_QUEUE, DEAD_LOOK_AT)
+        arrived = queries.latest_dead_lettered(q, DEAD_PER_QUEUE, DEAD_LOOK_AT)
         rows += [_arrived(q, job) for job in arrived if job.state is not DEAD]
     return rows[:DEAD_PER_QUEUE]
 

@@ -207,7 +207,7 @@ def counts(store: Store, now: int) -> list[QueueCounts]:
     for q in sorted(store.queues.values(), key=lambda q: q.name):
         q.fold(now)
         out.append(QueueCounts(q.name.decode(errors="backslashreplace"), q.config.durability,
-                               len(q.ready), len(q.delayed), len(q.leases), len(q.dead), len(q.completed)))
+                               **q.indexes.counts()))
     return out
 
 

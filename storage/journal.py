@@ -36,7 +36,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from . import records
-from .queue import FSYNC, MEMORY, Queue
+from .config import FSYNC, MEMORY
+from .queue import Queue
 from .wal import LogBuffer, Ticket
 
 

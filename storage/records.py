@@ -580,7 +580,7 @@ def decode_snap_queue(b: bytes) -> tuple:
 
 
 def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
-    """One job of a SNAP_JOBS body (``job`` has the fields of ``storage.queue.Job``)."""
+    """One job of a SNAP_JOBS body (``job`` has the fields of ``storage.job.Job``)."""
     key = job.key or b""
     token = job.token or b""
     consumer = job.consumer or b""

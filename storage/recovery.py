@@ -23,7 +23,9 @@ import os
 from dataclasses import dataclass, field
 
 from . import records
-from .queue import MEMORY, Job, Queue, QueueConfig
+from .config import MEMORY, QueueConfig
+from .job import Job
+from .queue import Queue
 from .store import Store
 from .wal import fsync_directory, list_segments, segment_name
 

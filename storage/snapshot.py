@@ -25,7 +25,9 @@ import os
 from dataclasses import dataclass
 
 from . import records
-from .queue import COMPLETED, DEAD, DELAYED, IN_FLIGHT, MEMORY, READY, Counters, Job, Provenance, QueueConfig
+from .config import MEMORY, QueueConfig
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Provenance
+from .queue import Counters
 from .store import Store
 from .wal import fsync_directory, numbered_files
 

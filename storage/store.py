@@ -21,8 +21,10 @@ due moment changed are collected for the daemon, which takes them with
 from __future__ import annotations
 
 from . import records
+from .config import ASYNC, FSYNC, MEMORY, QueueConfig
+from .job import Job, Provenance
 from .journal import Journal
-from .queue import ASYNC, FSYNC, MEMORY, Job, Provenance, Queue, QueueConfig
+from .queue import Queue, death_reason, nobody_doomed
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
 ID_BLOCK = 1 << 16
@@ -187,9 +189,9 @@ class Store:
         while True:
             self.fold(q, now)
             jobs = q.ready_head(count)
-            if q.nobody_doomed(jobs):
+            if nobody_doomed(q, jobs):
                 return jobs
-            doomed = [(job, reason) for job in jobs if (reason := q.death_reason(job, now)) is not None]
+            doomed = [(job, reason) for job in jobs if (reason := death_reason(q, job, now)) is not None]
             if not doomed:
                 return jobs
             groups: dict[bytes, list] = {}        # by reason, in claim order

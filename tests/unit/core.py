@@ -25,9 +25,10 @@ from leaseq.daemon.clock import Clock
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.metrics import Metrics
 from leaseq.daemon.server import Stats
+from leaseq.storage import queries
+from leaseq.storage.config import QueueConfig
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
-from leaseq.storage.queue import QueueConfig
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults, MemoryLog
 
@@ -79,7 +80,7 @@ class Core:
         self.stats = Stats()
 
     def info_sections(self) -> dict:
-        return {"queues": [(q.name.decode(), q.summary()) for q in self.store.queues.values()]}
+        return {"queues": [(q.name.decode(), queries.summary(q)) for q in self.store.queues.values()]}
 
     def blocked_on(self, queue) -> int:
         return 0

@@ -1,5 +1,5 @@
 """Dead letters, retention, redrive, deletion, dedupe keys, QSCAN order and
-lease holders (leaseq.storage.queue, leaseq.storage.store), and the replay of
+lease holders (leaseq.storage.queue, leaseq.storage.queries, leaseq.storage.store), and the replay of
 their log records (DEAD, REDRIVE, MOVE, DEL, CLOCK).  Driven by the commands
 a client sends (tests/unit/core.py: ``daemon.dispatch.execute`` with no
 socket, on the store of a real data directory), and by the store's
@@ -17,9 +17,10 @@ from core import (LEASE, T0, ack, call, claim, client_of, close, crash, datadir_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaseq.storage import records
-from leaseq.storage.queue import (ASYNC, COMPLETED, DEAD, DELAYED, IN_FLIGHT, MEMORY, READY,
-                                  SCOPE_CODES, Job, QueueConfig)
+from leaseq.storage import queries, records
+from leaseq.storage.config import ASYNC, MEMORY, QueueConfig
+from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.recovery import read_log
 
 DAY = 86_400_000
@@ -33,7 +34,7 @@ def redrive(store, q, now):
     """QREDRIVE on a queue with dead jobs: all of them back to ready; returns
     their ids (on a dead-letter queue, its ready jobs go back to their sources too)."""
     q.fold(now)
-    dead = [jid for _, jid in q.dead]
+    dead = [jid for _, jid in q.indexes.dead]
     assert call(client_of(store), "QREDRIVE", q.name, now=now) >= len(dead)
     return dead
 
@@ -43,7 +44,7 @@ def move_back(store, dlq, now):
     returns {source name: [(id in dlq, new id in source), ...]}."""
     dlq.fold(now)
     by_source: dict[bytes, list] = {}
-    for job in dlq.claimable(now, len(dlq.ready)):
+    for job in queries.claimable(dlq, now, len(dlq.indexes.ready)):
         if job.origin is not None and job.origin.source != dlq.name:
             by_source.setdefault(job.origin.source, []).append(job)
     moved, next_ids = {}, {}
@@ -51,7 +52,7 @@ def move_back(store, dlq, now):
         source = store.queues.get(name)
         first = source.next_id if source is not None else 1
         moved[name] = [(j.id, first + i) for i, j in enumerate(jobs)]
-    dead_here = len(dlq.dead)          # jobs dead in the dead-letter queue itself are redriven in place
+    dead_here = len(dlq.indexes.dead)          # jobs dead in the dead-letter queue itself are redriven in place
     assert call(client_of(store), "QREDRIVE", dlq.name, now=now) == dead_here + sum(map(len, moved.values()))
     return moved
 
@@ -77,8 +78,8 @@ def provenance(job):
 
 
 def index_counts(q):
-    return {"ready": len(q.ready), "delayed": len(q.delayed), "in_flight": len(q.leases),
-            "dead": len(q.dead), "completed": len(q.completed), "jobs": len(q.jobs), "keys": len(q.keys)}
+    return {"ready": len(q.indexes.ready), "delayed": len(q.indexes.delayed), "in_flight": len(q.indexes.leases),
+            "dead": len(q.indexes.dead), "completed": len(q.indexes.completed), "jobs": len(q.jobs), "keys": len(q.keys)}
 
 
 def snapshot(store, now):
@@ -102,9 +103,9 @@ def snapshot(store, now):
         out[name] = {
             "qid": q.qid, "config": q.config, "durability": q.durability,
             "counts": index_counts(q),
-            "claim order": list(q.ready),
-            "delayed": list(q.delayed), "leases": list(q.leases), "dead": list(q.dead),
-            "completed": list(q.completed), "keys": dict(q.keys), "jobs": jobs,
+            "claim order": list(q.indexes.ready),
+            "delayed": list(q.indexes.delayed), "leases": list(q.indexes.leases), "dead": list(q.indexes.dead),
+            "completed": list(q.indexes.completed), "keys": dict(q.keys), "jobs": jobs,
             "scan order": [i for i in q.order if i in q.jobs],
             "counters": (c.pushed, c.acked, c.nacked, c.dead_lettered),
         }
@@ -228,7 +229,7 @@ def test_doomed_job_is_skipped_and_the_claim_gets_the_next_ones(store):
     got = claim(store, q, T0, count=2)
     assert ids(got) == [2, 3]
     assert first.state is DEAD
-    assert (len(q.ready), len(q.leases), len(q.dead)) == (0, 2, 1)
+    assert (len(q.indexes.ready), len(q.indexes.leases), len(q.indexes.dead)) == (0, 2, 1)
 
 
 def test_a_job_at_its_limit_is_not_interrupted_while_in_flight(store):
@@ -365,8 +366,8 @@ def test_dead_lettered_job_moves_to_the_target_with_provenance(store):
     assert copy.last_error == b"second"
     assert copy.key is None and copy.token is None
     assert q.counters.dead_lettered == 1
-    assert (len(q.dead), len(dlq.dead)) == (0, 0)
-    assert [j.id for j in dlq.claimable(T0 + 2, 10)] == [3, 1, 2]     # its priority came along
+    assert (len(q.indexes.dead), len(dlq.indexes.dead)) == (0, 0)
+    assert [j.id for j in queries.claimable(dlq, T0 + 2, 10)] == [3, 1, 2]     # its priority came along
     assert dlq.next_id == 4
 
 
@@ -437,11 +438,11 @@ def test_dead_job_without_deadletter_stays_for_retain_dead_then_fold_removes_it(
     nack(store, q, [job.token], T0)
     assert ids(claim(store, q, T0 + 10)) == [2]
     assert job.state is DEAD and job.retain_until == T0 + 5010
-    assert list(q.dead) == [(T0 + 5010, 1)]
+    assert list(q.indexes.dead) == [(T0 + 5010, 1)]
     q.fold(T0 + 5009)
     assert job.state is DEAD and 1 in q.jobs
     q.fold(T0 + 5010)
-    assert 1 not in q.jobs and len(q.dead) == 0
+    assert 1 not in q.jobs and len(q.indexes.dead) == 0
     assert q.counters.dead_lettered == 1
     assert [i for i in q.order if i in q.jobs] == [2]
 
@@ -451,8 +452,8 @@ def test_dead_jobs_are_neither_claimable_nor_peeked(store):
     push(store, q)
     claim(store, q, T0)
     assert claim(store, q, T0 + LEASE) == []
-    assert q.claimable(T0 + 10 * LEASE, 10) == []
-    assert q.live == 0 and len(q.dead) == 1
+    assert queries.claimable(q, T0 + 10 * LEASE, 10) == []
+    assert queries.live(q) == 0 and len(q.indexes.dead) == 1
 
 
 def test_retain_dead_uses_the_configuration_at_the_time_of_death(store):
@@ -474,8 +475,8 @@ def test_latest_buried_are_the_jobs_that_died_last_newest_first(store):
     jobs = {job.id: job for job in claim(store, q, T0, count=4)}
     for now, jid in enumerate((3, 1, 4), start=T0 + 1):      # they die out of id order; 2 lives
         nack_dead(store, q, [jobs[jid].token], now)
-    assert ids(q.latest_buried(2)) == [4, 1]
-    assert ids(q.latest_buried(10)) == [4, 1, 3]
+    assert ids(queries.latest_buried(q, 2)) == [4, 1]
+    assert ids(queries.latest_buried(q, 10)) == [4, 1, 3]
 
 
 def test_latest_dead_lettered_are_the_newest_arrivals_with_provenance_within_the_look(store):
@@ -485,9 +486,9 @@ def test_latest_dead_lettered_are_the_newest_arrivals_with_provenance_within_the
     for job in claim(store, q, T0, count=3):
         nack_dead(store, q, [job.token], T0 + 1)        # dlq ids 1-3, each with provenance
     push(store, dlq, n=2)                               # 4-5: pushed there, no provenance
-    assert ids(dlq.latest_dead_lettered(2, look_at=10)) == [3, 2]
-    assert ids(dlq.latest_dead_lettered(5, look_at=3)) == [3]    # the look stops at the third newest
-    assert q.latest_dead_lettered(5, look_at=10) == []
+    assert ids(queries.latest_dead_lettered(dlq, 2, look_at=10)) == [3, 2]
+    assert ids(queries.latest_dead_lettered(dlq, 5, look_at=3)) == [3]    # the look stops at the third newest
+    assert queries.latest_dead_lettered(q, 5, look_at=10) == []
 
 
 # -- QREDRIVE: dead jobs back to ready ---------------------------------------------------------------------------
@@ -500,9 +501,9 @@ def test_redrive_makes_dead_jobs_ready_with_deliveries_reset_and_first_in_claim_
     assert job.state is DEAD
     assert redrive(store, q, T0 + LEASE) == [1]
     assert job.state is READY and job.deliveries == 0 and job.dead_reason is None
-    assert job.retain_until == 0 and len(q.dead) == 0
+    assert job.retain_until == 0 and len(q.indexes.dead) == 0
     push(store, q, priority=5, now=T0 + LEASE)            # 4: never delivered
-    assert [j.id for j in q.claimable(T0 + LEASE, 5)] == [1, 3, 4]
+    assert [j.id for j in queries.claimable(q, T0 + LEASE, 5)] == [1, 3, 4]
     # a full new budget of deliveries
     assert ids(claim(store, q, T0 + LEASE)) == [1]
     assert job.deliveries == 1
@@ -537,7 +538,7 @@ def test_move_back_returns_ready_jobs_to_their_source_with_new_ids_and_no_proven
     before_next = q.next_id
     moved = move_back(store, dlq, T0 + 5)
     assert moved == {b"q": [(1, before_next), (2, before_next + 1)]}
-    assert dlq.jobs == {} and len(dlq.ready) == 0
+    assert dlq.jobs == {} and len(dlq.indexes.ready) == 0
     new_a, new_b = q.jobs[before_next], q.jobs[before_next + 1]
     for job in (new_a, new_b):
         assert job.origin is None and job.deliveries == 0 and job.state is READY
@@ -545,7 +546,7 @@ def test_move_back_returns_ready_jobs_to_their_source_with_new_ids_and_no_proven
     assert (new_a.payload, new_b.payload) == (b"src1", b"src2")
     assert (new_a.last_error, new_b.last_error) == (b"broken", None)
     # ready again: before the never-delivered job 3
-    assert [j.id for j in q.claimable(T0 + 5, 5)] == [before_next, before_next + 1, 3]
+    assert [j.id for j in queries.claimable(q, T0 + 5, 5)] == [before_next, before_next + 1, 3]
     assert 1 not in q.jobs and 2 not in q.jobs               # the old ids are not reused
     assert ids(claim(store, q, T0 + 5)) == [before_next]
 
@@ -603,7 +604,7 @@ def test_delete_removes_jobs_in_every_state_and_makes_their_leases_stale(store):
     assert ack(store, q, list(tokens.values()), now) == 0
     assert nack(store, q, list(tokens.values()), now) == 0
     assert extend(store, q, list(tokens.values()), now) == 0
-    assert q.claimable(now + DAY, 10) == []
+    assert queries.claimable(q, now + DAY, 10) == []
     assert q.counters.acked == 1                             # deleting is not acking
 
 
@@ -645,11 +646,11 @@ def test_retain_completed_keeps_acked_jobs_completed_then_fold_removes_them(stor
     assert q.job_for_token(token) is None
     assert ack(store, q, [token], T0 + 100) == 0             # acking twice is harmless
     assert q.counters.acked == 1
-    assert list(q.completed) == [(T0 + 2100, 1)]
-    assert [j.id for j in q.claimable(T0 + 2099, 10)] == [2]      # b's lease expired; a is not claimable
-    assert a.state is COMPLETED and q.live == 1
+    assert list(q.indexes.completed) == [(T0 + 2100, 1)]
+    assert [j.id for j in queries.claimable(q, T0 + 2099, 10)] == [2]      # b's lease expired; a is not claimable
+    assert a.state is COMPLETED and queries.live(q) == 1
     q.fold(T0 + 2100)
-    assert 1 not in q.jobs and len(q.completed) == 0
+    assert 1 not in q.jobs and len(q.indexes.completed) == 0
     assert b.state is READY                                  # its lease expired meanwhile
 
 
@@ -658,7 +659,7 @@ def test_without_retain_completed_an_acked_job_is_gone_at_once(store):
     push(store, q)
     (job,) = claim(store, q, T0)
     ack(store, q, [job.token], T0)
-    assert q.jobs == {} and len(q.completed) == 0 and job.state is None
+    assert q.jobs == {} and len(q.indexes.completed) == 0 and job.state is None
 
 
 def test_completed_job_can_be_deleted_before_its_retention_ends(store):
@@ -667,7 +668,7 @@ def test_completed_job_can_be_deleted_before_its_retention_ends(store):
     (job,) = claim(store, q, T0)
     ack(store, q, [job.token], T0)
     assert delete(store, q, [1], T0 + 1) == 1
-    assert q.jobs == {} and len(q.completed) == 0
+    assert q.jobs == {} and len(q.indexes.completed) == 0
     q.fold(T0 + 2 * DAY)                                     # nothing left to fold
     assert q.jobs == {}
 
@@ -700,7 +701,7 @@ SCOPE_TABLE = {
 def test_duplicate_of_per_scope_and_state(store, state, scope):
     q = new_queue(store, maxdeliveries=1, retain_completed=DAY)
     jid = keyed_job_in_state(store, q, state)
-    dup = q.duplicate_of(b"k", scope)
+    dup = queries.duplicate_of(q, b"k", scope)
     if state in SCOPE_TABLE[scope]:
         assert dup is q.jobs[jid]
         assert push_key(store, q, b"k", scope, now=T0 + 1) == jid
@@ -753,7 +754,7 @@ def test_key_is_removed_when_its_job_goes(store, how, options):
     how(store, q, jid)
     assert jid not in q.jobs
     assert q.keys == {}
-    assert q.duplicate_of(b"k", b"exists") is None
+    assert queries.duplicate_of(q, b"k", b"exists") is None
     assert push_key(store, q, b"k", b"exists", now=T0 + DAY) > jid
 
 
@@ -788,7 +789,7 @@ def test_key_still_held_by_an_older_job_is_found_after_a_newer_holder_goes(store
     nack(store, q, [job.token], T0)
     delete(store, q, [second], T0)
     assert q.jobs[first].state is READY and q.jobs[first].key == b"k"
-    assert q.duplicate_of(b"k", b"queued") is q.jobs[first]
+    assert queries.duplicate_of(q, b"k", b"queued") is q.jobs[first]
     assert push_key(store, q, b"k", now=T0 + 1) == first
 
 
@@ -812,8 +813,8 @@ def test_keys_survive_reopen(store, reopen):
     q = store.queues[b"q"]
     assert q.keys == {key: [jid] for key, jid in held.items()}
     for key, jid in held.items():
-        assert q.duplicate_of(key, b"exists") is q.jobs[jid]
-    assert q.duplicate_of(b"g", b"exists") is None
+        assert queries.duplicate_of(q, key, b"exists") is q.jobs[jid]
+    assert queries.duplicate_of(q, b"g", b"exists") is None
     assert push_key(store, q, b"r", now=T0 + 1) == held[b"r"]
     assert push_key(store, q, b"f", now=T0 + 1) not in held.values()      # in flight: not `queued`
 
@@ -824,7 +825,7 @@ def full_scan(q, count, state=None, between=None):
     """Walk the cursor from 0 to 0; ``between(step)`` runs between calls."""
     cursor, seen, step = 0, [], 0
     while True:
-        cursor, jobs = q.scan(cursor, count, state)
+        cursor, jobs = queries.scan(q, cursor, count, state)
         seen += [j.id for j in jobs]
         if cursor == 0:
             return seen
@@ -843,7 +844,7 @@ def test_scan_returns_every_job_once_in_ascending_id_order(store, count):
 
 def test_scan_of_an_empty_queue_ends_at_once(store):
     q = new_queue(store)
-    assert q.scan(0, 10, None) == (0, [])
+    assert queries.scan(q, 0, 10, None) == (0, [])
 
 
 def test_scan_count_limits_the_jobs_looked_at_and_state_filters_them(store):
@@ -852,9 +853,9 @@ def test_scan_count_limits_the_jobs_looked_at_and_state_filters_them(store):
     for job in claim(store, q, T0, count=3):          # 1-3 in flight
         if job.id == 2:
             ack(store, q, [job.token], T0)            # 2 completed
-    cursor, jobs = q.scan(0, 3, READY)
+    cursor, jobs = queries.scan(q, 0, 3, READY)
     assert jobs == [] and cursor == 3
-    cursor, jobs = q.scan(cursor, 3, READY)
+    cursor, jobs = queries.scan(q, cursor, 3, READY)
     assert [j.id for j in jobs] == [4, 5, 6] and cursor == 0
     assert full_scan(q, 2, IN_FLIGHT) == [1, 3]
     assert full_scan(q, 2, COMPLETED) == [2]
@@ -923,7 +924,7 @@ def test_scan_returns_every_job_present_for_the_whole_scan_exactly_once(initial,
             cursor = 0
             step = 0
             while True:
-                cursor, jobs = q.scan(cursor, count, None)
+                cursor, jobs = queries.scan(q, cursor, count, None)
                 assert all(j.id in q.jobs for j in jobs)
                 seen += [j.id for j in jobs]
                 if cursor == 0:
@@ -1062,7 +1063,7 @@ def test_release_on_close_ends_the_lease_but_is_not_a_nack(store):
     assert sorted(holder.ended) == [1, 2]
     assert q.counters.nacked == 0
     assert a.state is READY and b.state is READY and a.deliveries == 1
-    assert [j.id for j in q.claimable(T0, 5)] == [1, 2]
+    assert [j.id for j in queries.claimable(q, T0, 5)] == [1, 2]
 
 
 def test_a_stale_token_never_reaches_the_holder_twice(store):

@@ -100,7 +100,7 @@ def test_add_many_accepts_any_iterable():
 
 def test_add_many_of_no_ids_leaves_an_empty_index_empty():
     # len, bool, first and iteration must agree: an index with no entries has
-    # no earliest moment (Queue.next_due reads first() without checking len)
+    # no earliest moment (Indexes.next_due reads first() without checking len)
     idx = TimeIndex()
     idx.add_many(100, [])
     assert len(idx) == 0 and not idx and list(idx) == []

@@ -8,7 +8,7 @@ import pytest
 from crc32c import crc32c
 
 from leaseq.storage import records
-from leaseq.storage.queue import Job
+from leaseq.storage.job import Job
 from leaseq.storage.records import FormatError
 
 

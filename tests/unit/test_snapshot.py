@@ -12,7 +12,7 @@ import pytest
 
 from leaseq.storage import records, snapshot
 from leaseq.storage.datadir import DataDir
-from leaseq.storage.queue import JobExtra
+from leaseq.storage.job import JobExtra
 from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
 
@@ -43,10 +43,10 @@ def state_of(store, durable_only: bool = False) -> dict:
             "qid": q.qid, "config": q.config.to_json(), "counters": asdict(q.counters),
             "next_id": q.next_id, "id_mark": q.id_mark,
             "jobs": [job_state(j) for j in jobs.values()],
-            "ready": [] if (memory and durable_only) else list(q.ready),
-            "delayed": [] if (memory and durable_only) else list(q.delayed),
-            "leases": [] if (memory and durable_only) else list(q.leases),
-            "dead": list(q.dead) if jobs else [], "completed": list(q.completed) if jobs else [],
+            "ready": [] if (memory and durable_only) else list(q.indexes.ready),
+            "delayed": [] if (memory and durable_only) else list(q.indexes.delayed),
+            "leases": [] if (memory and durable_only) else list(q.indexes.leases),
+            "dead": list(q.indexes.dead) if jobs else [], "completed": list(q.indexes.completed) if jobs else [],
             "keys": {k: v for k, v in q.keys.items()} if jobs else {},
             "order": [i for i in q.order if i in jobs],
             "payload_bytes": q.payload_bytes if jobs else 0,
@@ -404,5 +404,5 @@ def test_an_expired_lease_is_logged_when_noticed_and_replayed(tmp_path):
     assert logged == [(records.EXPIRE, (q.qid, T0 + LEASE, (1, 2)))]
     store = open_store(d, T0 + LEASE)
     q = store.queues[b"q"]
-    assert (len(q.ready), len(q.leases), q.counters.lease_expired) == (2, 0, 2)   # the counter survives too
+    assert (len(q.indexes.ready), len(q.indexes.leases), q.counters.lease_expired) == (2, 0, 2)   # the counter survives too
     close(store)

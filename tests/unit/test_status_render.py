@@ -9,7 +9,8 @@ import pytest
 
 from leaseq.daemon.status import (MAX_ERROR_BYTES, DeadLetter, QueueRow, RateSamples, Status, _duration,
                                   _error, render)
-from leaseq.storage.queue import Queue, QueueConfig
+from leaseq.storage.config import QueueConfig
+from leaseq.storage.queue import Queue
 
 NOW = 1_800_000_000.0
 COUNTS = {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "completed": 0}

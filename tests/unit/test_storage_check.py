@@ -12,7 +12,8 @@ from harness import write_segment
 from leaseq.storage import records, snapshot
 from leaseq.storage.check import CheckError, check
 from leaseq.storage.datadir import DataDir, choose_snapshot
-from leaseq.storage.queue import Job, QueueConfig
+from leaseq.storage.config import QueueConfig
+from leaseq.storage.job import Job
 from leaseq.storage.recovery import CorruptLog, read_log
 from leaseq.storage.wal import lock_directory, segment_name
 

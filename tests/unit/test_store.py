@@ -1,5 +1,5 @@
 """The queue state machine and the store that logs and replays it
-(leaseq.storage.queue, leaseq.storage.store, leaseq.storage.journal,
+(leaseq.storage.queue, leaseq.storage.indexes, leaseq.storage.store, leaseq.storage.journal,
 leaseq.storage.datadir), driven by the commands a client sends
 (tests/unit/core.py: ``daemon.dispatch.execute`` with no socket, on the
 store of a real data directory) and, where no command reaches, by the
@@ -17,8 +17,9 @@ from core import (LEASE, T0, ack, call, claim, claim_ids, client_of, close, cras
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaseq.storage import records
-from leaseq.storage.queue import ASYNC, DELAYED, FSYNC, IN_FLIGHT, MEMORY, READY, Job, QueueConfig
+from leaseq.storage import queries, records
+from leaseq.storage.config import ASYNC, FSYNC, MEMORY, QueueConfig
+from leaseq.storage.job import DELAYED, IN_FLIGHT, READY, Job
 from leaseq.storage.recovery import CorruptLog, read_log
 from leaseq.storage.store import ID_BLOCK, TOKEN
 from leaseq.storage.wal import DirectoryLocked, lock_directory, segment_name
@@ -49,9 +50,9 @@ def state(store, now):
             jobs[jid] = fields
         out[name] = {
             "qid": q.qid, "config": q.config,
-            "counts": (len(q.ready), len(q.delayed), len(q.leases)),
-            "claim order": [j.id for j in q.claimable(now, len(q.jobs) + 1)],
-            "delayed": list(q.delayed), "leases": list(q.leases), "jobs": jobs,
+            "counts": (len(q.indexes.ready), len(q.indexes.delayed), len(q.indexes.leases)),
+            "claim order": [j.id for j in queries.claimable(q, now, len(q.jobs) + 1)],
+            "delayed": list(q.indexes.delayed), "leases": list(q.indexes.leases), "jobs": jobs,
         }
     return out
 
@@ -75,7 +76,7 @@ def test_claim_order_is_higher_priority_first_then_ascending_id(store):
     q = new_queue(store)
     for prio in (5, 9, 0, 9, 5, 1):
         push(store, q, priority=prio)
-    assert [j.id for j in q.claimable(T0, 10)] == [2, 4, 1, 5, 6, 3]
+    assert [j.id for j in queries.claimable(q, T0, 10)] == [2, 4, 1, 5, 6, 3]
     assert claim_ids(store, q, T0, count=3) == [2, 4, 1]
     assert claim_ids(store, q, T0, count=10) == [5, 6, 3]
     assert claim_ids(store, q, T0) == []
@@ -85,7 +86,7 @@ def test_claim_count_limits_the_jobs_leased(store):
     q = new_queue(store)
     push(store, q, n=5)
     assert claim_ids(store, q, T0, count=2) == [1, 2]
-    assert (len(q.ready), len(q.leases)) == (3, 2)
+    assert (len(q.indexes.ready), len(q.indexes.leases)) == (3, 2)
 
 
 def test_nacked_job_comes_before_never_delivered_jobs_of_its_priority(store):
@@ -94,15 +95,15 @@ def test_nacked_job_comes_before_never_delivered_jobs_of_its_priority(store):
     job3 = q.jobs[3]
     store.claim(q, [job3], T0 + LEASE, b"w", T0)           # lease a job from the middle
     assert nack(store, q, [job3.token], T0) == 1
-    assert [j.id for j in q.claimable(T0, 5)] == [3, 1, 2]
+    assert [j.id for j in queries.claimable(q, T0, 5)] == [3, 1, 2]
 
 
 def test_job_with_expired_lease_comes_before_never_delivered_jobs_of_its_priority(store):
     q = new_queue(store)
     push(store, q, n=3)
     store.claim(q, [q.jobs[3]], T0 + LEASE, b"w", T0)
-    assert [j.id for j in q.claimable(T0 + LEASE - 1, 5)] == [1, 2]
-    assert [j.id for j in q.claimable(T0 + LEASE, 5)] == [3, 1, 2]
+    assert [j.id for j in queries.claimable(q, T0 + LEASE - 1, 5)] == [1, 2]
+    assert [j.id for j in queries.claimable(q, T0 + LEASE, 5)] == [3, 1, 2]
 
 
 def test_job_ready_again_after_nack_delay_comes_before_never_delivered_ones(store):
@@ -111,8 +112,8 @@ def test_job_ready_again_after_nack_delay_comes_before_never_delivered_ones(stor
     job = q.jobs[2]
     store.claim(q, [job], T0 + LEASE, b"w", T0)
     nack(store, q, [job.token], T0, delay=500)
-    assert [j.id for j in q.claimable(T0 + 499, 5)] == [1]
-    assert [j.id for j in q.claimable(T0 + 500, 5)] == [2, 1]
+    assert [j.id for j in queries.claimable(q, T0 + 499, 5)] == [1]
+    assert [j.id for j in queries.claimable(q, T0 + 500, 5)] == [2, 1]
 
 
 def test_ready_again_jobs_are_in_ascending_id_order_among_themselves(store):
@@ -121,7 +122,7 @@ def test_ready_again_jobs_are_in_ascending_id_order_among_themselves(store):
     jobs = [q.jobs[4], q.jobs[2]]
     store.claim(q, jobs, T0 + LEASE, b"w", T0)
     nack(store, q, [j.token for j in jobs], T0)
-    assert [j.id for j in q.claimable(T0, 5)] == [2, 4, 1, 3]
+    assert [j.id for j in queries.claimable(q, T0, 5)] == [2, 4, 1, 3]
 
 
 def test_ready_again_job_does_not_jump_ahead_of_higher_priority(store):
@@ -131,7 +132,7 @@ def test_ready_again_job_does_not_jump_ahead_of_higher_priority(store):
     push(store, q, priority=4)                                     # id 2, never delivered
     push(store, q, priority=3)                                     # id 3, never delivered
     nack(store, q, [job.token], T0)
-    assert [j.id for j in q.claimable(T0, 5)] == [2, 1, 3]
+    assert [j.id for j in queries.claimable(q, T0, 5)] == [2, 1, 3]
 
 
 # -- delayed jobs ---------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_delayed_job_is_never_claimable_before_visible_at_whatever_its_priority(
     push(store, q, priority=0)
     assert late.state is DELAYED
     for now in (T0, T0 + 1, T0 + 499):
-        assert [j.id for j in q.claimable(now, 5)] == [2]
+        assert [j.id for j in queries.claimable(q, now, 5)] == [2]
     assert claim_ids(store, q, T0 + 499, count=5) == [2]
     assert claim_ids(store, q, T0 + 499, count=5) == []
     assert claim_ids(store, q, T0 + 500, count=5) == [1]
@@ -160,12 +161,12 @@ def test_job_delayed_by_nack_is_not_claimable_until_its_delay_passes(store):
 
 def test_next_due_is_the_earliest_delayed_job_or_lease_deadline(store):
     q = new_queue(store)
-    assert q.next_due() is None
+    assert q.indexes.next_due() is None
     push(store, q, delay=5000)
-    assert q.next_due() == T0 + 5000
+    assert q.indexes.next_due() == T0 + 5000
     push(store, q)
     claim(store, q, T0, lease=2000)
-    assert q.next_due() == T0 + 2000
+    assert q.indexes.next_due() == T0 + 2000
 
 
 # -- leases: lazy expiry, tokens, deliveries ----------------------------------------------------------
@@ -183,9 +184,9 @@ def test_expired_lease_moves_to_ready_only_when_someone_looks(store):
     push(store, q)
     (job,) = claim(store, q, T0)
     # nobody looked: still in flight, long after the deadline
-    assert job.state is IN_FLIGHT and len(q.leases) == 1
+    assert job.state is IN_FLIGHT and len(q.indexes.leases) == 1
     q.fold(T0 + 10 * LEASE)
-    assert job.state is READY and len(q.ready) == 1 and not q.leases
+    assert job.state is READY and len(q.indexes.ready) == 1 and not q.indexes.leases
 
 
 def test_expired_lease_keeps_its_token_until_claimed_again_so_ack_still_works(store):
@@ -193,11 +194,11 @@ def test_expired_lease_keeps_its_token_until_claimed_again_so_ack_still_works(st
     push(store, q)
     (job,) = claim(store, q, T0)
     token = job.token
-    assert [j.id for j in q.claimable(T0 + LEASE, 1)] == [1]    # expired and folded
+    assert [j.id for j in queries.claimable(q, T0 + LEASE, 1)] == [1]    # expired and folded
     assert q.job_for_token(token) is job
     assert ack(store, q, [token], T0 + LEASE + 1) == 1
     assert 1 not in q.jobs
-    assert q.claimable(T0 + LEASE + 1, 5) == []
+    assert queries.claimable(q, T0 + LEASE + 1, 5) == []
 
 
 def test_expired_lease_can_still_be_nacked_and_extended_with_its_token(store):
@@ -710,7 +711,7 @@ def test_memory_queue_definition_and_ids_survive_but_its_jobs_do_not(data_dir):
     q = store.queues[b"m"]
     assert q.config == config
     assert q.durability == MEMORY
-    assert q.jobs == {} and q.live == 0
+    assert q.jobs == {} and queries.live(q) == 0
     (job,) = push(store, q, now=T0 + 1)
     assert job.id > 3
     close(store)

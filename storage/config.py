@@ -1,0 +1,43 @@
+"""A queue's options (``QueueConfig``) and the values they may take."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
+DURABILITIES = (FSYNC, ASYNC, MEMORY)
+
+LEASE_MIN, LEASE_MAX = 100, 86_400_000
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON."""
+
+    lease: int = 30_000
+    maxdeliveries: int = 0
+    deadletter: str | None = None
+    backoff: tuple = (1000, 2.0, 1000)
+    maxlen: int = 0
+    expire: int = 0
+    retain_completed: int = 0
+    retain_dead: int = 604_800_000
+    window: int = 0
+    durability: str = FSYNC
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["backoff"] = list(self.backoff)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in d.items() if k in known}
+        if "backoff" in values:
+            b = values["backoff"]
+            values["backoff"] = (int(b[0]), float(b[1]), int(b[2]))
+        return cls(**values)
+
+    def with_options(self, **changes) -> "QueueConfig":
+        return replace(self, **changes)

@@ -1,0 +1,109 @@
+"""``Indexes``: the five indexes of one queue, and the table that says which
+one holds a job in each state and under which key.
+
+``PLACES`` maps every job state to the ``Indexes`` attribute that holds a
+job in that state, the index type, and the job field it is keyed by (the job
+id breaks ties; ``storage.index`` has the index types):
+
+* ``READY``     -> ``ready``, a ``ReadyIndex`` by band (priority, ready again
+  or not): claim order;
+* ``DELAYED``   -> ``delayed``, a ``TimeIndex`` by visible_at;
+* ``IN_FLIGHT`` -> ``leases``, a ``TimeIndex`` by lease deadline;
+* ``DEAD``      -> ``dead``, a ``TimeIndex`` of jobs dead in their own queue
+  (no DEADLETTER) by the moment RETAIN-DEAD lets them go;
+* ``COMPLETED`` -> ``completed``, a ``TimeIndex`` of acked jobs kept by
+  RETAIN-COMPLETED, by the moment they go.
+
+A job sits in exactly one index, the one its ``state`` names.  ``add``,
+``remove`` and ``move`` (remove with the old key, change the fields, add
+with the new key: the one way to change a field that positions a job) read
+the table.  The queue's bulk paths (a push, a claim of the ready head, an
+ack, lazy expiry) reach the index they know directly, in bulk.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+
+from .index import ReadyIndex, TimeIndex
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+
+
+def band(job: Job) -> int:
+    """The job's band in ``ReadyIndex`` (``ReadyIndex.band``, without its call)."""
+    return (9 - job.priority) * 2 + (0 if job.requeued else 1)
+
+
+# state -> (attribute, index type, the job's key in it); in the order counts() lists them
+PLACES = {
+    READY: ("ready", ReadyIndex, band),
+    DELAYED: ("delayed", TimeIndex, attrgetter("visible_at")),
+    IN_FLIGHT: ("leases", TimeIndex, attrgetter("deadline")),
+    DEAD: ("dead", TimeIndex, attrgetter("retain_until")),
+    COMPLETED: ("completed", TimeIndex, attrgetter("retain_until")),
+}
+
+
+class Indexes:
+    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "_place")
+
+    def __init__(self) -> None:
+        self._place = {}            # state -> (index, key)
+        for state, (name, kind, key) in PLACES.items():
+            index = kind()
+            setattr(self, name, index)
+            self._place[state] = (index, key)
+
+    def index_of(self, state: bytes):
+        """The index that holds jobs in ``state``."""
+        return self._place[state][0]
+
+    def add(self, job: Job) -> None:
+        """Put the job in the index its state names."""
+        index, key = self._place[job.state]
+        index.add(key(job), job.id)
+
+    def remove(self, job: Job) -> None:
+        """Take the job out of the index its state names (a job whose state
+        is None is in none and is left alone)."""
+        place = self._place.get(job.state)
+        if place is not None:
+            index, key = place
+            index.remove(key(job), job.id)
+
+    def move(self, job: Job, **fields) -> None:
+        """The one way to change fields that position a job: remove, change, re-add."""
+        self.remove(job)
+        for name, value in fields.items():
+            setattr(job, name, value)
+        self.add(job)
+
+    def restore(self, jobs: list[Job]) -> None:
+        """Index jobs read back from a snapshot (ascending ids, each with its
+        state set): the ready ones in one update per band."""
+        ready: dict[int, list] = {}
+        place = self._place
+        for job in jobs:
+            if job.state is READY:
+                ready.setdefault(band(job), []).append(job.id)
+            else:
+                index, key = place[job.state]
+                index.add(key(job), job.id)
+        for b, ids in ready.items():
+            self.ready.update(b, ids)
+
+    def clear(self) -> None:
+        for index, _ in self._place.values():
+            index.clear()
+
+    def counts(self) -> dict[str, int]:
+        """Jobs by state, as they stand (nothing folded): what INFO, /metrics
+        and the status page show."""
+        return {state.decode(): len(index) for state, (index, _) in self._place.items()}
+
+    def next_due(self) -> int | None:
+        """The next moment (ms epoch) at which a job becomes claimable by time."""
+        a, b = self.delayed.first(), self.leases.first()
+        if a is None:
+            return b
+        return a if b is None or a < b else b

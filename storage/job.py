@@ -1,0 +1,109 @@
+"""A job: its fields, its state and the end of its lease.
+
+``Job`` keeps the fields every job has in slots; the fields most jobs never
+set live in a ``JobExtra`` made only when one of them is set (a plain job
+stays small).  ``Provenance`` is where a dead-lettered job came from.
+
+A job's ``state`` is one of ``STATES`` (``None`` once it has left its queue);
+which index of its queue holds it in each state is ``storage.indexes``'
+table.
+"""
+
+from __future__ import annotations
+
+DELAYED = b"delayed"
+READY = b"ready"
+IN_FLIGHT = b"in_flight"
+DEAD = b"dead"
+COMPLETED = b"completed"
+STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED)
+
+
+class Provenance:
+    """Where a dead-lettered job came from (docs/semantics.md §1.8)."""
+
+    __slots__ = ("source", "src_id", "deliveries", "reason")
+
+    def __init__(self, source: bytes, src_id: int, deliveries: int, reason: bytes) -> None:
+        self.source = source
+        self.src_id = src_id
+        self.deliveries = deliveries
+        self.reason = reason
+
+
+class JobExtra:
+    """The fields most jobs never set, apart from ``Job`` so that a plain job
+    stays small (a million live jobs: 64 bytes each saved)."""
+
+    __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
+                 "dead_reason", "holder")
+
+    def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
+        self.key = key
+        self.flags = flags
+        self.max_deliveries = max_deliveries
+        self.expire_ms = expire_ms
+        self.last_error = None
+        self.origin = None
+        self.retain_until = 0
+        self.dead_reason = None
+        self.holder = None
+
+
+def _extra_field(name: str, default):
+    """A ``Job`` attribute kept in its ``JobExtra``, made only when a job sets
+    it to something other than ``default``."""
+    def get(job):
+        extra = job.extra
+        return default if extra is None else getattr(extra, name)
+
+    def set_(job, value):
+        extra = job.extra
+        if extra is None:
+            if value is default or (value == default and type(value) is type(default)):
+                return
+            extra = job.extra = JobExtra()
+        setattr(extra, name, value)
+
+    return property(get, set_)
+
+
+class Job:
+    __slots__ = ("id", "payload", "priority", "enqueued_at", "visible_at", "deliveries", "state", "token",
+                 "deadline", "consumer", "requeued", "extra")
+
+    def __init__(self, id: int, payload: bytes, priority: int, enqueued_at: int, visible_at: int,
+                 key: bytes | None = None, flags: int = 0, max_deliveries: int = 0, expire_ms: int = 0) -> None:
+        self.id = id
+        self.payload = payload
+        self.priority = priority
+        self.enqueued_at = enqueued_at
+        self.visible_at = visible_at
+        self.deliveries = 0
+        self.state = None
+        self.token = None
+        self.deadline = 0
+        self.consumer = None
+        self.requeued = False
+        self.extra = (None if key is None and not flags and not max_deliveries and not expire_ms
+                      else JobExtra(key, flags, max_deliveries, expire_ms))
+
+    key = _extra_field("key", None)
+    flags = _extra_field("flags", 0)
+    max_deliveries = _extra_field("max_deliveries", 0)
+    expire_ms = _extra_field("expire_ms", 0)
+    last_error = _extra_field("last_error", None)
+    origin = _extra_field("origin", None)
+    retain_until = _extra_field("retain_until", 0)
+    dead_reason = _extra_field("dead_reason", None)
+    holder = _extra_field("holder", None)
+
+
+def end_lease(job: Job) -> None:
+    """The job's current lease is over: drop the token, tell its holder
+    (read from the job's rare fields directly: this runs for every ack)."""
+    job.token = None
+    extra = job.extra
+    if extra is not None and extra.holder is not None:
+        holder, extra.holder = extra.holder, None
+        holder.lease_ended(job)

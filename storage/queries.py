@@ -1,0 +1,110 @@
+"""Reads of one queue for those who inspect it: QSCAN, QINFO and INFO,
+/metrics and the status page, MEMORY USAGE, QPUSH's dedupe look-up and
+MAXLEN check.  Functions of a ``Queue``; none changes it, except
+``claimable``, which folds first (lazy expiry, unlogged).
+
+The reads the transitions themselves need (the ready head, the job a token
+names, the death rule) stay with them in ``storage.queue``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import islice
+
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from .queue import Queue
+
+# What memory_estimate counts per live job beyond its payload, and per queue:
+# `leaseq bench storage` measures 272-285 bytes per job (Job, its indexes and
+# dict entries), and an empty queue's dicts, indexes and config about 4 KiB.
+JOB_BYTES = 280
+QUEUE_BYTES = 4096
+
+# dedupe scopes (docs/semantics.md §3.2): the states in which an existing job with the key counts
+SCOPES = {
+    b"queued": (DELAYED, READY),
+    b"active": (DELAYED, READY, IN_FLIGHT),
+    b"exists": (DELAYED, READY, IN_FLIGHT, DEAD, COMPLETED),
+}
+SCOPE_CODES = {b"queued": 0, b"active": 1, b"exists": 2}
+
+
+def claimable(q: Queue, now: int, count: int) -> list[Job]:
+    """The next ``count`` jobs in claim order after folding (unlogged: the
+    daemon folds through ``Store.fold`` and reads ``Queue.ready_head``)."""
+    q.fold(now)
+    return q.ready_head(count)
+
+
+def live(q: Queue) -> int:
+    """Jobs still to be done: ready, delayed or in flight (what MAXLEN bounds)."""
+    indexes = q.indexes
+    return len(indexes.ready) + len(indexes.delayed) + len(indexes.leases)
+
+
+def duplicate_of(q: Queue, key: bytes, scope: bytes) -> Job | None:
+    """The newest job holding dedupe ``key`` whose state is in ``scope``
+    (call after ``fold``), if any."""
+    states = SCOPES[scope]
+    for jid in reversed(q.keys.get(key, ())):
+        job = q.jobs[jid]
+        if job.state in states:
+            return job
+    return None
+
+
+def scan(q: Queue, cursor: int, count: int, state: bytes | None) -> tuple[int, list[Job]]:
+    """Jobs with id > ``cursor`` in ascending id order, at most ``count``
+    looked at; returns (next cursor, jobs), next cursor 0 at the end."""
+    order = q.order
+    i = bisect_right(order, cursor)
+    jobs = q.jobs
+    found: list[Job] = []
+    end = min(i + count, len(order))
+    for jid in order[i:end]:
+        job = jobs.get(jid)
+        if job is not None and (state is None or job.state is state):
+            found.append(job)
+    return (order[end - 1] if end < len(order) else 0), found
+
+
+def memory_estimate(q: Queue) -> int:
+    """Bytes this queue holds, estimated: its payloads plus what each job
+    costs beyond its payload (``JOB_BYTES``, measured by ``leaseq bench
+    storage``) plus the queue's own structures.  MEMORY USAGE answers it."""
+    return QUEUE_BYTES + q.payload_bytes + JOB_BYTES * len(q.jobs)
+
+
+def summary(q: Queue) -> str:
+    """One line of counts, as INFO's queues section shows it."""
+    counts = ",".join(f"{state}={n}" for state, n in q.indexes.counts().items())
+    return f"{counts},durability={q.config.durability}"
+
+
+def latest_buried(q: Queue, count: int) -> list[Job]:
+    """Up to ``count`` jobs dead in this queue, the last buried first
+    (``dead`` is ordered by when RETAIN-DEAD lets them go, which follows
+    when they died while RETAIN-DEAD is unchanged)."""
+    return [q.jobs[jid] for jid in q.indexes.dead.last(count)]
+
+
+def latest_dead_lettered(q: Queue, count: int, look_at: int) -> list[Job]:
+    """Up to ``count`` jobs that came here as dead letters (they carry
+    their provenance), newest first, among the ``look_at`` newest jobs:
+    a dead-letter queue is appended to, so its recent arrivals are at the
+    end of ``jobs`` (ascending ids), and the look stays bounded."""
+    found = []
+    for job in islice(reversed(q.jobs.values()), look_at):
+        if job.origin is not None:
+            found.append(job)
+            if len(found) == count:
+                break
+    return found
+
+
+def oldest_ready_age(q: Queue, now: int) -> int:
+    """Age of the ready job pushed first.  Ids follow enqueue order, so it is
+    the smallest id, found at the start of one of the 20 priority bands."""
+    first = q.indexes.ready.oldest()
+    return 0 if first is None else max(0, now - q.jobs[first].enqueued_at)
