@@ -14,8 +14,8 @@ What it covers:
   its token keeps working (ack / nack / extend) until someone claims the job
   again; QACK / QNACK / QEXTEND skip stale tokens;
 * ``deliveries`` counts distinct leases; a job that would be delivered for
-  the MAXDELIVERIES+1-th time is dead-lettered instead (no DEADLETTER queue:
-  it stays here in state ``dead`` for RETAIN-DEAD ms);
+  the MAXDELIVERIES+1-th time is dead-lettered instead (without a DEADLETTER
+  queue it stays here in state ``dead`` for RETAIN-DEAD ms);
 * QNACK with DELAY, with the queue's BACKOFF (jitter 0, so deterministic),
   with ERROR, with DEAD;
 * the QINFO counters pushed / acked / nacked / lease_expired / dead_lettered
