@@ -14,11 +14,18 @@ What it covers:
   its token keeps working (ack / nack / extend) until someone claims the job
   again; QACK / QNACK / QEXTEND skip stale tokens;
 * ``deliveries`` counts distinct leases; a job that would be delivered for
-  the MAXDELIVERIES+1-th time is dead-lettered instead (no DEADLETTER queue:
-  it stays here in state ``dead`` for RETAIN-DEAD ms);
+  the MAXDELIVERIES+1-th time is dead-lettered instead (without a DEADLETTER
+  queue it stays here in state ``dead`` for RETAIN-DEAD ms);
 * QNACK with DELAY, with the queue's BACKOFF (jitter 0, so deterministic),
   with ERROR, with DEAD;
-* the QINFO counters pushed / acked / nacked / lease_expired / dead_lettered.
+* the QINFO counters pushed / acked / nacked / lease_expired / dead_lettered
+  / duplicates;
+* a DEADLETTER queue (another ``RefQueue``): a job that dies leaves its queue
+  and arrives there as a new ready job with provenance; QREDRIVE (a queue's
+  own dead jobs back in place; a dead-letter queue's jobs back to their
+  sources as new jobs);
+* dedupe keys (QPUSH ... KEY k WHILE queued | active | exists);
+* SESSION leases released when their connection ends (RESET or close).
 
 Time is a number the test moves (the daemon's frozen DEBUG clock).  The
 model folds eagerly (at every operation); the daemon folds lazily when
@@ -35,6 +42,9 @@ DELAYED = "delayed"
 READY = "ready"
 IN_FLIGHT = "in_flight"
 DEAD = "dead"
+# dedupe scopes (docs/semantics.md §3.2): the states in which a job holding the key counts
+SCOPES = {b"queued": (DELAYED, READY), b"active": (DELAYED, READY, IN_FLIGHT),
+          b"exists": (DELAYED, READY, IN_FLIGHT, DEAD)}
 
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
 DELAY_CAP = 86_400_000          # BACKOFF never waits longer than a day
@@ -66,6 +76,8 @@ class RefJob:
     requeued: bool = False        # handed out before: served before never-delivered jobs
     dead_reason: str | None = None
     retain_until: int = 0
+    key: bytes | None = None
+    origin: tuple | None = None   # (source queue, id there, deliveries, reason) of a dead-lettered copy
 
     def order_key(self) -> tuple:
         return (-self.priority, 0 if self.requeued else 1, self.id)
@@ -77,8 +89,11 @@ def clamp_lease(ms: int) -> int:
 
 class RefQueue:
     def __init__(self, now: int, lease: int = 30_000, maxdeliveries: int = 0,
-                 backoff: tuple = (1000, 2.0, 0), retain_dead: int = 604_800_000) -> None:
+                 backoff: tuple = (1000, 2.0, 0), retain_dead: int = 604_800_000, name: bytes = b"q",
+                 deadletter: "RefQueue | None" = None) -> None:
         assert backoff[2] == 0, "the model needs BACKOFF jitter 0 to be deterministic"
+        self.name = name
+        self.deadletter = deadletter
         self.now = now
         self.lease = clamp_lease(lease)
         self.maxdeliveries = maxdeliveries
@@ -89,7 +104,7 @@ class RefQueue:
         self.max_id_seen = 0
         self.removed: list[int] = []          # ids once handed out that are gone now
         self.issued: set[bytes] = set()       # every token ever handed out
-        self.pushed = self.acked = self.nacked = self.lease_expired = self.dead_lettered = 0
+        self.pushed = self.acked = self.nacked = self.lease_expired = self.dead_lettered = self.duplicates = 0
 
     # -- time and lazy expiry -------------------------------------------------------
 
@@ -97,6 +112,8 @@ class RefQueue:
         assert ms >= 0
         self.now += ms
         self.fold()
+        if self.deadletter is not None:
+            self.deadletter.advance(ms)
 
     def fold(self) -> None:
         now = self.now
@@ -173,6 +190,37 @@ class RefQueue:
         self.pushed += len(ids)
         self.max_id_seen = ids[-1]
         self.next_id = ids[-1] + 1
+
+    def push_keyed(self, reply: int, payload: bytes, priority: int, key: bytes, scope: bytes, **kw) -> None:
+        """QPUSH ... KEY ``key`` WHILE ``scope``: the newest job holding the key
+        in the scope answers (nothing is created), else a new job holds it."""
+        self.fold()
+        holders = [j for j in self.jobs.values() if j.key == key and j.state in SCOPES[scope]]
+        if holders:
+            newest = max(j.id for j in holders)
+            assert reply == newest, f"KEY {key!r} WHILE {scope!r}: daemon {reply}, model the holder {newest}"
+            self.duplicates += 1
+            return
+        self.push([reply], [payload], priority, **kw)
+        self.jobs[reply].key = key
+
+    def receive(self, job: RefJob, source: bytes, reason: str) -> RefJob:
+        """A dead job of another queue arrives as a new ready job (docs/semantics.md
+        §1.8 "Where the job goes"): the next id here, deliveries 0, the same payload,
+        priority and last_error, enqueued now, with provenance; no key, no limits."""
+        jid = self.take_id()
+        copy = RefJob(jid, job.payload, job.priority, self.now, self.now, READY, last_error=job.last_error,
+                      origin=(source, job.id, job.deliveries, reason))
+        self.jobs[jid] = copy
+        return copy
+
+    def take_id(self) -> int:
+        """The id of a job the daemon creates without telling it (a dead-letter
+        copy, a job redriven back to its source)."""
+        assert self.next_id is not None, "the next id is known again right after a restart"
+        self.max_id_seen = jid = self.next_id
+        self.next_id += 1
+        return jid
 
     def check_new_ids(self, ids: list[int], n: int) -> None:
         """Ids of one push: n consecutive ids, above every id so far, and exactly
@@ -260,10 +308,48 @@ class RefQueue:
     def _bury(self, job: RefJob, reason: str) -> None:
         job.token = None
         job.deadline = 0
+        self.dead_lettered += 1
+        if self.deadletter is not None:
+            self._remove(job)
+            self.deadletter.receive(job, self.name, reason)
+            return
         job.state = DEAD
         job.dead_reason = reason
         job.retain_until = self.now + self.retain_dead
-        self.dead_lettered += 1
+
+    def redrive(self, sources: dict) -> int:
+        """QREDRIVE (docs/semantics.md §3.5): this queue's dead jobs back to ready
+        in place (retention order), then, on a dead-letter queue, its ready jobs
+        with provenance back to their sources (``sources``: name -> RefQueue) as
+        new jobs, in claim order.  Returns how many moved."""
+        self.fold()
+        dead = sorted((j for j in self.jobs.values() if j.state == DEAD), key=lambda j: (j.retain_until, j.id))
+        for job in dead:
+            job.state = READY
+            job.deliveries = 0
+            job.dead_reason = None
+            job.retain_until = 0
+            job.enqueued_at = self.now
+            job.requeued = True
+        back = [j for j in self.ready_order() if j.origin is not None]
+        for job in back:
+            self._remove(job)
+            source = sources[job.origin[0]]
+            jid = source.take_id()
+            source.jobs[jid] = RefJob(jid, job.payload, job.priority, self.now, self.now, READY,
+                                      last_error=job.last_error, requeued=True)
+        return len(dead) + len(back)
+
+    def release_session(self, tokens: list[bytes]) -> None:
+        """The connection that holds SESSION leases ``tokens`` ended: the jobs
+        still under them go back to ready at once, without a nack delay, a
+        deliveries bump or a ``nacked`` count; their tokens are stale."""
+        self.fold()
+        for job in self._live(tokens):
+            job.token = None
+            job.deadline = 0
+            job.state = READY
+            job.requeued = True
 
     def nack(self, tokens: list[bytes], delay: int | None = None, error: bytes | None = None,
              dead: bool = False) -> int:
@@ -304,6 +390,14 @@ class RefQueue:
         self.fold()
         if crashed:
             self.next_id = None
+
+    def resync_duplicates(self, duplicates: int) -> None:
+        """After a restart: duplicate pushes are not logged, so the counter is
+        what the snapshot the start loaded held (0 without one), at most what
+        it was before."""
+        assert 0 <= duplicates <= self.duplicates, \
+            f"duplicates {duplicates} after a restart: expected 0..{self.duplicates}"
+        self.duplicates = duplicates
 
     def resync_next_id(self, next_id: int) -> None:
         floor = self.max_id_seen + 1

@@ -1,12 +1,17 @@
 """Model-based test: hypothesis drives the real daemon and the reference model
 (tests/model/reference.py) with the same commands and compares every reply.
 
-One daemon per example, started with ``LEASEQ_ENABLE_DEBUG_COMMAND=yes`` and
-``LEASEQ_LEASE_DURABILITY=fsync``; its clock is frozen (``DEBUG CLOCK FREEZE``)
+One daemon per example, started with ``LEASEQ_ENABLE_DEBUG_COMMAND=yes``,
+``LEASEQ_LEASE_DURABILITY=fsync`` and a small ``LEASEQ_SNAPSHOT_MIN_BYTES`` (so
+that restarts load snapshots too, besides the restart that takes one with
+BGSAVE first); its clock is frozen (``DEBUG CLOCK FREEZE``)
 and only moves by ``DEBUG CLOCK ADVANCE``, so the daemon is deterministic and
 the model exact.  The queue is created with ``DURABILITY fsync`` and BACKOFF
 jitter 0, so every replied change survives SIGKILL and a restart leaves the
 model unchanged (except that the next job id may jump after a SIGKILL).
+Some examples give the queue a DEADLETTER queue (created with it, so that
+its QINFO can be read from the start); claims may be SESSION claims on a
+second connection, which a rule ends with RESET or by closing it.
 
 The number of steps run over all examples is printed in the terminal summary.
 """
@@ -17,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import Counter
 
 import pytest
@@ -27,7 +33,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from harness import Daemon
 
-from .reference import READY, RefJob, RefQueue
+from .reference import DEAD, READY, RefJob, RefQueue
 
 Q = "model"
 LEASE = 1000                       # the queue's LEASE and the usual claim LEASE
@@ -35,11 +41,15 @@ ADVANCES = [0, 1, 999, 1000, 1001, 5000]
 MAX_RESTARTS = 2                   # per example: restarts cost a daemon start
 BOGUS_TOKENS = [b"ffff.1.1", b"1.0.0", b"nothex", b"0.1.1"]
 TOKEN_RE = re.compile(rb"^([0-9a-f]+)\.([0-9a-f]+)\.([0-9a-f]+)$")
-ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes", "LEASEQ_LEASE_DURABILITY": "fsync"}
+DLQ = "model-dlq"
+ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes", "LEASEQ_LEASE_DURABILITY": "fsync",
+       "LEASEQ_SNAPSHOT_MIN_BYTES": "4096"}
+KEYS = st.one_of(st.none(), st.none(), st.tuples(st.sampled_from([b"k1", b"k2"]),
+                                                 st.sampled_from([None, b"queued", b"active", b"exists"])))
 
 STEPS = 0                          # rules run, over every example of the run
 EXAMPLES = 0
-RESTARTS = {"kill": 0, "term": 0}
+RESTARTS = {"kill": 0, "term": 0, "snapshot": 0}
 EVENTS: Counter = Counter()         # what the steps exercised, printed with the step count
 
 
@@ -57,8 +67,20 @@ def claim_view(job: RefJob) -> dict:
     """What QCLAIM answers for a job (docs/semantics.md §3.3), without the token."""
     m = {b"id": job.id, b"payload": job.payload, b"deadline": job.deadline, b"deliveries": job.deliveries,
          b"priority": job.priority, b"enqueued_at": job.enqueued_at}
+    return m | optional_view(job)
+
+
+def optional_view(job: RefJob) -> dict:
+    """The fields QCLAIM, QGET and QPEEK add when a job has them."""
+    m = {}
+    if job.key is not None:
+        m[b"key"] = job.key
     if job.last_error is not None:
         m[b"last_error"] = job.last_error
+    if job.origin is not None:
+        source, src_id, deliveries, reason = job.origin
+        m |= {b"dead_letter_from": source, b"dead_letter_src_id": src_id,
+              b"dead_letter_deliveries": deliveries, b"dead_letter_reason": reason.encode()}
     return m
 
 
@@ -75,9 +97,7 @@ def inspect_view(job: RefJob) -> dict:
         m[b"dead_reason"] = job.dead_reason.encode()
     if job.retain_until:
         m[b"retained_until"] = job.retain_until
-    if job.last_error is not None:
-        m[b"last_error"] = job.last_error
-    return m
+    return m | optional_view(job)
 
 
 class LeaseqMachine(RuleBasedStateMachine):
@@ -90,6 +110,9 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.daemon.start()
         self.r = self.daemon.client(protocol=3)
         self.model: RefQueue | None = None
+        self.queues: dict[bytes, RefQueue] = {}    # name -> model: the queue and its DEADLETTER queue
+        self.session = None                        # the connection of SESSION claims, when open
+        self.session_tokens: list[bytes] = []
         self.all_tokens: list[bytes] = []
         self.lease_seq = 0             # leases granted since the daemon's last start
         self.restarts = 0
@@ -97,6 +120,8 @@ class LeaseqMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.r.close()
+            if self.session is not None:
+                self.session.close()
         finally:
             self.daemon.kill()
             shutil.rmtree(self.base, ignore_errors=True)
@@ -132,8 +157,8 @@ class LeaseqMachine(RuleBasedStateMachine):
 
     @initialize(maxdeliveries=st.sampled_from([0, 1, 2, 3]),
                 backoff=st.sampled_from([(0, 1.0), (700, 1.0), (500, 2.0)]),
-                retain_dead=st.sampled_from([0, 2500, 604_800_000]))
-    def create_queue(self, maxdeliveries, backoff, retain_dead):
+                retain_dead=st.sampled_from([0, 2500, 604_800_000]), deadletter=st.booleans())
+    def create_queue(self, maxdeliveries, backoff, retain_dead, deadletter):
         self.step("create_queue")
         # FREEZE at an explicit moment a second ahead: a bare "DEBUG CLOCK FREEZE" on a running
         # clock reads the clock twice (commands/debug.py) and fails with "the clock only moves
@@ -145,13 +170,22 @@ class LeaseqMachine(RuleBasedStateMachine):
         assert clock[b"frozen"] == 1 and clock[b"now"] == running[b"now"] + 1000, clock
         self.config = {b"lease": LEASE, b"maxdeliveries": maxdeliveries, b"backoff_base": backoff[0],
                        b"backoff_exponent": repr(float(backoff[1])).encode(), b"backoff_jitter": 0,
-                       b"retain_dead": retain_dead, b"deadletter": None, b"durability": b"fsync"}
+                       b"retain_dead": retain_dead, b"deadletter": DLQ.encode() if deadletter else None,
+                       b"durability": b"fsync"}
+        dlq = None
+        if deadletter:
+            assert self.cmd("QCREATE", DLQ, "DURABILITY", "fsync") == b"OK"
+            dlq = RefQueue(clock[b"now"], name=DLQ.encode())
+            self.queues[DLQ.encode()] = dlq
         reply = self.cmd("QCREATE", Q, "LEASE", LEASE, "MAXDELIVERIES", maxdeliveries,
                          "BACKOFF", backoff[0], repr(float(backoff[1])), 0, "RETAIN-DEAD", retain_dead,
-                         "DURABILITY", "fsync")
+                         "DURABILITY", "fsync", *(["DEADLETTER", DLQ] if deadletter else []))
         assert reply == b"OK"
         self.model = RefQueue(clock[b"now"], lease=LEASE, maxdeliveries=maxdeliveries,
-                              backoff=(backoff[0], float(backoff[1]), 0), retain_dead=retain_dead)
+                              backoff=(backoff[0], float(backoff[1]), 0), retain_dead=retain_dead,
+                              name=Q.encode(), deadletter=dlq)
+        self.queues[Q.encode()] = self.model
+        seen("queue: with a DEADLETTER queue" if deadletter else "queue: dead jobs stay in it")
 
     # -- producing ------------------------------------------------------------------------
 
@@ -167,15 +201,23 @@ class LeaseqMachine(RuleBasedStateMachine):
     @rule(payload=payloads, priority=priorities,
           when=st.one_of(st.none(), st.tuples(st.just("DELAY"), st.sampled_from([0, 1, 1000, 2500])),
                          st.tuples(st.just("AT"), st.sampled_from([-1000, 0, 1, 1000]))),
-          maxd=st.sampled_from([0, 0, 0, 1, 2]))
-    def push(self, payload, priority, when, maxd):
+          maxd=st.sampled_from([0, 0, 0, 1, 2]), key=KEYS)
+    def push(self, payload, priority, when, maxd, key):
         self.step("push")
         args, kw = self.when_args(when)
         if maxd:
             args += ["MAXDELIVERIES", maxd]
+        if key is not None:
+            args += ["KEY", key[0]] + ([] if key[1] is None else ["WHILE", key[1]])
         jid = self.cmd("QPUSH", Q, payload, "PRIORITY", priority, *args)
         assert isinstance(jid, int), jid
-        self.model.push([jid], [payload], priority, max_deliveries=maxd, **kw)
+        if key is None:
+            self.model.push([jid], [payload], priority, max_deliveries=maxd, **kw)
+            return
+        duplicates = self.model.duplicates
+        self.model.push_keyed(jid, payload, priority, key[0], key[1] or b"queued", max_deliveries=maxd, **kw)
+        seen(f"push: KEY WHILE {(key[1] or b'queued').decode()}, "
+             + ("a duplicate" if self.model.duplicates > duplicates else "a new job"))
 
     @rule(batch=st.lists(payloads, min_size=1, max_size=4), priority=priorities,
           when=st.one_of(st.none(), st.tuples(st.just("DELAY"), st.sampled_from([0, 999, 1000]))),
@@ -192,11 +234,16 @@ class LeaseqMachine(RuleBasedStateMachine):
     # -- claiming ---------------------------------------------------------------------------
 
     @rule(count=st.integers(1, 5), lease=st.sampled_from([None, LEASE, LEASE, 50, 2000]),
-          consumer=st.sampled_from([b"w1", b"w2"]))
-    def claim(self, count, lease, consumer):
+          consumer=st.sampled_from([b"w1", b"w2"]), session=st.sampled_from([False, False, True]))
+    def claim(self, count, lease, consumer, session):
         self.step("claim")
         args = ["COUNT", count] + ([] if lease is None else ["LEASE", lease])
-        reply = self.cmd("QCLAIM", Q, consumer, *args)
+        if session:
+            if self.session is None:
+                self.session = self.daemon.client(protocol=3)
+            reply = self.session.execute_command("QCLAIM", Q, consumer, *args, "SESSION")
+        else:
+            reply = self.cmd("QCLAIM", Q, consumer, *args)
         dead_before = self.model.dead_lettered
         jobs = self.model.claim(count, lease, consumer)
         seen("claim: got jobs" if jobs else "claim: got none")
@@ -220,6 +267,49 @@ class LeaseqMachine(RuleBasedStateMachine):
                 f"token {token!r}: expected epoch {1 + self.restarts:x}, lease number {self.lease_seq:x}"
         self.model.bind_tokens(jobs, tokens)
         self.all_tokens += tokens
+        if session:
+            self.session_tokens += tokens
+            seen("claim: SESSION")
+
+    @precondition(lambda self: self.session is not None)
+    @rule(how=st.sampled_from(["RESET", "close"]))
+    def end_session(self, how):
+        """The connection of the SESSION claims sends RESET or closes: the jobs
+        still under its leases go back to ready (docs/semantics.md §3.3)."""
+        self.step("end_session")
+        live = self.model.live_tokens()
+        seen(f"session: ended by {how}, " + ("leases released" if set(self.session_tokens) & set(live)
+                                              else "nothing held any more"))
+        if how == "RESET":
+            assert self.session.execute_command("RESET") == b"RESET"
+        self.session.close()
+        self.session = None
+        if how == "close":
+            self.wait_for_clients(1)
+        self.model.release_session(self.session_tokens)
+        self.session_tokens = []
+
+    def wait_for_clients(self, n: int) -> None:
+        """Until the daemon has seen the other connections close (a condition,
+        bounded: the close is noticed on the daemon's next loop turn)."""
+        deadline = time.monotonic() + 10
+        while self.cmd("INFO", "clients")["connected_clients"] != n:
+            assert time.monotonic() < deadline, "the daemon did not notice a closed connection"
+            time.sleep(0.005)
+
+    @precondition(lambda self: self.model is not None and any(
+        j.state == DEAD or j.origin is not None for q in self.queues.values() for j in q.jobs.values()))
+    @rule(data=st.data())
+    def redrive(self, data):
+        """QREDRIVE on the queue (its dead jobs back in place) or on its
+        DEADLETTER queue (its jobs back to the queue as new jobs)."""
+        self.step("redrive")
+        name = data.draw(st.sampled_from(sorted(self.queues)), label="queue")
+        got = self.cmd("QREDRIVE", name)
+        want = self.queues[name].redrive(self.queues)
+        seen(f"redrive: {'the DEADLETTER queue' if name == DLQ.encode() else 'the queue'}, "
+             + ("moved jobs" if want else "nothing to move"))
+        assert got == want, f"QREDRIVE {name}: daemon {got}, model {want}"
 
     # -- completing -------------------------------------------------------------------------
 
@@ -287,33 +377,63 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.model.advance(ms)
         assert self.cmd("DEBUG", "CLOCK")[b"now"] == self.model.now
 
+    def bgsave(self) -> None:
+        """BGSAVE, and wait until the snapshot is written (a condition, bounded)."""
+        taken = self.cmd("INFO", "persistence")["snapshots_taken"]
+        reply = self.cmd("BGSAVE")
+        assert reply == b"Background saving started", reply
+        deadline = time.monotonic() + 30
+        while True:
+            info = self.cmd("INFO", "persistence")
+            if info["snapshots_taken"] > taken and not info["snapshot_in_progress"]:
+                assert info["last_snapshot_status"] == "ok", info
+                return
+            assert time.monotonic() < deadline, f"BGSAVE did not finish: {info}"
+            time.sleep(0.005)
+
     @precondition(lambda self: self.restarts < MAX_RESTARTS)
-    @rule(how=st.sampled_from(["kill", "term"]))
+    @rule(how=st.sampled_from(["kill", "term", "snapshot"]))
     def restart(self, how):
-        """SIGKILL or SIGTERM, then a restart on the same directory and port."""
+        """SIGKILL or SIGTERM, then a restart on the same directory and port;
+        "snapshot": BGSAVE, then SIGKILL, so the restart loads the snapshot
+        (and any log after it)."""
         self.step("restart")
         self.restarts += 1
         self.lease_seq = 0
         RESTARTS[how] += 1
+        if how == "snapshot":
+            self.bgsave()
         self.r.close()
-        if how == "kill":
-            self.daemon.kill()
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        crashed = how != "term"
+        if crashed:
+            self.daemon.kill()        # SESSION leases stay: their deadlines cover them
         else:
             assert self.daemon.stop() == 0, self.daemon.log()[-2000:]
+            self.model.release_session(self.session_tokens)   # a graceful shutdown releases them
+        self.session_tokens = []
         self.daemon.restart()
         self.r = self.daemon.client(protocol=3)
-        self.model.restarted(crashed=how == "kill")
+        for q in self.queues.values():
+            q.restarted(crashed=crashed)
         clock = self.cmd("DEBUG", "CLOCK")
         assert clock[b"frozen"] == 1 and clock[b"now"] == self.model.now, \
             f"clock after restart {clock}, model now {self.model.now}"
+        if self.cmd("INFO", "persistence")["last_snapshot_bytes"]:
+            seen("restart: loaded a snapshot (and the log after it)")
         info = self.cmd("QINFO", Q)
         for k, v in self.config.items():
             assert info[k] == v, f"QINFO {k!r} after restart: {info[k]!r}, created with {v!r}"
-        if how == "kill":
-            self.model.resync_next_id(info[b"next_id"])
-        else:
-            assert info[b"next_id"] == self.model.next_id, \
-                f"next_id after SIGTERM {info[b'next_id']}, model {self.model.next_id}"
+        for name, q in self.queues.items():
+            q_info = info if name == Q.encode() else self.cmd("QINFO", name)
+            q.resync_duplicates(q_info[b"duplicates"])
+            next_id = q_info[b"next_id"]
+            if crashed:
+                q.resync_next_id(next_id)
+            else:
+                assert next_id == q.next_id, f"{name} next_id after SIGTERM {next_id}, model {q.next_id}"
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -321,35 +441,38 @@ class LeaseqMachine(RuleBasedStateMachine):
     def state_matches(self):
         if self.model is None:
             return
-        m = self.model
+        clock = self.cmd("DEBUG", "CLOCK")
+        assert clock[b"now"] == self.model.now and clock[b"frozen"] == 1, clock
+        for name, m in self.queues.items():
+            self.queue_matches(name, m)
+
+    def queue_matches(self, name: bytes, m: RefQueue) -> None:
         m.fold()
         jobs = sorted(m.jobs)
         gone = m.removed[-5:]
         p = self.r.pipeline(transaction=False)
-        p.execute_command("QINFO", Q)
-        p.execute_command("QLEN", Q)
-        p.execute_command("QPEEK", Q, "COUNT", 5)
-        p.execute_command("DEBUG", "CLOCK")
+        p.execute_command("QINFO", name)
+        p.execute_command("QLEN", name)
+        p.execute_command("QPEEK", name, "COUNT", 5)
         for jid in jobs + gone:
-            p.execute_command("QGET", Q, jid)
-        info, qlen, peek, clock, *got = p.execute()
+            p.execute_command("QGET", name, jid)
+        info, qlen, peek, *got = p.execute()
 
-        assert clock[b"now"] == m.now and clock[b"frozen"] == 1, clock
         c = m.counts()
         want = {b"ready": c[READY], b"delayed": c["delayed"], b"in_flight": c["in_flight"], b"dead": c["dead"],
                 b"completed": 0, b"pushed": m.pushed, b"acked": m.acked, b"nacked": m.nacked,
-                b"lease_expired": m.lease_expired, b"dead_lettered": m.dead_lettered, b"duplicates": 0,
+                b"lease_expired": m.lease_expired, b"dead_lettered": m.dead_lettered, b"duplicates": m.duplicates,
                 b"oldest_ready_age_ms": m.oldest_ready_age(), b"consumers_blocked": 0}
         if m.next_id is not None:
             want[b"next_id"] = m.next_id
         have = {k: info[k] for k in want}
-        assert have == want, f"QINFO: daemon {have}\nmodel  {want}"
-        assert qlen == c[READY], f"QLEN {qlen}, model {c[READY]}"
+        assert have == want, f"QINFO {name}: daemon {have}\nmodel  {want}"
+        assert qlen == c[READY], f"QLEN {name} {qlen}, model {c[READY]}"
         want_peek = [inspect_view(j) for j in m.ready_order()[:5]]
-        assert peek == want_peek, f"QPEEK COUNT 5: daemon {peek}\nmodel  {want_peek}"
+        assert peek == want_peek, f"QPEEK {name} COUNT 5: daemon {peek}\nmodel  {want_peek}"
         for jid, reply in zip(jobs + gone, got):
             want_job = inspect_view(m.jobs[jid]) if jid in m.jobs else None
-            assert reply == want_job, f"QGET {jid}: daemon {reply}\nmodel  {want_job}"
+            assert reply == want_job, f"QGET {name} {jid}: daemon {reply}\nmodel  {want_job}"
 
 
 class _Summary:
@@ -371,7 +494,7 @@ class _Summary:
 def test_daemon_matches_reference_model(request):
     global STEPS, EXAMPLES
     STEPS = EXAMPLES = 0
-    RESTARTS.update(kill=0, term=0)
+    RESTARTS.update(kill=0, term=0, snapshot=0)
     EVENTS.clear()
     outcome = "without divergence"
     try:
@@ -384,6 +507,7 @@ def test_daemon_matches_reference_model(request):
         raise
     finally:
         text = (f"leaseq model test: {STEPS} hypothesis steps {outcome} "
-                f"({EXAMPLES} examples, restarts: {RESTARTS['kill']} SIGKILL, {RESTARTS['term']} SIGTERM)")
+                f"({EXAMPLES} examples, restarts: {RESTARTS['kill']} SIGKILL, {RESTARTS['term']} SIGTERM, "
+                f"{RESTARTS['snapshot']} BGSAVE then SIGKILL)")
         print(text)
         request.config.pluginmanager.register(_Summary(text, dict(EVENTS)), "leaseq-model-summary")

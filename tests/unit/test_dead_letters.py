@@ -16,12 +16,12 @@ from core import (LEASE, T0, ack, call, claim, client_of, close, crash, datadir_
                   nack_dead, new_queue, open_store, push, push_key, ticket_of)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_state import digest, index_counts, log_records, provenance
 
 from leaseq.storage import queries, records
 from leaseq.storage.config import ASYNC, MEMORY, QueueConfig
 from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
 from leaseq.storage.queries import SCOPE_CODES
-from leaseq.storage.recovery import read_log
 
 DAY = 86_400_000
 
@@ -70,53 +70,6 @@ class FakeHolder:
 
     def lease_ended(self, job):
         self.ended.append(job.id)
-
-
-def provenance(job):
-    o = job.origin
-    return None if o is None else (o.source, o.src_id, o.deliveries, o.reason)
-
-
-def index_counts(q):
-    return {"ready": len(q.indexes.ready), "delayed": len(q.indexes.delayed), "in_flight": len(q.indexes.leases),
-            "dead": len(q.indexes.dead), "completed": len(q.indexes.completed), "jobs": len(q.jobs), "keys": len(q.keys)}
-
-
-def snapshot(store, now):
-    """Everything recoverable about the store at ``now`` (after the lazy fold)."""
-    out = {"clock": store.clock}
-    for name, q in sorted(store.queues.items()):
-        q.fold(now)
-        jobs = {}
-        for jid, j in q.jobs.items():
-            fields = {
-                "payload": j.payload, "priority": j.priority, "enqueued_at": j.enqueued_at,
-                "visible_at": j.visible_at, "deliveries": j.deliveries, "key": j.key, "flags": j.flags,
-                "max_deliveries": j.max_deliveries, "expire_ms": j.expire_ms, "last_error": j.last_error,
-                "state": j.state, "token": j.token, "deadline": j.deadline, "consumer": j.consumer,
-                "retain_until": j.retain_until, "dead_reason": j.dead_reason, "origin": provenance(j),
-            }
-            if j.state is READY or j.state is DELAYED:
-                fields["requeued"] = j.requeued     # decides ready order; no meaning in other states
-            jobs[jid] = fields
-        c = q.counters
-        out[name] = {
-            "qid": q.qid, "config": q.config, "durability": q.durability,
-            "counts": index_counts(q),
-            "claim order": list(q.indexes.ready),
-            "delayed": list(q.indexes.delayed), "leases": list(q.indexes.leases), "dead": list(q.indexes.dead),
-            "completed": list(q.indexes.completed), "keys": dict(q.keys), "jobs": jobs,
-            "scan order": [i for i in q.order if i in q.jobs],
-            "counters": (c.pushed, c.acked, c.nacked, c.dead_lettered),
-        }
-    return out
-
-
-def log_records(directory):
-    """Every record in the log, decoded, TXN kept as one entry."""
-    got = []
-    read_log(str(directory), lambda t, b: got.append((t, records.decode(t, b))))
-    return got
 
 
 def stop(store, clean):
@@ -1235,10 +1188,11 @@ SCENARIOS = [sc_dead_in_own_queue, sc_dead_to_deadletter_queue, sc_dead_to_exist
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__[3:])
 def test_replay_recovers_the_live_state(store, reopen, scenario, clean):
     now = scenario(store)
-    before = snapshot(store, now)
+    restart = "close" if clean else "crash"
+    before = digest(store, now, replayed=True, live_only=True, restarted=restart)
     next_ids = {n: q.next_id for n, q in store.queues.items()}
     store = reopen(store, now, clean)
-    assert snapshot(store, now) == before
+    assert digest(store, now, replayed=True, live_only=True, restarted=restart) == before
     for name, q in store.queues.items():
         if clean:
             assert q.next_id == next_ids[name]
@@ -1259,8 +1213,9 @@ def test_replayed_state_equals_live_state_at_every_later_time(tmp_path, opened, 
     stop(replayed, clean=False)
     replayed = open_store(tmp_path / "replayed", now)
     opened.append(replayed)
+    restart = dict(replayed=True, live_only=True, restarted="crash")
     for later in (now, now + LEASE, now + 5000, now + DAY, now + 8 * DAY):
-        assert snapshot(replayed, later) == snapshot(live, later)
+        assert digest(replayed, later, **restart) == digest(live, later, **restart)
 
 
 def test_replayed_dead_record_recovers_the_target_ids_and_provenance(store, reopen):
@@ -1417,11 +1372,12 @@ def test_any_history_with_dead_letters_replays_to_the_same_state(ops, clean):
             now = T0
             for op in ops:
                 now = apply_op(store, op, now, tokens)
-            before = snapshot(store, now)
+            restart = "close" if clean else "crash"
+            before = digest(store, now, replayed=True, live_only=True, restarted=restart)
             next_ids = {n: q.next_id for n, q in store.queues.items()}
             stop(store, clean)
             store = open_store(directory, now)
-            assert snapshot(store, now) == before
+            assert digest(store, now, replayed=True, live_only=True, restarted=restart) == before
             for name, q in store.queues.items():
                 assert q.next_id >= next_ids[name]
         finally:

@@ -6,80 +6,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict
 
 import pytest
 
 from leaseq.storage import records, snapshot
 from leaseq.storage.datadir import DataDir
-from leaseq.storage.job import JobExtra
 from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
 
 from core import (LEASE, T0, ack, claim, close, crash, datadir_of, delete, nack, nack_dead, new_queue,
                    open_store, push, push_key)
-
-JOB_FIELDS = [f for f in snapshot.Job.__slots__ + JobExtra.__slots__ if f not in ("extra", "holder")]
-
-
-def job_state(job) -> tuple:
-    values = []
-    for name in JOB_FIELDS:
-        v = getattr(job, name)
-        if name == "origin" and v is not None:
-            v = (v.source, v.src_id, v.deliveries, v.reason)
-        values.append(v)
-    return tuple(values)
-
-
-def state_of(store, durable_only: bool = False) -> dict:
-    """Everything a snapshot must keep, as plain values (memory queues' jobs
-    left out when ``durable_only``)."""
-    queues = {}
-    for name, q in store.queues.items():
-        memory = q.durability == "memory"
-        jobs = {} if (memory and durable_only) else q.jobs
-        queues[name] = {
-            "qid": q.qid, "config": q.config.to_json(), "counters": asdict(q.counters),
-            "next_id": q.next_id, "id_mark": q.id_mark,
-            "jobs": [job_state(j) for j in jobs.values()],
-            "ready": [] if (memory and durable_only) else list(q.indexes.ready),
-            "delayed": [] if (memory and durable_only) else list(q.indexes.delayed),
-            "leases": [] if (memory and durable_only) else list(q.indexes.leases),
-            "dead": list(q.indexes.dead) if jobs else [], "completed": list(q.indexes.completed) if jobs else [],
-            "keys": {k: v for k, v in q.keys.items()} if jobs else {},
-            "order": [i for i in q.order if i in jobs],
-            "payload_bytes": q.payload_bytes if jobs else 0,
-        }
-    return {"epoch": store.epoch, "next_qid": store.next_qid, "clock": store.clock,
-            "dropped": dict(store.dropped_marks), "queues": queues}
-
-
-REQUEUED = JOB_FIELDS.index("requeued")
-STATE = JOB_FIELDS.index("state")
-
-
-def replay_view(state: dict) -> dict:
-    """What replaying the log can know: it does not fold expired leases
-    (lease_expired is counted when a claim or an inspection looks, and not
-    logged; a job claimed again after its lease expired is not marked
-    requeued while in flight, which only orders ready jobs), and memory
-    queues' pushes are not logged.  A snapshot keeps all of these as they
-    were; compare the rest."""
-    for q in state["queues"].values():
-        q["counters"]["lease_expired"] = None
-        if q["config"]["durability"] == "memory":
-            q["counters"] = None
-        q["jobs"] = [j[:REQUEUED] + (None if j[STATE] == b"in_flight" else j[REQUEUED],) + j[REQUEUED + 1:]
-                     for j in q["jobs"]]
-    return state
-
-
-def queues_after_crash(state: dict) -> dict:
-    """A crash makes a queue continue at its logged id mark (ids in between
-    may have been handed out): next_id is the one thing that moves."""
-    return {name: dict(q, next_id=None) for name, q in state["queues"].items()}
-
+from store_state import digest
 
 def build_varied(store, now=T0) -> None:
     """Jobs in every state and with every optional field."""
@@ -116,10 +53,10 @@ def take_snapshot(store, now=T0):
 def test_snapshot_of_every_job_state_reads_back_identical(tmp_path):
     store = open_store(tmp_path / "d", T0)
     build_varied(store)
-    before = state_of(store, durable_only=True)
+    before = digest(store, durable_only=True)
     info = take_snapshot(store)
     loaded, got = snapshot.load(info.path)
-    assert state_of(loaded) == before
+    assert digest(loaded) == before
     assert (got.covers, got.queues, got.jobs, got.bytes) == (info.covers, 4, info.jobs, os.path.getsize(info.path))
     assert info.jobs == sum(len(q.jobs) for q in store.queues.values() if q.durability != "memory")
     close(store)
@@ -143,8 +80,8 @@ def test_recovery_from_snapshot_and_later_segments_equals_replay_of_the_whole_lo
     from_snapshot = open_store(d, later)
     from_log = open_store(replay_dir, later)
     assert datadir_of(from_snapshot).loaded is not None and datadir_of(from_log).loaded is None
-    assert replay_view(state_of(from_snapshot, durable_only=True)) == \
-        replay_view(state_of(from_log, durable_only=True))
+    replay = dict(durable_only=True, replayed=True)
+    assert digest(from_snapshot, **replay) == digest(from_log, **replay)
     assert datadir_of(from_snapshot).report.segments < datadir_of(from_log).report.segments
     close(from_snapshot)
     close(from_log)
@@ -233,10 +170,10 @@ def test_compaction_keeps_two_snapshots_and_the_segments_after_the_older(tmp_pat
     numbers = [n for n, _p in list_segments(str(d))]
     assert numbers and numbers[0] == older + 1
     assert numbers == list(range(older + 1, numbers[-1] + 1))
-    before = state_of(store, durable_only=True)
+    before = digest(store, durable_only=True, restarted="crash")
     crash(store)
     store = open_store(d, T0)
-    assert queues_after_crash(state_of(store, durable_only=True)) == queues_after_crash(before)
+    assert digest(store, durable_only=True, restarted="crash") == before
     close(store)
 
 
@@ -253,7 +190,7 @@ def test_archive_dir_receives_the_segments_compaction_lets_go(tmp_path):
 def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, caplog):
     d = tmp_path / "d"
     store = _three_snapshots(d)
-    before = state_of(store, durable_only=True)
+    before = digest(store, durable_only=True, restarted="crash")
     crash(store)
     newest = snapshot.list_snapshots(str(d))[-1][1]
     data = bytearray(open(newest, "rb").read())
@@ -261,7 +198,7 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, capl
     open(newest, "wb").write(bytes(data))
     store = open_store(d, T0)
     assert datadir_of(store).loaded.path == snapshot.list_snapshots(str(d))[0][1]
-    assert queues_after_crash(state_of(store, durable_only=True)) == queues_after_crash(before)
+    assert digest(store, durable_only=True, restarted="crash") == before
     assert "instead of the damaged" in caplog.text and os.path.basename(newest) in caplog.text
     close(store)
 
@@ -280,7 +217,7 @@ def test_a_damaged_snapshot_with_nothing_to_fall_back_on_refuses_to_start(tmp_pa
     assert e.value.path == newest and e.value.offset == records.SNAPSHOT_HEADER_SIZE
     assert "--repair" in str(e.value)
     repaired = DataDir.open(str(d), T0, repair=True)        # starts, from what the segments hold
-    recovered = queues_after_crash(state_of(repaired.store))
+    recovered = digest(repaired.store, restarted="crash")
     repaired.close()
     assert len([n for n in os.listdir(d) if n.endswith(".snap.corrupt")]) == 2
     # and seals what it recovered in a snapshot, so the next start needs no --repair
@@ -288,7 +225,7 @@ def test_a_damaged_snapshot_with_nothing_to_fall_back_on_refuses_to_start(tmp_pa
     sealed = snapshot.list_snapshots(str(d))
     assert len(sealed) == 1 and sealed[0][0] >= newest_segment - 1
     again = DataDir.open(str(d), T0)
-    assert queues_after_crash(state_of(again.store)) == recovered
+    assert digest(again.store, restarted="crash") == recovered
     again.close()
 
 
@@ -371,7 +308,7 @@ def test_the_newest_segment_cut_at_every_offset_of_its_last_records_recovers_the
         shutil.copytree(d, exact)
         os.truncate(os.path.join(exact, os.path.basename(newest)), boundary)
         s = open_store(exact, T0)
-        expected[boundary] = queues_after_crash(state_of(s))
+        expected[boundary] = digest(s, restarted="crash")
         close(s)
     for cut in range(ends[-4] + 1, len(whole)):
         if cut in ends:
@@ -382,7 +319,7 @@ def test_the_newest_segment_cut_at_every_offset_of_its_last_records_recovers_the
         s = open_store(cut_dir, T0)
         boundary = max(e for e in ends if e <= cut)
         assert datadir_of(s).report.truncated_bytes == cut - boundary, cut
-        assert queues_after_crash(state_of(s)) == expected[boundary], cut
+        assert digest(s, restarted="crash") == expected[boundary], cut
         assert os.path.getsize(os.path.join(cut_dir, os.path.basename(newest))) == boundary
         close(s)
         shutil.rmtree(cut_dir)

@@ -16,45 +16,18 @@ from core import (LEASE, T0, ack, call, claim, claim_ids, client_of, close, cras
                   new_queue, open_store, push, run, ticket_of)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_state import digest, log_records
 
 from leaseq.storage import queries, records
 from leaseq.storage.config import ASYNC, FSYNC, MEMORY, QueueConfig
 from leaseq.storage.job import DELAYED, IN_FLIGHT, READY, Job
-from leaseq.storage.recovery import CorruptLog, read_log
+from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.store import ID_BLOCK, TOKEN
 from leaseq.storage.wal import DirectoryLocked, lock_directory, segment_name
 
 
-def log_records(directory):
-    """Every record in the log, decoded, TXN kept as one entry."""
-    got = []
-    read_log(str(directory), lambda t, b: got.append((t, records.decode(t, b))))
-    return got
-
-
 def types_of(recs):
     return [t for t, _ in recs]
-
-
-def state(store, now):
-    """Everything observable about the queues at ``now`` (after the lazy fold)."""
-    out = {}
-    for name, q in sorted(store.queues.items()):
-        q.fold(now)
-        jobs = {}
-        for jid, j in q.jobs.items():
-            fields = (j.payload, j.priority, j.enqueued_at, j.visible_at, j.deliveries, j.key, j.flags,
-                      j.max_deliveries, j.expire_ms, j.last_error, j.state, j.token, j.deadline, j.consumer)
-            if j.state is not IN_FLIGHT:
-                fields += (j.requeued,)   # decides ready order; no meaning while in flight
-            jobs[jid] = fields
-        out[name] = {
-            "qid": q.qid, "config": q.config,
-            "counts": (len(q.indexes.ready), len(q.indexes.delayed), len(q.indexes.leases)),
-            "claim order": [j.id for j in queries.claimable(q, now, len(q.jobs) + 1)],
-            "delayed": list(q.indexes.delayed), "leases": list(q.indexes.leases), "jobs": jobs,
-        }
-    return out
 
 
 @pytest.fixture
@@ -423,13 +396,14 @@ def scenario(store, now=T0):
 def test_reopen_after_crash_replays_to_identical_state(data_dir):
     store = open_store(data_dir, T0)
     now = scenario(store)
-    before = state(store, now)
+    before = digest(store, now, restarted="crash")
     next_ids = {n: q.next_id for n, q in store.queues.items()}
     crash(store)
     store = open_store(data_dir, now)
-    after = state(store, now)
+    after = digest(store, now, restarted="crash")
     assert after == before
-    assert before[b"a"]["counts"] == (2, 2, 2) and before[b"b"]["counts"] == (2, 0, 1)
+    assert [before["queues"][b"a"]["counts"][k] for k in ("ready", "delayed", "in_flight")] == [2, 2, 2]
+    assert [before["queues"][b"b"]["counts"][k] for k in ("ready", "delayed", "in_flight")] == [2, 0, 1]
     for name, q in store.queues.items():
         assert q.next_id >= next_ids[name]
     close(store)
@@ -438,11 +412,11 @@ def test_reopen_after_crash_replays_to_identical_state(data_dir):
 def test_reopen_after_close_replays_to_identical_state_and_ids(data_dir):
     store = open_store(data_dir, T0)
     now = scenario(store)
-    before = state(store, now)
+    before = digest(store, now, restarted="close")
     next_ids = {n: q.next_id for n, q in store.queues.items()}
     close(store)
     store = open_store(data_dir, now)
-    assert state(store, now) == before
+    assert digest(store, now, restarted="close") == before
     assert {n: q.next_id for n, q in store.queues.items()} == next_ids
     close(store)
 
@@ -456,7 +430,7 @@ def test_state_is_identical_at_every_later_time_after_replay(data_dir, tmp_path)
     scenario(live)
     try:
         for later in (now, now + 1000, now + 30_000, now + 100_000):
-            assert state(reopened, later) == state(live, later)
+            assert digest(reopened, later, restarted="close") == digest(live, later, restarted="close")
     finally:
         close(reopened)
         close(live)
@@ -637,10 +611,10 @@ def test_txn_replays_all_its_changes(data_dir):
     push(store, q, priority=9)
     claim(store, q, T0)
     store.journal.commit()
-    before = state(store, T0)
+    before = digest(store, T0, restarted="crash")
     crash(store)
     store = open_store(data_dir, T0)
-    assert state(store, T0) == before
+    assert digest(store, T0, restarted="crash") == before
     close(store)
 
 
@@ -850,7 +824,8 @@ def test_any_history_replays_to_the_same_state(ops, clean):
             store.journal.commit()
             depth -= 1
         assert len({t for _, t in tokens}) == len(tokens)
-        before = state(store, now)
+        restart = dict(durable_only=True, replayed=True, restarted="close" if clean else "crash")   # m: memory
+        before = digest(store, now, **restart)
         next_ids = {n: q.next_id for n, q in queues.items()}
         if clean:
             close(store)
@@ -858,11 +833,7 @@ def test_any_history_replays_to_the_same_state(ops, clean):
             crash(store)
         store = open_store(directory, now)
         try:
-            after = state(store, now)
-            before[b"m"]["jobs"] = {}
-            before[b"m"]["counts"] = (0, 0, 0)
-            before[b"m"]["claim order"] = before[b"m"]["delayed"] = before[b"m"]["leases"] = []
-            assert after == before
+            assert digest(store, now, **restart) == before
             for name, q in store.queues.items():
                 if clean:
                     assert q.next_id == next_ids[name]

@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import shlex
 
 import hiredis
 import pytest
@@ -97,8 +98,44 @@ def test_config_file_documents_every_setting():
         assert re.search(rf"^(# )?{re.escape(name)} ", text, re.M), f"conf/leaseq.conf lacks {name}"
 
 
-def test_config_file_loads_to_the_defaults():
+def shipped_setting_lines() -> list[tuple[int, str, str]]:
+    """The commented-out ``# name value`` lines of conf/leaseq.conf that name a
+    setting (prose lines do not: they have more words, or no setting's name
+    first): (line number, name, value text as the file's parser reads it)."""
+    lines = (ROOT / "conf" / "leaseq.conf").read_text(encoding="utf-8").splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.startswith("# "):
+            continue
+        try:
+            words = shlex.split(line[2:])
+        except ValueError:
+            continue                                    # prose with an apostrophe
+        if len(words) == 2 and words[0] in config.FIELDS:
+            out.append((number, words[0], words[1]))
+    return out
+
+
+def test_config_file_shows_every_setting_once_at_its_default():
+    defaults = config.Settings()
+    shown = shipped_setting_lines()
+    assert sorted(name for _, name, _ in shown) == sorted(config.FIELDS), \
+        "conf/leaseq.conf must show each setting exactly once as a '# name value' line"
+    for number, name, text in shown:
+        assert config.parse_value(name, text) == getattr(defaults, config.attr_name(name)), \
+            f"conf/leaseq.conf:{number}: {name} {text!r} is not the default"
+
+
+def test_config_file_uncommented_loads_to_the_defaults(tmp_path):
+    """The shipped file changes nothing, and neither does uncommenting every
+    setting line in it (read by the daemon's own parser, quotes and units)."""
     assert config.load(str(ROOT / "conf" / "leaseq.conf"), environ={}) == config.Settings()
+    lines = (ROOT / "conf" / "leaseq.conf").read_text(encoding="utf-8").splitlines()
+    for number, _name, _text in shipped_setting_lines():
+        lines[number - 1] = lines[number - 1][2:]
+    uncommented = tmp_path / "leaseq.conf"
+    uncommented.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert config.load(str(uncommented), environ={}) == config.Settings()
 
 
 def test_config_errors_name_file_line_and_setting(tmp_path):
