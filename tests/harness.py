@@ -57,6 +57,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The daemon could not bind its port: another process holds it."""
+
+
 class Daemon:
     """One leaseq process on ``data_dir``; ``restart()`` reuses dir and port."""
 
@@ -65,35 +69,67 @@ class Daemon:
         self.data_dir = str(data_dir)
         self.args = list(args)
         self.port = port or free_port()
+        self._port_chosen_here = port is None       # may move to another free port if taken at the first start
+        self._started = False
         self.env = dict(os.environ, **(env or {}))
         self.log_path = log_path or os.path.join(self.data_dir + ".log")
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0, extra: tuple = (), ready: bool = True) -> "Daemon":
         """Run the daemon; wait until PING answers PONG (recovery done)
-        unless ``ready`` is False."""
-        self._log = open(self.log_path, "ab")
-        cmd = LEASEQ + ["serve", "--port", str(self.port), "--dir", self.data_dir] + self.args + list(extra)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-        if ready:
-            self.wait_ready(timeout)
+        unless ``ready`` is False.  A port picked by ``free_port`` can be
+        taken by another process (another pytest-xdist worker's daemon)
+        before ours binds it: then, at the first start only, it moves to
+        another free port."""
+        for attempt in range(3):
+            self._log = open(self.log_path, "ab")
+            cmd = LEASEQ + ["serve", "--port", str(self.port), "--dir", self.data_dir] + self.args + list(extra)
+            self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+            if not ready:
+                break
+            try:
+                self.wait_ready(timeout)
+                break
+            except PortTaken:
+                if not self._port_chosen_here or self._started or attempt == 2:
+                    raise
+                self.port = free_port()
+        self._started = True
         return self
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"leaseq exited with {self.proc.returncode}:\n{self.log()}")
+                log = self.log()
+                error = PortTaken if "address already in use" in log[-2000:].lower() else RuntimeError
+                raise error(f"leaseq exited with {self.proc.returncode}:\n{log}")
             try:
                 with socket.create_connection((HOST, self.port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith(b"+PONG") and self._answers_as_ours(s):
                         return
             except OSError:
                 pass
             time.sleep(0.02)
         self.kill()
         raise RuntimeError(f"leaseq not ready within {timeout} s:\n{self.log()}")
+
+    def _answers_as_ours(self, s: socket.socket) -> bool:
+        """The daemon on the port is this process, not another test's that
+        holds the port (INFO's process_id; a daemon that wants a password
+        first is taken at its word)."""
+        s.sendall(b"INFO server\r\n")
+        reply = b""
+        while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return False
+            reply += chunk
+            if reply.startswith(b"-"):
+                return True
+        pid = reply.split(b"process_id:", 1)[1].split(b"\r\n", 1)[0]
+        return pid == str(self.proc.pid).encode()
 
     @property
     def url(self) -> str:
@@ -246,6 +282,23 @@ def qget(c, q, job_id, *, str_keys: bool = False):
     """QGET as a map, or None for an unknown job."""
     reply = c.execute_command("QGET", q, job_id)
     return None if reply is None else as_map(reply, str_keys=str_keys)
+
+
+def hold_through_leases(c, q, job_id: int, lease_ms: int, leases: int = 4) -> None:
+    """Move a frozen DEBUG clock through ``leases`` lengths of ``lease_ms``,
+    a half lease at a time, while a worker's heartbeat holds job ``job_id``
+    of ``q``: each step waits until the heartbeat has extended the lease to a
+    full length from the clock's moment, checks that another claimer gets
+    nothing, then moves on.  The lease never gets near its end however late
+    a beat comes (the clock stands still until the beat lands), so only the
+    heartbeat's work is tested, not the machine's timing."""
+    step = lease_ms // 2
+    for _ in range(leases * 2):
+        now = as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
+        wait_for(lambda: qget(c, q, job_id)[b"deadline"] == now + lease_ms, 10,
+                 f"a heartbeat extending job {job_id} at {now}")
+        assert c.execute_command("QCLAIM", q, "thief", "LEASE", 60_000) == []
+        assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", step) == b"OK"
 
 
 def claim(c, q, consumer="w", *options) -> list[dict]:

@@ -22,8 +22,8 @@ import time
 import pytest
 import redis
 
-from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique,
-                     wait_blocked, wait_for)
+from harness import (CheckedThread, Daemon, Peak, claim_one, hold_through_leases, qget, qinfo, run_client_worker,
+                     unique, wait_blocked, wait_for)
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
@@ -277,31 +277,39 @@ def test_a_raising_handler_nacks_with_the_exception_text(queue, r):
     assert qget(r, queue.name, good) is None           # acked
 
 
-def test_the_heartbeat_keeps_a_job_longer_than_three_leases(queue, r):
-    """A 300 ms lease, a handler of 1.2 s: without the heartbeat another
-    claimer would get the job after 300 ms."""
-    queue.push("slow")
-    started, stolen = threading.Event(), []
+def test_the_heartbeat_keeps_a_job_longer_than_three_leases(tmp_path, protocol):
+    """A 300 ms lease kept through four leases of the daemon's time: its
+    clock is frozen and moved by the test (``hold_through_leases``), so
+    without the heartbeat the lease would run out at the first step, and
+    with it no other claimer ever gets the job."""
+    d = Daemon(tmp_path / "data", env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    try:
+        r = d.client(protocol=2)
+        assert r.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
+        with Queue(d.url, "slow", protocol=protocol, socket_timeout=10) as queue:
+            job_id = queue.push("slow")
+            started, finish = threading.Event(), threading.Event()
 
-    def thief():
-        assert started.wait(10)
-        deadline = time.monotonic() + 1.4
-        while time.monotonic() < deadline:
-            stolen.extend(queue.claim("thief", lease_ms=60_000))
-            time.sleep(0.03)
+            def handler(job):
+                started.set()
+                assert finish.wait(30)
 
-    def handler(job):
-        started.set()
-        time.sleep(1.2)
-
-    t = CheckedThread(target=thief)
-    t.start()
-    stats = run_worker(Worker(queue, handler, lease_ms=300, block_ms=200), timeout=10)
-    t.join(5)
-    assert t.failure is None and stolen == []
-    assert stats == WorkerStats(acked=1)
-    info = queue.info()
-    assert (info["acked"], info["lease_expired"]) == (1, 0)
+            worker = Worker(queue, handler, lease_ms=300, block_ms=200)
+            result = []
+            t = CheckedThread(target=lambda: result.append(worker.run(True)))
+            t.start()
+            try:
+                assert started.wait(10)
+                hold_through_leases(r, "slow", job_id, lease_ms=300)
+            finally:
+                finish.set()
+                t.join(15)
+            assert not t.is_alive() and t.failure is None, t.failure
+            assert result == [WorkerStats(acked=1)]
+            info = queue.info()
+            assert (info["acked"], info["lease_expired"]) == (1, 0)
+    finally:
+        d.kill()
 
 
 def test_a_burst_run_waits_for_delayed_jobs(queue):

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from harness import Peak, claim_one, qget, qinfo, run_client_worker, unique, wait_blocked
+from harness import (CheckedThread, Daemon, Peak, claim_one, hold_through_leases, qget, qinfo, run_client_worker,
+                     unique, wait_blocked)
 from leaseq.client import WorkerStats, aio, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
@@ -163,30 +164,39 @@ def test_a_raising_handler_nacks_with_the_exception_text(daemon, q, r):
     assert (job["state"], job["last_error"]) == (b"dead", b"ValueError: no thumbnail for 'corrupt.png'")
 
 
-def test_the_heartbeat_keeps_a_job_longer_than_three_leases(daemon, q):
-    """A 300 ms lease and a handler of 1.2 s; another claimer polls all along
-    and gets nothing."""
-    async def scenario(queue):
-        await queue.push("slow")
-        started, stolen = asyncio.Event(), []
+def test_the_heartbeat_keeps_a_job_longer_than_three_leases(tmp_path):
+    """A 300 ms lease kept through four leases of the daemon's time (its
+    clock frozen and moved by the test, ``hold_through_leases``); the worker
+    runs in a loop of its own in a thread, the test drives the clock."""
+    d = Daemon(tmp_path / "data", env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    try:
+        r = d.client(protocol=2)
+        assert r.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
+        job_id = r.execute_command("QPUSH", "slow", "slow")
+        started, finish = threading.Event(), threading.Event()
 
         async def handler(job):
             started.set()
-            await asyncio.sleep(1.2)
+            assert await asyncio.get_running_loop().run_in_executor(None, finish.wait, 30)
 
-        async def thief():
-            await started.wait()
-            deadline = time.monotonic() + 1.4
-            while time.monotonic() < deadline:
-                stolen.extend(await queue.claim("thief", lease_ms=60_000))
-                await asyncio.sleep(0.03)
+        async def scenario(queue):
+            stats = await aio.Worker(queue, handler, lease_ms=300, block_ms=200).run(burst=True, stop_signals=())
+            info = await queue.info()
+            return stats, (info["acked"], info["lease_expired"])
 
-        stats, _ = await asyncio.gather(aio.Worker(queue, handler, lease_ms=300, block_ms=200).run(burst=True),
-                                        thief())
-        assert stolen == [] and stats == WorkerStats(acked=1)
-        info = await queue.info()
-        assert (info["acked"], info["lease_expired"]) == (1, 0)
-    run(scenario, daemon, q)
+        result = []
+        t = CheckedThread(target=lambda: result.append(run(scenario, d, "slow", timeout=60)))
+        t.start()
+        try:
+            assert started.wait(10)
+            hold_through_leases(r, "slow", job_id, lease_ms=300)
+        finally:
+            finish.set()
+            t.join(15)
+        assert not t.is_alive() and t.failure is None, t.failure
+        assert result == [(WorkerStats(acked=1), (1, 0))]
+    finally:
+        d.kill()
 
 
 def test_a_burst_run_waits_for_delayed_jobs(daemon, q):

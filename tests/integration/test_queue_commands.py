@@ -640,7 +640,7 @@ def test_qclaim_block_times_out_with_an_empty_array(r, q):
     t0 = time.monotonic()
     assert r.execute_command("QCLAIM", q, "w", "BLOCK", "150") == []
     elapsed = time.monotonic() - t0
-    assert 0.14 <= elapsed < 2.0
+    assert 0.14 <= elapsed < 10      # never early; the upper bound only catches a claim that never ends
     assert qinfo(r, q)[b"consumers_blocked"] == 0
 
 
@@ -664,31 +664,34 @@ def test_qclaim_block_0_waits_until_a_push(daemon, r, q):
     assert len(waiter.result()) == 1
 
 
-def test_blocked_claimer_is_woken_by_an_expiring_lease_within_50ms(other, r, q):
-    """docs/semantics.md §4.4: claimable again within 50 ms of its deadline by a blocked claimer."""
+def test_blocked_claimer_is_woken_by_an_expiring_lease(other, r, q):
+    """docs/semantics.md §4.4: a blocked claimer gets the job when its lease
+    runs out, never before, and by the daemon's timer, long before its own
+    BLOCK would end.  The claim's moment is read off the daemon's clock (the
+    new deadline minus its lease).  The 50 ms bound itself is checked in
+    test_semantics.py (rule 4), exactly on the DEBUG clock and on the
+    median of several rounds on the running one, where a stall cannot fail it."""
     r.execute_command("QPUSH", q, "x")
     first = claim_one(r, q, "w1", "LEASE", "200")
-    t0 = time.monotonic()
-    again = claim_one(other, q, "w2", "LEASE", "1000", "BLOCK", "3000")
-    elapsed = time.monotonic() - t0
+    again = claim_one(other, q, "w2", "LEASE", "1000", "BLOCK", "20000")
     claimed_at = again[b"deadline"] - 1000          # the daemon's clock at the new claim
     assert again[b"id"] == first[b"id"] and again[b"deliveries"] == 2
-    assert first[b"deadline"] <= claimed_at <= first[b"deadline"] + 50, \
+    assert first[b"deadline"] <= claimed_at < first[b"deadline"] + 15_000, \
         f"claimed {claimed_at - first[b'deadline']} ms after the deadline"
-    assert elapsed < 1.5
 
 
 def test_blocked_claimer_is_woken_when_a_lease_is_shortened_by_qextend(daemon, r, q):
     """docs/semantics.md §4.4 and §3.3 ('at its moment, not at the next poll'): the
     deadline that counts is the one QEXTEND set, also when it is earlier."""
     r.execute_command("QPUSH", q, "x")
-    job = claim_one(r, q, "w1", "LEASE", "3000")
-    waiter = Claimer(daemon, q, "w2", "LEASE", "1000", "BLOCK", "6000")
+    job = claim_one(r, q, "w1", "LEASE", "20000")
+    waiter = Claimer(daemon, q, "w2", "LEASE", "1000", "BLOCK", "25000")
     wait_blocked(r, q, 1)
     [new_deadline] = r.execute_command("QEXTEND", q, job[b"lease"], "LEASE", "200")
-    [again] = waiter.result()
+    [again] = waiter.result(timeout=30)
     claimed_at = as_map(again)[b"deadline"] - 1000
-    assert new_deadline <= claimed_at <= new_deadline + 50, \
+    # woken by the shortened deadline, not the old one, 19.8 s later (a margin no stall reaches)
+    assert new_deadline <= claimed_at < job[b"deadline"], \
         f"claimed {claimed_at - new_deadline} ms after the shortened deadline (old one {job[b'deadline']})"
 
 
@@ -696,14 +699,15 @@ def test_blocked_claimer_is_woken_when_a_nacked_job_becomes_due(daemon, r, q):
     """docs/semantics.md §3.3: a due delayed job wakes the waiter at its moment — also one
     made delayed by QNACK ... DELAY while the claimer was already waiting."""
     r.execute_command("QPUSH", q, "x")
-    job = claim_one(r, q, "w1", "LEASE", "3000")
-    waiter = Claimer(daemon, q, "w2", "LEASE", "1000", "BLOCK", "6000")
+    job = claim_one(r, q, "w1", "LEASE", "20000")
+    waiter = Claimer(daemon, q, "w2", "LEASE", "1000", "BLOCK", "25000")
     wait_blocked(r, q, 1)
     assert r.execute_command("QNACK", q, job[b"lease"], "DELAY", "200") == 1
     visible_at = qget(r, q, job[b"id"])[b"visible_at"]
-    [again] = waiter.result()
+    [again] = waiter.result(timeout=30)
     claimed_at = as_map(again)[b"deadline"] - 1000
-    assert visible_at <= claimed_at <= visible_at + 50, \
+    # woken when the nack's delay ends, not when the old lease would have, 19.8 s later
+    assert visible_at <= claimed_at < job[b"deadline"], \
         f"claimed {claimed_at - visible_at} ms after visible_at (the old lease ended {job[b'deadline']})"
 
 
@@ -711,13 +715,11 @@ def test_blocked_claimer_on_a_delayed_job_wakes_when_due_never_before(r, q):
     """docs/semantics.md §4.7 and §3.3: not claimable before visible_at; woken at that moment."""
     job_id = r.execute_command("QPUSH", q, "later", "DELAY", "300", "PRIORITY", "9")
     visible_at = qget(r, q, job_id)[b"visible_at"]
-    t0 = time.monotonic()
-    job = claim_one(r, q, "w", "LEASE", "1000", "BLOCK", "3000")
-    elapsed = time.monotonic() - t0
+    job = claim_one(r, q, "w", "LEASE", "1000", "BLOCK", "20000")
     claimed_at = job[b"deadline"] - 1000
     assert job[b"id"] == job_id
-    assert visible_at <= claimed_at <= visible_at + 50
-    assert elapsed < 1.5
+    # never before visible_at; woken by the daemon's timer, long before the BLOCK ends
+    assert visible_at <= claimed_at < visible_at + 15_000
 
 
 def test_delayed_job_is_never_claimable_before_visible_at_whatever_its_priority(r, q):

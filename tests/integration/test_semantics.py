@@ -427,40 +427,62 @@ def test_rule3_a_leased_job_goes_to_nobody_else_until_its_deadline(f):
 # docs/semantics.md §4.4: an expired lease is claimable by a blocked claimer within 50 ms of its deadline
 # ===============================================================================================
 
-def test_rule4_blocked_claimer_gets_an_expired_lease_within_50ms_of_its_deadline(daemon, r, q):
-    assert clock(r)[b"frozen"] == 0
-    lateness = []
-    for round_ in range(4):
-        jid = push(r, q, f"slow-{round_}")
-        offset = clock(r)[b"offset"]               # daemon time = wall time + offset
-        slow = claim_one(r, q, "slow", "LEASE", 200)
-        assert slow[b"id"] == jid
-        deadline_wall = (slow[b"deadline"] - offset) / 1000.0
-        waiter = BlockedClaim(daemon, q, "fast", "BLOCK", 5000)
-        [job] = waiter.result()
-        assert waiter.t_sent < deadline_wall, "the claimer must be blocked before the deadline"
-        assert job[b"id"] == jid and job[b"lease"] != slow[b"lease"] and job[b"deliveries"] == 2
-        late_ms = (waiter.t_reply - deadline_wall) * 1000
-        lateness.append(round(late_ms, 1))
-        assert late_ms >= -1, f"the job was handed out {-late_ms:.1f} ms before its deadline"
-        assert late_ms <= 50, f"blocked claimer got the expired job {late_ms:.1f} ms after its deadline"
-        assert r.execute_command("QACK", q, job[b"lease"]) == 1
-    print(f"\nrule 4: blocked claimer lateness after the deadline (ms): {lateness}")
-    assert qinfo(r, q)[b"lease_expired"] == 4
+def test_rule4_blocked_claimer_gets_an_expired_lease_at_its_deadline_on_the_daemon_clock(frozen_daemon, f, q):
+    """The moment is exact on the daemon's clock: one ms before the deadline
+    the claimer still waits, at the deadline it has the job (its claim is
+    stamped with the deadline itself).  Time moves only by DEBUG CLOCK, so a
+    stalled machine cannot make this fail."""
+    jid = push(f, q)
+    slow = claim_one(f, q, "slow", "LEASE", 200)
+    waiter = BlockedClaim(frozen_daemon, q, "fast", "LEASE", 1000, "BLOCK", 20_000)
+    wait_blocked(f, q, 1)
+    advance(f, 199)
+    assert qinfo(f, q)[b"consumers_blocked"] == 1, "handed out before its deadline"
+    advance(f, 1)
+    [job] = waiter.result()
+    assert job[b"id"] == jid and job[b"lease"] != slow[b"lease"] and job[b"deliveries"] == 2
+    assert job[b"deadline"] - 1000 == slow[b"deadline"]          # claimed at the deadline, on the dot
+    assert f.execute_command("QACK", q, job[b"lease"]) == 1
+    assert f.execute_command("QACK", q, slow[b"lease"]) == 0
 
 
-def test_rule4_blocked_claimer_on_several_leases_gets_each_as_it_expires(daemon, r, q):
-    offset = clock(r)[b"offset"]
-    push(r, q, "a")
-    a = claim_one(r, q, "x", "LEASE", 150)
-    push(r, q, "b")
-    b = claim_one(r, q, "x", "LEASE", 300)
+def test_rule4_blocked_claimer_on_several_leases_gets_each_at_its_deadline(frozen_daemon, f, q):
+    push(f, q, "a")
+    a = claim_one(f, q, "x", "LEASE", 150)
+    push(f, q, "b")
+    b = claim_one(f, q, "x", "LEASE", 300)
     for held in (a, b):
-        waiter = BlockedClaim(daemon, q, "y", "BLOCK", 5000)
+        waiter = BlockedClaim(frozen_daemon, q, "y", "LEASE", 1000, "BLOCK", 20_000)
+        wait_blocked(f, q, 1)
+        advance(f, held[b"deadline"] - now(f))
         [job] = waiter.result()
         assert job[b"id"] == held[b"id"]
-        late_ms = (waiter.t_reply - (held[b"deadline"] - offset) / 1000.0) * 1000
-        assert -1 <= late_ms <= 50, late_ms
+        assert job[b"deadline"] - 1000 == held[b"deadline"]
+
+
+def test_rule4_the_daemons_own_timer_wakes_a_blocked_claimer_within_50ms_of_the_deadline(daemon, r, q):
+    """On the running clock nothing moves time but the daemon's timer, armed
+    for the deadline.  Lateness is read off the daemon's own clock (the new
+    lease's deadline minus its length is the moment of the claim), so a
+    stalled test process does not count; the 50 ms bound is checked on the
+    median of five rounds, so one round that the machine stalled (it would be
+    late by the stall, whatever the daemon does) cannot fail it, while a
+    daemon that polled, or slept until the BLOCK timeout, would."""
+    assert clock(r)[b"frozen"] == 0
+    lateness = []
+    for round_ in range(5):
+        jid = push(r, q, f"slow-{round_}")
+        slow = claim_one(r, q, "slow", "LEASE", 200)
+        waiter = BlockedClaim(daemon, q, "fast", "LEASE", 1000, "BLOCK", 20_000)
+        [job] = waiter.result(timeout=30)
+        assert job[b"id"] == jid and job[b"lease"] != slow[b"lease"] and job[b"deliveries"] == 2
+        late_ms = job[b"deadline"] - 1000 - slow[b"deadline"]
+        assert late_ms >= 0, f"the job was handed out {-late_ms} ms before its deadline"
+        lateness.append(late_ms)
+        assert r.execute_command("QACK", q, job[b"lease"]) == 1
+    print(f"\nrule 4: blocked claimer lateness after the deadline, daemon clock (ms): {lateness}")
+    assert sorted(lateness)[2] <= 50, f"blocked claimers got expired jobs late: {lateness} ms"
+    assert qinfo(r, q)[b"lease_expired"] == 5
 
 
 # ===============================================================================================
@@ -636,16 +658,19 @@ def test_rule7_a_nacked_job_with_delay_is_not_claimable_before_visible_at(f):
     assert ids(claim(f, q)) == [jid]
 
 
-def test_rule7_blocked_claimer_gets_a_delayed_job_at_visible_at_never_before(daemon, r, q):
-    offset = clock(r)[b"offset"]
-    jid = push(r, q, "soon", "PRIORITY", 9, "DELAY", 300)
-    visible_wall = (qget(r, q, jid)[b"visible_at"] - offset) / 1000.0
-    waiter = BlockedClaim(daemon, q, "w", "BLOCK", 5000)
+def test_rule7_blocked_claimer_gets_a_delayed_job_at_visible_at_never_before(frozen_daemon, f, q):
+    """Exact on the daemon's clock: one ms before visible_at the claimer
+    still waits, at visible_at it has the job."""
+    jid = push(f, q, "soon", "PRIORITY", 9, "DELAY", 300)
+    visible_at = qget(f, q, jid)[b"visible_at"]
+    waiter = BlockedClaim(frozen_daemon, q, "w", "LEASE", 1000, "BLOCK", 20_000)
+    wait_blocked(f, q, 1)
+    advance(f, visible_at - 1 - now(f))
+    assert qinfo(f, q)[b"consumers_blocked"] == 1, "delivered before visible_at"
+    advance(f, 1)
     [job] = waiter.result()
     assert job[b"id"] == jid
-    late_ms = (waiter.t_reply - visible_wall) * 1000
-    assert late_ms >= -1, f"delivered {-late_ms:.1f} ms before visible_at"
-    assert late_ms <= 50, f"delivered {late_ms:.1f} ms after visible_at"
+    assert job[b"deadline"] - 1000 == visible_at          # claimed at visible_at, on the dot
 
 
 # ===============================================================================================

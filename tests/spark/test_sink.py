@@ -5,9 +5,9 @@ priority and delay columns, and the daemon's errors in the task's failure."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
+import redis
 
 from harness import Daemon, as_map, free_port, qinfo, unique, wait_for
 
@@ -173,6 +173,15 @@ def test_the_streaming_sink(spark, daemon, c, tmp_path):
     assert len(got) == len(set(got)) >= 20 and all(p.startswith(b"tick-") for p in got)
 
 
+def refuses_with_oom(c) -> bool:
+    """Whether a push to a queue of its own is refused with -OOM now."""
+    try:
+        c.execute_command("QPUSH", "oom-probe", "x")
+    except redis.exceptions.ResponseError as e:
+        return str(e).startswith("OOM")
+    return False
+
+
 @pytest.fixture
 def debug_daemon(tmp_path):
     d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
@@ -189,8 +198,8 @@ def test_each_daemon_refusal_reaches_the_task_with_its_message(spark, debug_daem
     c = debug_daemon.client()
     c.execute_command("QCREATE", "q")
     c.execute_command(*how)
-    if how[2] == "maxmemory":
-        time.sleep(0.3)                                  # the daemon samples its memory every 100 ms
+    if how[2] == "maxmemory":                        # the daemon samples its memory every 100 ms
+        wait_for(lambda: refuses_with_oom(c), 10, "the daemon refusing pushes with -OOM")
     df = spark.createDataFrame([("job-1",)], "payload string")
     with pytest.raises(Exception) as e:
         save(df, debug_daemon, "q")
