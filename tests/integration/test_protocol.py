@@ -1044,14 +1044,19 @@ def test_client_sending_a_huge_multibulk_count_does_not_stall_others(fresh, fres
     count and when that client goes away."""
     r = fresh_r
     r.ping()
-    c = Raw(fresh.port)
-    c.send(b"*2147483647\r\n")
-    while_open = _worst_ping(r, 1.5)
-    c.close()
-    after_close = _worst_ping(r, 1.5)
-    assert max(while_open, after_close) < 0.5, (
-        f"PINGs from another client took up to {while_open:.2f} s after '*2147483647' arrived "
-        f"and {after_close:.2f} s after that client closed")
+    tries = []
+    for _ in range(3):      # a slow PING in every one of three tries is the daemon's doing, not a stalled machine's
+        c = Raw(fresh.port)
+        c.send(b"*2147483647\r\n")
+        while_open = _worst_ping(r, 1.5)
+        c.close()
+        after_close = _worst_ping(r, 1.5)
+        tries.append((while_open, after_close))
+        if max(while_open, after_close) < 0.5:
+            break
+    else:
+        raise AssertionError("PINGs from another client took up to (s, after '*2147483647' arrived / after that "
+                             "client closed), in each try: " + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in tries))
 
 
 # -- inline commands -------------------------------------------------------------------------------

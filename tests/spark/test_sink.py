@@ -177,8 +177,8 @@ def refuses_with_oom(c) -> bool:
     """Whether a push to a queue of its own is refused with -OOM now."""
     try:
         c.execute_command("QPUSH", "oom-probe", "x")
-    except redis.exceptions.ResponseError as e:
-        return str(e).startswith("OOM")
+    except redis.exceptions.OutOfMemoryError:          # redis-py's class for -OOM
+        return True
     return False
 
 
