@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from . import config
+from leaseq.daemon import config
 
 
 def _version() -> str:
@@ -52,7 +52,7 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
     from leaseq.storage.recovery import CorruptLog
     from leaseq.storage.wal import DirectoryLocked
 
-    from .server import serve as run_server
+    from leaseq.daemon.server import serve as run_server
 
     def open_datadir():
         return DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
@@ -267,6 +267,3 @@ def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, jso
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
 
-
-if __name__ == "__main__":
-    main()
