@@ -49,4 +49,4 @@ def test_a_bad_flag_value_stops_the_start_and_names_the_option(tmp_path):
 def test_an_unknown_option_is_a_usage_error(tmp_path):
     run = serve(tmp_path, "--fsync-intervall", "200")
     assert run.returncode == 2
-    assert "No such option: --fsync-intervall" in run.stderr or "No such option '--fsync-intervall'" in run.stderr
+    assert "No such option" in run.stderr and "--fsync-intervall" in run.stderr
