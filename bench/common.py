@@ -32,11 +32,11 @@ def free_port() -> int:
 
 def leaseq_command() -> list[str]:
     """How to run ``leaseq``: the script beside this interpreter when it is
-    there, else ``python -m leaseq.daemon.cli``."""
+    there, else ``python -m leaseq.cli``."""
     script = os.path.join(os.path.dirname(sys.executable), "leaseq")
     if os.access(script, os.X_OK):
         return [script]
-    return [sys.executable, "-m", "leaseq.daemon.cli"]
+    return [sys.executable, "-m", "leaseq.cli"]
 
 
 def clean_env(extra: dict | None = None) -> dict:

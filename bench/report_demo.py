@@ -42,7 +42,7 @@ def run(data_dir: str, seconds: int, seed: int = 7) -> None:
     rnd = random.Random(seed)
     port = _free_port()
     env = dict(os.environ, LEASEQ_ENABLE_DEBUG_COMMAND="yes")
-    proc = subprocess.Popen([sys.executable, "-m", "leaseq.daemon.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "leaseq.cli", "serve", "--port", str(port),
                              "--dir", data_dir], env=env, stderr=subprocess.DEVNULL)
     try:
         c = redis.Redis(port=port)

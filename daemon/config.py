@@ -1,4 +1,5 @@
-"""Settings: one frozen dataclass, read from defaults < file < env < flags.
+"""Settings: one frozen dataclass, read from defaults < file < env < flags
+(``leaseq serve --name value`` for every setting).
 
 Every setting is a field of ``Settings`` whose metadata gives its kind, unit,
 whether ``CONFIG SET`` may change it at run time, and one line of help.
@@ -51,7 +52,7 @@ class Settings:
     http_port: int = _s(0, "int", "HTTP port for the status page, /healthz, /readyz and /metrics (0 = none)",
                         mutable=False)
     http_bind: str = _s("127.0.0.1", "str", "address the HTTP listener binds to", mutable=False)
-    dir: str = _s("./data", "str", "data directory (write-ahead log); created if missing", mutable=False)
+    dir: str = _s("./data", "str", "data directory (log segments and snapshots); created if missing", mutable=False)
     loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
     requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
     protected_mode: bool = _s(True, "bool", "without a password for the default user, serve only loopback "
@@ -61,20 +62,20 @@ class Settings:
     lease_durability: str = _s("async", "choice",
                                "fsync: claims, extends and nacks on fsync queues also wait for fsync",
                                choices=("async", "fsync"))
-    fsync_interval: int = _s(1000, "ms", "async queues: written data is fsynced at least this often (ms)")
+    fsync_interval: int = _s(1000, "ms", "async queues and lease records: written data is fsynced at least this often (ms)")
     segment_size: int = _s(64 << 20, "bytes", "a new log segment starts when the current one reaches this size")
     snapshot_min_bytes: int = _s(64 << 20, "bytes",
                                  "snapshot when the log since the last one exceeds this and twice the live data")
     archive_dir: str = _s("", "str", "move segments a snapshot lets go here instead of deleting them (empty: delete)")
-    auto_create: bool = _s(True, "bool", "QPUSH and QCLAIM create missing queues with default options")
+    auto_create: bool = _s(True, "bool", "QPUSH, QPUSHMANY, QCLAIM and QWORK create missing queues with default options")
     maxclients: int = _s(10000, "int", "connections beyond this are refused with an error")
-    timeout: int = _s(0, "int", "close connections idle for this many seconds (0 = never)")
+    timeout: int = _s(0, "int", "close connections idle for this many seconds (0 = never); blocked claimers are not idle")
     proto_max_bulk_len: int = _s(512 << 20, "bytes", "largest bulk string a request may carry")
     max_payload: int = _s(16 << 20, "bytes", "largest job payload; larger pushes get -TOOBIG")
     max_args: int = _s(1024 * 1024, "int", "most arguments one command may have")
     client_output_buffer_limit: int = _s(
         64 << 20, "bytes", "a client whose unread replies exceed this is disconnected (0 = no limit)")
-    maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, pushes get -OOM (0 = no limit)")
+    maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, QPUSH, QPUSHMANY and QCREATE get -OOM (0 = no limit)")
     enable_debug_command: bool = _s(False, "bool", "allow DEBUG (moves the daemon's clock; for tests only)",
                                     mutable=False)
     # ``user`` lines of the config file, each as its words (name, rules...);
@@ -160,6 +161,22 @@ def render(name: str, value) -> str:
     if kind == "bool":
         return "yes" if value else "no"
     return str(value)
+
+
+_SIZES = (("gb", 1024 ** 3), ("mb", 1024 ** 2), ("kb", 1024))
+
+
+def file_text(name: str, value) -> str:
+    """``value`` as a config file line would write it (what ``parse_value``
+    reads back): yes/no, sizes in the largest unit that divides them
+    (``64mb``), empty or spaced strings quoted."""
+    kind = FIELDS[name].metadata["kind"]
+    if kind == "bytes" and value:
+        for unit, size in _SIZES:
+            if value % size == 0:
+                return f"{value // size}{unit}"
+    text = render(name, value)
+    return f'"{text}"' if text == "" or " " in text else text
 
 
 _PORTS = ("port", "tls-port", "http-port")
@@ -261,6 +278,19 @@ def read_env(environ=os.environ) -> dict:
                 values[attr_name(name)] = parse_value(name, environ[var])
             except ConfigError as e:
                 raise ConfigError(f"environment variable {var}: {e}") from None
+    return values
+
+
+def read_flags(texts: dict) -> dict:
+    """``leaseq serve --name value`` flags, {setting name: text or None} ->
+    {attribute: value} for those given, parsed as the file's values are."""
+    values = {}
+    for name, text in texts.items():
+        if text is not None:
+            try:
+                values[attr_name(name)] = parse_value(name, text)
+            except ConfigError as e:
+                raise ConfigError(f"option --{name}: {e}") from None
     return values
 
 

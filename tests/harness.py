@@ -26,7 +26,7 @@ from redis.retry import Retry
 from leaseq.storage import records
 from leaseq.storage.wal import segment_name
 
-LEASEQ = [sys.executable, "-m", "leaseq.daemon.cli"]
+LEASEQ = [sys.executable, "-m", "leaseq.cli"]
 HOST = "127.0.0.1"
 
 

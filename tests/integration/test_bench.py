@@ -15,7 +15,7 @@ import pytest
 def test_bench_storage_runs_and_reports(tmp_path):
     out = tmp_path / "bench.json"
     run = subprocess.run(
-        [sys.executable, "-m", "leaseq.daemon.cli", "bench", "storage", "--jobs", "20000", "--cycles", "2000",
+        [sys.executable, "-m", "leaseq.cli", "bench", "storage", "--jobs", "20000", "--cycles", "2000",
          "--json", str(out)],
         capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -46,7 +46,7 @@ def test_bench_storage_runs_and_reports(tmp_path):
 def test_bench_http_runs_and_reports(tmp_path):
     out = tmp_path / "http.json"
     run = subprocess.run(
-        [sys.executable, "-m", "leaseq.daemon.cli", "bench", "http", "--seconds", "1.5", "--queues", "5",
+        [sys.executable, "-m", "leaseq.cli", "bench", "http", "--seconds", "1.5", "--queues", "5",
          "--json", str(out)], capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout + run.stderr
     for figure in ("QPUSH p99, no scrape", "QPUSH p99, scraped every 1 s", "scrape: size"):
@@ -66,7 +66,7 @@ QUEUE_TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w3max": "W3 mixed, max"
 
 def bench_queue(tmp_path, *args, timeout=100):
     out = tmp_path / "queue.json"
-    run = subprocess.run([sys.executable, "-m", "leaseq.daemon.cli", "bench", "queue", "--quick", "--reps", "1",
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "queue", "--quick", "--reps", "1",
                           "--json", str(out), *args],
                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -13,7 +13,7 @@ import pytest
 @pytest.mark.timeout(180)
 def test_bench_spark_runs_and_reports(tmp_path):
     out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, "-m", "leaseq.daemon.cli", "bench", "spark", "--rows", "40000",
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "spark", "--rows", "40000",
                           "--json", str(out)], capture_output=True, text=True, timeout=170, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     for figure in ("write without a key", "write with a key column", "forced task retry (keyed): time",

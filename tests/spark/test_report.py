@@ -152,7 +152,7 @@ def test_the_html_page_is_self_contained_and_names_the_queues(report, known_log)
 
 def _cli(*args, **kw):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    return subprocess.run([sys.executable, "-m", "leaseq.daemon.cli", "report", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "leaseq.cli", "report", *args], capture_output=True,
                           text=True, env=env, timeout=180, **kw)
 
 

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from . import config
+from leaseq.daemon import config
 
 
 def _version() -> str:
@@ -27,19 +27,37 @@ def main() -> None:
     """leaseq: a job-queue daemon that speaks the Redis protocol."""
 
 
+_METAVARS = {"int": "N", "ms": "MS", "bytes": "SIZE", "bool": "yes|no", "str": "TEXT"}
+
+
+def _setting_options(command):
+    """One ``--name VALUE`` option per setting of ``config.FIELDS``, in its
+    order, with its help and default; the text goes to ``config.read_flags``
+    (parsed as the file's values are), so the options stay plain strings."""
+    for name, f in reversed(config.FIELDS.items()):
+        meta = f.metadata
+        metavar = "|".join(meta["choices"]) if meta["kind"] == "choice" else _METAVARS[meta["kind"]]
+        default = config.file_text(name, f.default)
+        command = click.option(f"--{name}", f"setting_{config.attr_name(name)}", metavar=metavar,
+                               help=f"{meta['help']} [default: {default}]")(command)
+    return command
+
+
 @main.command()
-@click.option("--port", type=click.IntRange(0, 65535), help="TCP port (default 6479; 0 picks a free one).")
-@click.option("--bind", help="Address to listen on (default 127.0.0.1).")
-@click.option("--dir", "data_dir", help="Data directory for the log (default ./data).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Config file with Redis-style 'name value' lines.")
-@click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]), help="Log level.")
 @click.option("--repair", is_flag=True,
               help="Start even if the log is corrupt, dropping the unreadable bytes (logged).")
-def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
-    """Run the daemon in the foreground (logs go to stderr)."""
+@_setting_options
+def serve(config_file, repair, **given) -> None:
+    """Run the daemon in the foreground (logs go to stderr).
+
+    Every setting is an option of the same name as in the config file
+    (--http-port 9479, --protected-mode no, --maxmemory 1gb); flags win over
+    LEASEQ_<NAME> variables, which win over the config file."""
+    texts = {name: given[f"setting_{config.attr_name(name)}"] for name in config.FIELDS}
     try:
-        settings = config.load(config_file, {"port": port, "bind": bind, "dir": data_dir, "loglevel": loglevel})
+        settings = config.load(config_file, config.read_flags(texts))
     except config.ConfigError as e:
         raise click.ClickException(str(e)) from None
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -52,7 +70,7 @@ def serve(port, bind, data_dir, config_file, loglevel, repair) -> None:
     from leaseq.storage.recovery import CorruptLog
     from leaseq.storage.wal import DirectoryLocked
 
-    from .server import serve as run_server
+    from leaseq.daemon.server import serve as run_server
 
     def open_datadir():
         return DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
@@ -101,24 +119,30 @@ def check(directory, repair) -> None:
 
 
 @main.command()
-@click.option("--check", is_flag=True, help="Exit 1 if docs/commands.md differs instead of writing it.")
-@click.option("--out", default="docs/commands.md", show_default=True, help="Where to write.")
-def docs(check, out) -> None:
-    """Generate docs/commands.md from the command table."""
-    from leaseq.commands.table import render_markdown
-    text = render_markdown()
-    if check:
+@click.option("--check", is_flag=True, help="Exit 1 if a generated file differs instead of writing it.")
+@click.option("--dir", "docs_dir", default="docs", show_default=True, type=click.Path(file_okay=False),
+              help="The docs folder to write in.")
+def docs(check, docs_dir) -> None:
+    """Generate docs/commands.md from the command table and the settings
+    table of docs/operations.md from the settings' definitions."""
+    from leaseq.cli.docs import generated
+    try:
+        wanted = generated(docs_dir)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    for path, text in wanted.items():
         try:
-            with open(out, encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 same = f.read() == text
         except OSError:
             same = False
-        if not same:
-            raise click.ClickException(f"{out} is out of date; run `leaseq docs`")
-        return
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(text)
-    click.echo(f"wrote {out}")
+        if check:
+            if not same:
+                raise click.ClickException(f"{path} is out of date; run `leaseq docs`")
+        elif not same:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            click.echo(f"wrote {path}")
 
 
 @main.command()
@@ -267,6 +291,3 @@ def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, jso
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
 
-
-if __name__ == "__main__":
-    main()
