@@ -301,6 +301,24 @@ def hold_through_leases(c, q, job_id: int, lease_ms: int, leases: int = 4) -> No
         assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", step) == b"OK"
 
 
+def work_through_leases(c, q, job_id: int, lease_ms: int, run, started, finish):
+    """Run ``run()`` (a worker's burst run, whose handler sets ``started``
+    and then waits for ``finish``) in a thread; once the handler runs,
+    ``hold_through_leases``, then let the handler end.  Returns what
+    ``run()`` returned."""
+    result = []
+    t = CheckedThread(target=lambda: result.append(run()))
+    t.start()
+    try:
+        assert started.wait(10)
+        hold_through_leases(c, q, job_id, lease_ms)
+    finally:
+        finish.set()
+        t.join(15)
+    assert not t.is_alive() and t.failure is None, t.failure
+    return result[0]
+
+
 def claim(c, q, consumer="w", *options) -> list[dict]:
     return [as_map(j) for j in c.execute_command("QCLAIM", q, consumer, *options)]
 

@@ -22,8 +22,8 @@ import time
 import pytest
 import redis
 
-from harness import (CheckedThread, Daemon, Peak, claim_one, hold_through_leases, qget, qinfo, run_client_worker,
-                     unique, wait_blocked, wait_for)
+from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique,
+                     wait_blocked, wait_for, work_through_leases)
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
@@ -295,17 +295,8 @@ def test_the_heartbeat_keeps_a_job_longer_than_three_leases(tmp_path, protocol):
                 assert finish.wait(30)
 
             worker = Worker(queue, handler, lease_ms=300, block_ms=200)
-            result = []
-            t = CheckedThread(target=lambda: result.append(worker.run(True)))
-            t.start()
-            try:
-                assert started.wait(10)
-                hold_through_leases(r, "slow", job_id, lease_ms=300)
-            finally:
-                finish.set()
-                t.join(15)
-            assert not t.is_alive() and t.failure is None, t.failure
-            assert result == [WorkerStats(acked=1)]
+            stats = work_through_leases(r, "slow", job_id, 300, lambda: worker.run(True), started, finish)
+            assert stats == WorkerStats(acked=1)
             info = queue.info()
             assert (info["acked"], info["lease_expired"]) == (1, 0)
     finally:

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from harness import (CheckedThread, Daemon, Peak, claim_one, hold_through_leases, qget, qinfo, run_client_worker,
-                     unique, wait_blocked)
+from harness import (Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique, wait_blocked,
+                     work_through_leases)
 from leaseq.client import WorkerStats, aio, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
@@ -184,17 +184,8 @@ def test_the_heartbeat_keeps_a_job_longer_than_three_leases(tmp_path):
             info = await queue.info()
             return stats, (info["acked"], info["lease_expired"])
 
-        result = []
-        t = CheckedThread(target=lambda: result.append(run(scenario, d, "slow", timeout=60)))
-        t.start()
-        try:
-            assert started.wait(10)
-            hold_through_leases(r, "slow", job_id, lease_ms=300)
-        finally:
-            finish.set()
-            t.join(15)
-        assert not t.is_alive() and t.failure is None, t.failure
-        assert result == [(WorkerStats(acked=1), (1, 0))]
+        got = work_through_leases(r, "slow", job_id, 300, lambda: run(scenario, d, "slow", timeout=60), started, finish)
+        assert got == (WorkerStats(acked=1), (1, 0))
     finally:
         d.kill()
 
