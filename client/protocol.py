@@ -129,7 +129,7 @@ def claim_socket_timeout(block_ms: int | None, socket_timeout: float | None) -> 
     A blocked QCLAIM does not extend redis-py's timeout.  With a timeout
     shorter than BLOCK, redis-py would give up, reconnect and send the claim
     again, and a job leased just as the socket gave up would reach nobody
-    until its lease ran out (README, "A worker loop").  ``None`` (no
+    until its lease ran out (docs/tour.md, "A worker loop").  ``None`` (no
     timeout) stays ``None``, and so does ``BLOCK 0``, which waits for ever.
     """
     if socket_timeout is None or block_ms == 0:
