@@ -78,3 +78,15 @@ def test_a_bad_flag_names_the_option_and_the_setting():
     got = CliRunner().invoke(main, ["serve", "--loglevel", "loud"])
     assert got.exit_code == 1
     assert "option --loglevel: 'loglevel' must be one of debug, info, warning, error, not 'loud'" in got.output
+
+
+def test_the_container_image_copies_every_folder_the_wheel_maps():
+    """setuptools refuses to build when a folder named in pyproject's
+    package-dir is missing, so conf/Dockerfile must COPY each of them (the
+    image cannot be built here: no Docker engine)."""
+    import re
+    import tomllib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    mapped = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", (root / "conf" / "Dockerfile").read_text(), re.M))
+    assert mapped <= copied, f"conf/Dockerfile does not COPY {sorted(mapped - copied)}"
