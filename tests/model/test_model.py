@@ -404,15 +404,17 @@ class LeaseqMachine(RuleBasedStateMachine):
         if how == "snapshot":
             self.bgsave()
         self.r.close()
-        if self.session is not None:
-            self.session.close()
-            self.session = None
         crashed = how != "term"
         if crashed:
+            # SIGKILL before the SESSION connection closes: a close the daemon
+            # saw first would release its leases, a race the model cannot know
             self.daemon.kill()        # SESSION leases stay: their deadlines cover them
         else:
             assert self.daemon.stop() == 0, self.daemon.log()[-2000:]
             self.model.release_session(self.session_tokens)   # a graceful shutdown releases them
+        if self.session is not None:
+            self.session.close()
+            self.session = None
         self.session_tokens = []
         self.daemon.restart()
         self.r = self.daemon.client(protocol=3)
