@@ -1,7 +1,8 @@
 """Flow control on a queue (docs/semantics.md §3.7): RATE n ms, CONCURRENCY n,
 QPAUSE / QRESUME, against the real daemon.
 
-Rules about time run on ``f``, a module daemon whose DEBUG clock is frozen,
+Rules about time run on ``f``, the module's daemon whose DEBUG clock is frozen
+(conftest ``frozen_daemon``),
 so they are exact and a stalled machine cannot fail them; the one test of
 the daemon's own timer runs on the running clock of ``daemon`` and reads
 every moment off the daemon's clock (a claim's moment is its new deadline
@@ -20,24 +21,6 @@ from harness import (CheckedThread, Daemon, RespSocket, as_map, claim, error_tex
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
-
-
-@pytest.fixture(scope="module")
-def frozen_daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("flow-frozen") / "data", env=DEBUG_ENV)
-    d.start()
-    c = d.client()
-    assert c.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
-    c.close()
-    yield d
-    d.kill()
-
-
-@pytest.fixture
-def f(frozen_daemon):
-    c = frozen_daemon.client(protocol=2)
-    yield c
-    c.close()
 
 
 @pytest.fixture
