@@ -1,9 +1,9 @@
-"""Queue commands: QCREATE, QALTER, QDROP, QLIST, QINFO, QLEN."""
+"""Queue commands: QCREATE, QALTER, QDROP, QLIST, QINFO, QLEN, QPAUSE, QRESUME."""
 
 from __future__ import annotations
 
 
-from leaseq.storage import queries
+from leaseq.storage import flow, queries
 from leaseq.storage.config import DURABILITIES, LEASE_MAX, LEASE_MIN, MEMORY, QueueConfig
 from leaseq.storage.queue import Queue
 
@@ -76,6 +76,10 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
             changes["retain_dead"] = r.int_in("RETAIN-DEAD", 0, MS_MAX)
         elif kw == b"WINDOW":
             changes["window"] = r.int_in("WINDOW", 0, 60_000)
+        elif kw == b"RATE":
+            changes["rate"] = _rate(r)
+        elif kw == b"CONCURRENCY":
+            changes["concurrency"] = _off_or(r, "CONCURRENCY", 1, U32)
         elif kw == b"DURABILITY":
             d = r.value().lower().decode(errors="replace")
             if d not in DURABILITIES:
@@ -84,6 +88,26 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
         else:
             r.unknown()
     return base.with_options(**changes)
+
+
+def _off_or(r: OptionReader, option: str, low: int, high: int) -> int:
+    """A limit's value: ``OFF`` or ``0`` removes it (0), else ``low``..``high``."""
+    v = r.value()
+    if v.upper() == b"OFF" or v == b"0":
+        return 0
+    return in_range(v, option, low, high)
+
+
+def _rate(r: OptionReader) -> tuple:
+    """``RATE n ms``; ``RATE OFF`` or ``RATE 0`` (a window after the 0 may
+    follow, and is then ignored) removes the limit."""
+    n = _off_or(r, "RATE n", 1, U32)
+    if not n:
+        following = r.args[r.i] if r.i < len(r.args) else b""
+        if following.isdigit():
+            r.value()
+        return (0, 0)
+    return (n, r.int_in("RATE ms", 1, MS_MAX))
 
 
 def _config_from(client, args: list, name: bytes, base: QueueConfig) -> QueueConfig:
@@ -101,7 +125,7 @@ def qcreate(client, args):
     config = _config_from(client, args, name, default_config(server))
     q = server.store.queues.get(name)
     if q is not None:
-        if q.config == config:
+        if q.config.same_options(config):
             return OK
         raise errors.queue_exists(name)
     server.store.create_queue(name, config, server.now_ms())
@@ -175,6 +199,10 @@ def config_items(config: QueueConfig) -> list:
         (b"retain_dead", config.retain_dead),
         (b"window", config.window),
         (b"durability", config.durability.encode()),
+        (b"rate", config.rate[0]),
+        (b"rate_ms", config.rate[1]),
+        (b"concurrency", config.concurrency),
+        (b"paused", int(config.paused)),
     ]
 
 
@@ -195,8 +223,28 @@ def qinfo(client, args):
         (b"oldest_ready_age_ms", queries.oldest_ready_age(q, now)),
         (b"consumers_blocked", server.blocked_on(q)),
         (b"next_id", q.next_id),
+        (b"throttled", flow.throttled(q, now)),
     ]
     return Map(items)
+
+
+def qpause(client, args):
+    """Claims and work streams hand out nothing from the queue until QRESUME;
+    pushes, acks, nacks and extends go on.  Kept with the queue's options, so
+    it lasts across restarts."""
+    return _set_paused(client, args, True)
+
+
+def qresume(client, args):
+    return _set_paused(client, args, False)
+
+
+def _set_paused(client, args, paused: bool):
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    if q.config.paused != paused:
+        server.store.set_config(q, q.config.with_options(paused=paused), server.now_ms())
+    return OK
 
 
 def qlen(client, args):

@@ -159,6 +159,8 @@ QUEUE_OPTIONS = (
     Arg("durability", "oneof", token="DURABILITY", optional=True,
         args=(Arg("fsync", "pure-token", token="fsync"), Arg("async", "pure-token", token="async"),
               Arg("memory", "pure-token", token="memory"))),
+    Arg("rate", "block", token="RATE", optional=True, args=(Arg("n", "integer"), Arg("ms", "integer"))),
+    opt("CONCURRENCY", "n"),
 )
 
 WHEN = Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DELAY"),
@@ -191,7 +193,14 @@ _COMMANDS = [
        reply="array of names, at most COUNT (default 100, max 1000), after AFTER", categories="keyspace"),
     _c("qinfo", queues.qinfo, 2, "readonly", "queue", "Configuration and counters of a queue", (QUEUE,),
        reply="map: name, every option, ready, delayed, in_flight, dead, completed, pushed, acked, nacked, "
-             "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id"),
+             "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id, "
+             "throttled (ready jobs a claim could not take now: RATE, CONCURRENCY or a pause)"),
+    _c("qpause", queues.qpause, 2, "write fast", "queue", "Stop handing out jobs of a queue until QRESUME",
+       (QUEUE,), reply="+OK; -NOQUEUE if the queue does not exist",
+       notes="Pushes, acks, nacks and extends go on; blocked claimers wait. The pause lasts across restarts."),
+    _c("qresume", queues.qresume, 2, "write fast", "queue", "Hand out jobs of a paused queue again",
+       (QUEUE,), reply="+OK; -NOQUEUE if the queue does not exist",
+       notes="Blocked claimers and work streams are served at once."),
     _c("qlen", queues.qlen, 2, "readonly fast", "queue", "Number of jobs ready to be claimed now", (QUEUE,),
        reply="integer"),
     # -- jobs ---------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import logging
 from leaseq.commands.jobs import claim_now
 from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
+from leaseq.storage import flow
 from leaseq.storage.job import IN_FLIGHT
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,9 @@ class Blocking:
             workers = [k for k in workers if not k.conn.closed and k.room]
         if waiters or workers:
             available = len(queue.indexes.ready)
+            allowed = flow.allowance(queue, self.server.now_ms())     # RATE, CONCURRENCY, a pause
+            if allowed is not None:
+                available = min(available, allowed)
             if available:
                 journal = self.server.store.journal
                 takers = waiters + workers
@@ -321,6 +325,9 @@ class Blocking:
             self._forget(queue)
             return
         due = queue.indexes.next_due()
+        room = flow.next_room(queue, self.server.now_ms())    # a full RATE window slides on
+        if room is not None and (due is None or room < due):
+            due = room
         current = self.timers.get(queue)
         if due is None:
             if current:

@@ -24,10 +24,14 @@ class QueueConfig:
     retain_dead: int = 604_800_000
     window: int = 0
     durability: str = FSYNC
+    rate: tuple = (0, 0)          # (n, ms): at most n jobs handed out in any ms; (0, 0): no limit
+    concurrency: int = 0          # at most this many jobs in flight; 0: no limit
+    paused: bool = False          # QPAUSE: claims hand out nothing (kept with the options, so it lasts)
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["backoff"] = list(self.backoff)
+        d["rate"] = list(self.rate)
         return d
 
     @classmethod
@@ -37,7 +41,14 @@ class QueueConfig:
         if "backoff" in values:
             b = values["backoff"]
             values["backoff"] = (int(b[0]), float(b[1]), int(b[2]))
+        if "rate" in values:
+            values["rate"] = (int(values["rate"][0]), int(values["rate"][1]))
         return cls(**values)
+
+    def same_options(self, other: "QueueConfig") -> bool:
+        """Equal but for the pause (QCREATE of a paused queue with its own
+        options is still +OK)."""
+        return replace(self, paused=False) == replace(other, paused=False)
 
     def with_options(self, **changes) -> "QueueConfig":
         return replace(self, **changes)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from .config import QueueConfig
 from .indexes import Indexes, band
+from .flow import RateWindow
 from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, end_lease
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
@@ -67,6 +68,7 @@ class Queue:
         self.counters = Counters()
         self.dropped = False
         self.payload_bytes = 0    # sum of the payloads of ``jobs`` (sizes the live data for snapshots)
+        self.rate_window = RateWindow()   # recent hand-outs, for RATE (storage/flow.py)
 
     def _forget_key(self, job: Job) -> None:
         """A job leaving: its dedupe key no longer points at it."""

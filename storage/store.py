@@ -20,7 +20,7 @@ due moment changed are collected for the daemon, which takes them with
 
 from __future__ import annotations
 
-from . import records
+from . import flow, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
 from .job import Job, Provenance
 from .journal import Journal
@@ -93,9 +93,12 @@ class Store:
         return q
 
     def set_config(self, q: Queue, config: QueueConfig, ts: int) -> None:
+        """QALTER, QPAUSE, QRESUME: new options (a limit or a pause lifted may
+        let blocked claimers take jobs now)."""
         q.config = config
         _set_durability(q)
         self.journal.meta_record(records.QUEUE, records.queue(q.qid, ts, q.name, config.to_json()))
+        self._woken.add(q)
 
     def drop_queue(self, q: Queue, ts: int) -> int:
         del self.queues[q.name]
@@ -147,10 +150,13 @@ class Store:
         self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
                                                                 [j.id for j in jobs], [j.deliveries for j in jobs]),
                                 lease=True)
+        flow.handed_out(q, ts, len(jobs))
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.complete_many(jobs, ts)
         self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+        if q.config.concurrency:
+            self._woken.add(q)       # a slot is free: a blocked claimer may take it
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
              closed: bool = False) -> None:
@@ -188,6 +194,11 @@ class Store:
         dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken."""
         while True:
             self.fold(q, now)
+            allowed = flow.allowance(q, now)
+            if allowed is not None and allowed < count:
+                count = allowed
+                if not count:
+                    return []
             jobs = q.ready_head(count)
             if nobody_doomed(q, jobs):
                 return jobs
@@ -275,6 +286,8 @@ class Store:
             q.remove(job)
         self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                 records.delete(q.qid, ts, [j.id for j in jobs]))
+        if q.config.concurrency:
+            self._woken.add(q)       # a deleted job in flight frees its slot
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
         """The DEBUG clock, logged so a restart keeps the test's time."""

@@ -4,6 +4,8 @@ Each test module shares one daemon (``daemon``) to keep the suite fast, started
 with the module's ``SHARED_DAEMON_ENV`` if it has one; tests use their own
 queue names (``q`` / ``unique``).  Tests that change server-wide settings,
 restart, or may hurt the daemon start their own with ``own(env={...})``.
+Rules about time run on ``f``, a module daemon whose DEBUG clock is frozen
+(``frozen_daemon``), so they hold exactly however the machine is timed.
 """
 
 import pytest
@@ -21,6 +23,29 @@ def shared_daemon(request, tmp_path_factory):
     d.start()
     yield d
     d.kill()
+
+
+@pytest.fixture(scope="module")
+def frozen_daemon(tmp_path_factory):
+    """A second module daemon, DEBUG enabled, whose clock stands still
+    unless a test moves it (``DEBUG CLOCK ADVANCE``): time-dependent rules
+    checked exactly, whatever the machine's timing."""
+    d = Daemon(tmp_path_factory.mktemp("frozen") / "data", env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"})
+    d.start()
+    c = d.client()
+    assert c.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
+    c.close()
+    yield d
+    d.kill()
+
+
+@pytest.fixture
+def f(frozen_daemon):
+    """redis-py (RESP2) on the module's frozen daemon."""
+    assert frozen_daemon.proc.poll() is None, "the frozen daemon died in an earlier test"
+    c = frozen_daemon.client(protocol=2)
+    yield c
+    c.close()
 
 
 @pytest.fixture

@@ -39,28 +39,6 @@ SHARED_DAEMON_ENV = DEBUG_ENV
 HOUR = 3_600_000
 
 
-# -- daemons ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def frozen_daemon(tmp_path_factory):
-    """A second module daemon whose clock stands still unless a test advances it."""
-    d = Daemon(tmp_path_factory.mktemp("semantics-frozen") / "data", env=DEBUG_ENV)
-    d.start()
-    c = d.client()
-    assert c.execute_command("DEBUG", "CLOCK", "FREEZE") == b"OK"
-    c.close()
-    yield d
-    d.kill()
-
-
-@pytest.fixture
-def f(frozen_daemon):
-    assert frozen_daemon.proc.poll() is None, "the frozen daemon died in an earlier test"
-    c = frozen_daemon.client(protocol=2)
-    yield c
-    c.close()
-
-
 # -- helpers -------------------------------------------------------------------------------------
 
 def push(c, q, payload="x", *options) -> int:

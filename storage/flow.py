@@ -1,0 +1,96 @@
+"""Flow control: how many jobs a queue may hand out at a moment
+(docs/semantics.md §3.7).
+
+Three rules, each off unless the queue sets it, and the smallest allowance
+wins:
+
+* ``paused`` (QPAUSE): nothing;
+* ``CONCURRENCY n``: ``n`` minus the jobs in flight;
+* ``RATE n ms``: ``n`` minus the jobs handed out in the last ``ms``, a
+  sliding window: a hand-out at ``t`` counts until ``t + ms``, so no window
+  of ``ms`` ever holds more than ``n`` (a fixed bucket would let ``2n``
+  through across its boundary).
+
+Every lease granted counts once: each job of a batch claim, each QWORK
+delivery, each redelivery.  ``RateWindow`` holds the moments of the recent
+hand-outs (``Store.claim`` adds them, live and during replay, so a restart
+that replays the log keeps the window; one that loads a snapshot starts it
+empty).  The allowance is computed when a claim looks, after the queue is
+folded: nothing runs on a timer here.  The daemon asks ``next_room`` when a
+full window holds ready jobs back, and arms the queue's timer for it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class RateWindow:
+    """The daemon-clock moments (ms) of the hand-outs still inside the
+    window, oldest first, one entry per job."""
+
+    __slots__ = ("times",)
+
+    def __init__(self) -> None:
+        self.times: deque = deque()
+
+    def add(self, ts: int, n: int, span: int) -> None:
+        self.times.extend([ts] * n)
+        self._trim(ts, span)
+
+    def used(self, now: int, span: int) -> int:
+        """Hand-outs at moments in (now - span, now]."""
+        self._trim(now, span)
+        return len(self.times)
+
+    def next_room(self, now: int, limit: int, span: int) -> int | None:
+        """The first moment after ``now`` at which one more hand-out fits, or
+        None when one fits now."""
+        excess = self.used(now, span) - limit
+        return None if excess < 0 else self.times[excess] + span
+
+    def _trim(self, now: int, span: int) -> None:
+        times = self.times
+        edge = now - span
+        while times and times[0] <= edge:
+            times.popleft()
+
+
+def allowance(q, now: int) -> int | None:
+    """How many jobs ``q`` may hand out now (call after folding), or None
+    when no rule limits it."""
+    config = q.config
+    if config.paused:
+        return 0
+    allowed = None
+    if config.concurrency:
+        allowed = max(0, config.concurrency - len(q.indexes.leases))
+    limit, span = config.rate
+    if limit:
+        room = max(0, limit - q.rate_window.used(now, span))
+        allowed = room if allowed is None else min(allowed, room)
+    return allowed
+
+
+def handed_out(q, ts: int, n: int) -> None:
+    """``n`` leases were granted at ``ts``: they count in the rate window."""
+    limit, span = q.config.rate
+    if limit:
+        q.rate_window.add(ts, n, span)
+
+
+def next_room(q, now: int) -> int | None:
+    """When a full rate window holds ready jobs back: the moment it lets one
+    more through (what the queue's timer waits for); else None.  A pause or
+    a full CONCURRENCY ends by a command (QRESUME, an ack ...), never by time."""
+    limit, span = q.config.rate
+    if not limit or q.config.paused or not q.indexes.ready:
+        return None
+    return q.rate_window.next_room(now, limit, span)
+
+
+def throttled(q, now: int) -> int:
+    """Ready jobs that no claim could take right now (QINFO's ``throttled``)."""
+    allowed = allowance(q, now)
+    ready = len(q.indexes.ready)
+    return 0 if allowed is None else max(0, ready - allowed)
