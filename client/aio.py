@@ -86,6 +86,14 @@ class Queue:
     async def extend_many(self, jobs: Iterable[Job | str], lease_ms: int | None = None) -> list[int | None]:
         return await self._execute(protocol.extend_command(self.name, jobs, lease_ms))
 
+    async def pause(self) -> None:
+        """QPAUSE (``leaseq.client.Queue.pause``)."""
+        await self._execute(["QPAUSE", self.name])
+
+    async def resume(self) -> None:
+        """QRESUME (``leaseq.client.Queue.resume``)."""
+        await self._execute(["QRESUME", self.name])
+
     async def info(self) -> dict[str, Any]:
         return protocol.parse_info(await self._execute(["QINFO", self.name]))
 

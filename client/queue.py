@@ -105,6 +105,18 @@ class Queue:
         per job, in order."""
         return self._execute(protocol.extend_command(self.name, jobs, lease_ms))
 
+    # -- flow control ------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """QPAUSE: claims and work streams get nothing from the queue until
+        ``resume()``; pushes, acks, nacks and extends go on.  The pause lasts
+        across daemon restarts.  ``NoQueue`` if the queue does not exist."""
+        self._execute(["QPAUSE", self.name])
+
+    def resume(self) -> None:
+        """QRESUME: hand out jobs again; blocked claimers are served at once."""
+        self._execute(["QRESUME", self.name])
+
     # -- looking ----------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:

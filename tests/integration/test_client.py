@@ -69,6 +69,19 @@ def test_push_claim_ack(queue, r):
     assert queue.claim("worker-1") == []
 
 
+def test_pause_and_resume(queue, daemon):
+    queue.push("held back")
+    queue.pause()
+    assert queue.claim("w") == [] and queue.info()["paused"] == 1
+    queue.resume()
+    assert [j.payload for j in queue.claim("w")] == [b"held back"] and queue.info()["paused"] == 0
+    with Queue(daemon.url, unique("missing")) as missing:
+        with pytest.raises(errors.NoQueue):
+            missing.pause()
+        with pytest.raises(errors.NoQueue):
+            missing.resume()
+
+
 def test_push_options_reach_the_job(queue, r):
     soon = queue.push("later", delay_ms=60_000)
     at = queue.push("at", at_ms=int(time.time() * 1000) + 60_000)

@@ -49,6 +49,21 @@ def run(scenario, daemon, name: str, timeout: float = 20.0, **redis_kwargs):
 
 # -- Queue -------------------------------------------------------------------------------------
 
+def test_pause_and_resume(daemon, q):
+    async def scenario(queue):
+        await queue.push("held back")
+        await queue.pause()
+        assert await queue.claim("w") == [] and (await queue.info())["paused"] == 1
+        await queue.resume()
+        assert [j.payload for j in await queue.claim("w")] == [b"held back"]
+        async with aio.Queue(daemon.url, unique("missing")) as missing:
+            with pytest.raises(errors.NoQueue):
+                await missing.pause()
+            with pytest.raises(errors.NoQueue):
+                await missing.resume()
+    run(scenario, daemon, q)
+
+
 def test_push_claim_ack_extend_info(daemon, q, protocol, r):
     async def scenario(queue):
         assert await queue.push("photo-1.jpg") == 1
