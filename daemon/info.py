@@ -13,7 +13,7 @@ import time
 from collections import deque
 
 from leaseq.commands.connection import VERSION
-from leaseq.storage import queries
+from leaseq.storage import flow, queries
 
 from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
 
@@ -50,6 +50,7 @@ class Info:
         rss = rss_bytes()
         queues = store.queues.values()
         stats = server.stats
+        now = server.now_ms()
         return {
             "server": [
                 ("leaseq_version", VERSION),
@@ -90,10 +91,19 @@ class Info:
                 ("acl_access_denied_key", stats.acl_access_denied_key),
                 ("tls_handshake_failures", stats.tls_handshake_failures),
             ],
-            "queues": [(q.name.decode(), queries.summary(q)) for q in sorted(queues, key=lambda q: q.name)],
+            "queues": [(q.name.decode(), self._queue_line(q, now)) for q in sorted(queues, key=lambda q: q.name)],
             # Redis's: tools (redis-cli --stat, exporters) count keys here; a key is a queue
             "keyspace": [("db0", f"keys={len(store.queues)},expires=0,avg_ttl=0")] if store.queues else [],
         }
+
+    @staticmethod
+    def _queue_line(q, now: int) -> str:
+        """A queue's counts (``queries.summary``), and for a queue that sets
+        RATE, CONCURRENCY or a pause, its ``paused`` and ``throttled``."""
+        line = queries.summary(q)
+        if flow.limited(q):
+            line += f",paused={int(q.config.paused)},throttled={flow.throttled(q, now)}"
+        return line
 
     def _persistence(self) -> list[tuple[str, object]]:
         server = self.server

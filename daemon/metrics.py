@@ -13,6 +13,8 @@ metric                                     type    labels
 leaseq_queue_jobs                          gauge   queue, state (ready,
                                                    delayed, in_flight, dead,
                                                    completed)
+leaseq_queue_throttled                     gauge   queue, reason (pause,
+                                                   concurrency, rate)
 leaseq_queue_pushed_total                  counter queue
 leaseq_queue_acked_total                   counter queue
 leaseq_queue_nacked_total                  counter queue
@@ -33,6 +35,7 @@ from bisect import bisect_left
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from leaseq.storage import flow
 from leaseq.storage.wal import list_segments
 
 # seconds; the last bucket is +Inf
@@ -81,13 +84,20 @@ class Metrics:
         jobs = GaugeMetricFamily("leaseq_queue_jobs", "Jobs in a queue, by state.", labels=["queue", "state"])
         totals = {c: CounterMetricFamily(f"leaseq_queue_{c}", f"Jobs {c.replace('_', ' ')} since the queue was made.",
                                          labels=["queue"]) for c in COUNTERS}
+        throttled = GaugeMetricFamily("leaseq_queue_throttled",
+                                      "Ready jobs no claim could take now, by the rule holding them back.",
+                                      labels=["queue", "reason"])
+        now = server.now_ms()
         for q in queues:
             name = q.name.decode(errors="replace")
             for state, n in q.indexes.counts().items():
                 jobs.add_metric([name, state], n)
+            for reason, n in flow.throttled_by(q, now).items():
+                throttled.add_metric([name, reason], n)
             for c in COUNTERS:
                 totals[c].add_metric([name], getattr(q.counters, c))
         yield jobs
+        yield throttled
         yield from totals.values()
         durations = HistogramMetricFamily("leaseq_command_duration_seconds",
                                           "Time to run a command (not counting the wait for fsync).",

@@ -56,20 +56,29 @@ class RateWindow:
             times.popleft()
 
 
+REASONS = ("pause", "concurrency", "rate")
+
+
+def _rules(q, now: int) -> list[tuple[str, int]]:
+    """(reason, how many jobs that rule lets out now) for each rule the
+    queue sets, in REASONS order."""
+    config = q.config
+    rules = []
+    if config.paused:
+        rules.append(("pause", 0))
+    if config.concurrency:
+        rules.append(("concurrency", max(0, config.concurrency - len(q.indexes.leases))))
+    limit, span = config.rate
+    if limit:
+        rules.append(("rate", max(0, limit - q.rate_window.used(now, span))))
+    return rules
+
+
 def allowance(q, now: int) -> int | None:
     """How many jobs ``q`` may hand out now (call after folding), or None
     when no rule limits it."""
-    config = q.config
-    if config.paused:
-        return 0
-    allowed = None
-    if config.concurrency:
-        allowed = max(0, config.concurrency - len(q.indexes.leases))
-    limit, span = config.rate
-    if limit:
-        room = max(0, limit - q.rate_window.used(now, span))
-        allowed = room if allowed is None else min(allowed, room)
-    return allowed
+    rules = _rules(q, now)
+    return min(n for _reason, n in rules) if rules else None
 
 
 def handed_out(q, ts: int, n: int) -> None:
@@ -89,8 +98,23 @@ def next_room(q, now: int) -> int | None:
     return q.rate_window.next_room(now, limit, span)
 
 
+def throttled_by(q, now: int) -> dict[str, int]:
+    """Ready jobs that no claim could take right now, by the rule that holds
+    them back (the one allowing least; the first in REASONS on a tie)."""
+    counts = dict.fromkeys(REASONS, 0)
+    rules = _rules(q, now)
+    if rules:
+        reason, allowed = min(rules, key=lambda rule: rule[1])
+        counts[reason] = max(0, len(q.indexes.ready) - allowed)
+    return counts
+
+
 def throttled(q, now: int) -> int:
     """Ready jobs that no claim could take right now (QINFO's ``throttled``)."""
-    allowed = allowance(q, now)
-    ready = len(q.indexes.ready)
-    return 0 if allowed is None else max(0, ready - allowed)
+    return sum(throttled_by(q, now).values())
+
+
+def limited(q) -> bool:
+    """Whether the queue sets any rule (INFO shows ``throttled`` for it)."""
+    config = q.config
+    return bool(config.paused or config.concurrency or config.rate[0])

@@ -9,7 +9,7 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Daemon, as_map, http_daemon, http_get, wait_for
+from harness import Daemon, RespSocket, as_map, http_daemon, http_get, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +92,27 @@ def test_no_http_listener_by_default(tmp_path):
         assert "HTTP listener" not in d.log()
     finally:
         d.stop()
+
+
+def test_metrics_show_throttled_jobs_by_the_rule_that_holds_them(web):
+    c = web.client()
+    c.execute_command("QCREATE", "capped", "CONCURRENCY", 1)
+    c.execute_command("QPUSHMANY", "capped", 3, "a", "b", "c")
+    assert len(c.execute_command("QCLAIM", "capped", "w", "COUNT", 3)) == 1
+    c.execute_command("QCREATE", "held", "RATE", 5, 60_000)
+    c.execute_command("QPUSH", "held", "x")
+    c.execute_command("QPAUSE", "held")
+    c.execute_command("QPUSH", "free", "x")
+    m = samples(http_get(web, "/metrics")[2])
+    throttled = {(q, reason): m[("leaseq_queue_throttled", (("queue", q), ("reason", reason)))]
+                 for q in ("capped", "held", "free") for reason in ("pause", "concurrency", "rate")}
+    assert throttled == {("capped", "pause"): 0, ("capped", "concurrency"): 2, ("capped", "rate"): 0,
+                         ("held", "pause"): 1, ("held", "concurrency"): 0, ("held", "rate"): 0,
+                         ("free", "pause"): 0, ("free", "concurrency"): 0, ("free", "rate"): 0}
+    lines = RespSocket(web.port)
+    lines.send("INFO", "queues")
+    info = lines.read().decode().split("\r\n")
+    lines.sock.close()
+    assert "capped:ready=2,delayed=0,in_flight=1,dead=0,completed=0,durability=fsync,paused=0,throttled=2" in info
+    assert "held:ready=1,delayed=0,in_flight=0,dead=0,completed=0,durability=fsync,paused=1,throttled=1" in info
+    assert "free:ready=1,delayed=0,in_flight=0,dead=0,completed=0,durability=fsync" in info
