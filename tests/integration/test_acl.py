@@ -41,6 +41,9 @@ def acl_daemon(tmp_path_factory):
     conf = base / "leaseq.conf"
     conf.write_text(CONFIG)
     d = Daemon(str(base / "data"), "--config", str(conf)).start()
+    c = login(d, "default", "admin-secret")
+    assert c.execute_command("QCREATE", "payroll") == b"OK"   # the queue a limited user is refused, in every test
+    c.close()
     yield d
     d.stop()
 
