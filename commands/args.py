@@ -83,6 +83,10 @@ class OptionReader:
         self.i += 1
         return v
 
+    def peek(self) -> bytes | None:
+        """The next argument, not taken (None at the end)."""
+        return self.args[self.i] if self.i < len(self.args) else None
+
     def once(self, kw: bytes) -> None:
         """Options may be given once; a repeat is a syntax error."""
         if kw in self.seen:

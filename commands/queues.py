@@ -103,8 +103,8 @@ def _rate(r: OptionReader) -> tuple:
     follow, and is then ignored) removes the limit."""
     n = _off_or(r, "RATE n", 1, U32)
     if not n:
-        following = r.args[r.i] if r.i < len(r.args) else b""
-        if following.isdigit():
+        following = r.peek()
+        if following is not None and following.isdigit():
             r.value()
         return (0, 0)
     return (n, r.int_in("RATE ms", 1, MS_MAX))

@@ -255,6 +255,40 @@ def run_client_worker(d: Daemon, flavour: str, queue: str, seconds: float, concu
 
 # -- reply helpers ----------------------------------------------------------------------------
 
+class BlockedClaim(threading.Thread):
+    """A QCLAIM on a connection of its own, in a thread; ``t_sent`` /
+    ``t_reply`` are wall-clock seconds around the call."""
+
+    def __init__(self, d: Daemon, q: str, consumer: str, *options, close: bool = True) -> None:
+        super().__init__(daemon=True)
+        self.client = d.client(protocol=2)
+        self.client.ping()          # connected before the claim is timed
+        self.args = (q, consumer) + options
+        self.close_after = close
+        self.reply = self.error = None
+        self.t_sent = self.t_reply = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.t_sent = time.time()
+            reply = self.client.execute_command("QCLAIM", *self.args)
+            self.t_reply = time.time()
+            self.reply = [as_map(j) for j in reply]
+        except Exception as e:         # reported by result()
+            self.error = e
+        finally:
+            if self.close_after:
+                self.client.close()
+
+    def result(self, timeout: float = 10.0) -> list[dict]:
+        self.join(timeout)
+        assert not self.is_alive(), f"QCLAIM {self.args} still blocked after {timeout} s"
+        if self.error is not None:
+            raise self.error
+        return self.reply
+
+
 def no_retry_client(d: Daemon, **kw) -> redis.Redis:
     """redis-py (RESP2 unless ``protocol=`` says) without its automatic
     retries: a command cut by a kill or stop must fail (unknown outcome),

@@ -16,7 +16,7 @@ import time
 import pytest
 import redis
 
-from harness import (CheckedThread, Daemon, RespSocket, as_map, claim, error_text, qinfo, unique,
+from harness import (BlockedClaim, CheckedThread, Daemon, RespSocket, as_map, claim, error_text, qinfo, unique,
                      wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
@@ -40,26 +40,6 @@ def push(c, q, n: int) -> list[int]:
 
 def take(c, q, count: int = 10, *options) -> int:
     return len(claim(c, q, "w", "COUNT", count, "LEASE", LEASE, *options))
-
-
-class Blocked(CheckedThread):
-    """A QCLAIM ... BLOCK on a connection of its own."""
-
-    def __init__(self, d: Daemon, q: str, count: int = 10) -> None:
-        self.jobs = None
-        self.c = d.client(protocol=2)
-        super().__init__(target=self._run, args=(q, count))
-        self.start()
-
-    def _run(self, q, count) -> None:
-        self.jobs = [as_map(j) for j in self.c.execute_command("QCLAIM", q, "b", "COUNT", count, "LEASE", LEASE,
-                                                              "BLOCK", 20_000)]
-        self.c.close()
-
-    def result(self) -> list[dict]:
-        self.join(25)
-        assert not self.is_alive() and self.failure is None, self.failure
-        return self.jobs
 
 
 # -- RATE ------------------------------------------------------------------------------------------
@@ -117,7 +97,7 @@ def test_a_blocked_claimer_is_served_the_moment_the_window_slides(frozen_daemon,
     f.execute_command("QCREATE", q, "RATE", 1, 1000)
     push(f, q, 2)
     assert take(f, q) == 1
-    waiter = Blocked(frozen_daemon, q)
+    waiter = BlockedClaim(frozen_daemon, q, "b", "COUNT", 10, "LEASE", LEASE, "BLOCK", 20_000)
     wait_blocked(f, q, 1)
     advance(f, 999)
     assert qinfo(f, q)[b"consumers_blocked"] == 1
@@ -183,7 +163,7 @@ def test_a_blocked_claimer_is_served_when_an_ack_frees_a_slot(frozen_daemon, f):
     f.execute_command("QCREATE", q, "CONCURRENCY", 1)
     push(f, q, 2)
     [held] = claim(f, q, "w")
-    waiter = Blocked(frozen_daemon, q)
+    waiter = BlockedClaim(frozen_daemon, q, "b", "COUNT", 10, "LEASE", LEASE, "BLOCK", 20_000)
     wait_blocked(f, q, 1)
     assert f.execute_command("QACK", q, held[b"lease"]) == 1
     assert len(waiter.result()) == 1
@@ -218,7 +198,7 @@ def test_a_paused_queue_takes_pushes_and_hands_out_nothing_until_resumed(frozen_
     assert f.execute_command("QEXTEND", q, held[b"lease"])[0] is not None    # so do extends
     info = qinfo(f, q)
     assert (info[b"paused"], info[b"ready"], info[b"throttled"]) == (1, 2, 2)
-    waiter = Blocked(frozen_daemon, q)
+    waiter = BlockedClaim(frozen_daemon, q, "b", "COUNT", 10, "LEASE", LEASE, "BLOCK", 20_000)
     wait_blocked(f, q, 1)
     assert f.execute_command("QACK", q, held[b"lease"]) == 1             # and acks
     assert qinfo(f, q)[b"consumers_blocked"] == 1                         # the claimer still waits

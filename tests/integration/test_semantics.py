@@ -30,8 +30,8 @@ import hiredis
 import pytest
 import redis
 
-from harness import (HOST, CheckedThread, Daemon, RespSocket, as_map, claim, claim_one, error_text, no_retry_client,
-                     qget, qinfo, unique, wait_blocked, wait_for)
+from harness import (HOST, BlockedClaim, CheckedThread, Daemon, RespSocket, as_map, claim, claim_one, error_text,
+                     no_retry_client, qget, qinfo, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 # the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
@@ -73,40 +73,6 @@ def advance(c, ms: int) -> None:
 
 def ids(jobs) -> list[int]:
     return [j[b"id"] for j in jobs]
-
-
-class BlockedClaim(threading.Thread):
-    """A QCLAIM on a connection of its own, in a thread; ``t_sent`` /
-    ``t_reply`` are wall-clock seconds around the call."""
-
-    def __init__(self, d: Daemon, q: str, consumer: str, *options, close: bool = True) -> None:
-        super().__init__(daemon=True)
-        self.client = d.client(protocol=2)
-        self.client.ping()          # connected before the claim is timed
-        self.args = (q, consumer) + options
-        self.close_after = close
-        self.reply = self.error = None
-        self.t_sent = self.t_reply = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.t_sent = time.time()
-            reply = self.client.execute_command("QCLAIM", *self.args)
-            self.t_reply = time.time()
-            self.reply = [as_map(j) for j in reply]
-        except Exception as e:         # reported by result()
-            self.error = e
-        finally:
-            if self.close_after:
-                self.client.close()
-
-    def result(self, timeout: float = 10.0) -> list[dict]:
-        self.join(timeout)
-        assert not self.is_alive(), f"QCLAIM {self.args} still blocked after {timeout} s"
-        if self.error is not None:
-            raise self.error
-        return self.reply
 
 
 def is_job_push(frame) -> bool:
