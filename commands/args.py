@@ -53,6 +53,15 @@ def queue_name(value: bytes) -> bytes:
     return value
 
 
+MAX_GROUP = 1024          # GROUP: a name, any bytes, not a payload
+
+
+def group_name(value: bytes) -> bytes:
+    if len(value) > MAX_GROUP:
+        raise errors.group_too_long(MAX_GROUP)
+    return value
+
+
 class OptionReader:
     """Walks ``args[start:]`` as ``KEYWORD [values...]`` options.
 

@@ -191,6 +191,10 @@ def key_too_long(limit: int) -> Error:
     return err(f"KEY is longer than {limit} bytes")
 
 
+def group_too_long(limit: int) -> Error:
+    return err(f"GROUP is longer than {limit} bytes")
+
+
 def bad_consumer(limit: int) -> Error:
     return err(f"consumer name must be 1-{limit} bytes")
 

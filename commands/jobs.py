@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import random
 
-from leaseq.storage import queries
+from leaseq.storage import flow, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
 from leaseq.storage.job import Job
 from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.queue import Queue
 
 from . import errors
-from .args import OptionReader, queue_name, to_int
+from .args import OptionReader, group_name, queue_name, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
 from .replies import OK, Ints, Map, Record, Shape
 
@@ -26,7 +26,7 @@ MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 # -- producing ---------------------------------------------------------------------
 
 class PushOptions:
-    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms")
+    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups")
 
     def __init__(self) -> None:
         self.priority = 5
@@ -36,6 +36,7 @@ class PushOptions:
         self.scope = b"queued"
         self.max_deliveries = 0
         self.expire_ms = 0
+        self.groups = None        # one group per payload (GROUP for all, or QPUSHMANY's GROUPS)
 
     def visible_at(self, now: int) -> int:
         if self.at is not None:
@@ -70,6 +71,10 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
             opts.max_deliveries = r.int_in("MAXDELIVERIES", 0, U32)
         elif kw == b"EXPIRE":
             opts.expire_ms = r.int_in("EXPIRE", 0, MS_MAX)
+        elif kw == b"GROUP" and opts.groups is None:
+            opts.groups = [group_name(r.value())] * count
+        elif kw == b"GROUPS" and many and opts.groups is None:
+            opts.groups = [group_name(r.value()) for _ in range(count)]
         else:
             r.unknown()
     return opts
@@ -93,12 +98,13 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
     q = get_or_create(server, name)
     store = server.store
     now = server.now_ms()
-    fresh, keys = payloads, None
+    fresh, keys, groups = payloads, None, opts.groups
     resolved = None      # per payload: an existing id (> 0), or ~i for the i-th new job
     if opts.keys is not None:
         store.fold(q, now)
         fresh, keys, resolved, batch = [], [], [], {}
-        for p, key in zip(payloads, opts.keys):
+        kept_groups = []
+        for i, (p, key) in enumerate(zip(payloads, opts.keys)):
             holder = queries.duplicate_of(q, key, opts.scope)
             if holder is not None:
                 resolved.append(holder.id)
@@ -109,6 +115,10 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
                 resolved.append(~len(fresh))
                 fresh.append(p)
                 keys.append(key)
+                if groups is not None:
+                    kept_groups.append(groups[i])
+        if groups is not None:
+            groups = kept_groups
     maxlen = q.config.maxlen
     if maxlen and queries.live(q) + len(fresh) > maxlen:
         raise errors.queue_full(q.name, maxlen)
@@ -123,6 +133,10 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
             flags = SCOPE_CODES[opts.scope]
             jobs = [Job(first + i, p, prio, now, visible_at, k, flags, maxd, expire)
                     for i, (p, k) in enumerate(zip(fresh, keys))]
+        if groups is not None:
+            for job, group in zip(jobs, groups):
+                if group:
+                    job.group = group
         store.push(q, jobs, now)
     if resolved is None:
         return list(range(first, first + len(fresh)))
@@ -169,7 +183,7 @@ def job_reply(job: Job):
     if job.extra is None:                       # no key, error or provenance: the plain shape
         return Record(PLAIN_JOB, values)
     key, error = job.key, job.last_error
-    if job.origin is not None:
+    if job.origin is not None or job.group:
         return Map(list(zip(PLAIN_JOB.keys, values)) + _optional_items(job))
     if key is None and error is None:
         return Record(PLAIN_JOB, values)
@@ -182,6 +196,8 @@ def job_reply(job: Job):
 
 def _optional_items(job: Job) -> list:
     items = []
+    if job.group:
+        items.append((b"group", job.group))
     if job.key is not None:
         items.append((b"key", job.key))
     if job.last_error is not None:
@@ -194,8 +210,9 @@ def _optional_items(job: Job) -> list:
 
 
 def _has_claimable(server, q) -> bool:
-    server.store.fold(q, server.now_ms())
-    return bool(q.ready_head(1))
+    now = server.now_ms()
+    server.store.fold(q, now)
+    return bool(flow.claimable(q, now, 1))
 
 
 def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None) -> list:

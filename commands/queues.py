@@ -9,7 +9,7 @@ from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
-from .args import OptionReader, in_range, queue_name, to_float
+from .args import OptionReader, group_name, in_range, queue_name, to_float
 from .glob import compile_glob
 from .replies import OK, Map
 
@@ -80,6 +80,10 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
             changes["rate"] = _rate(r)
         elif kw == b"CONCURRENCY":
             changes["concurrency"] = _off_or(r, "CONCURRENCY", 1, U32)
+        elif kw == b"GROUP-CONCURRENCY":
+            changes["group_concurrency"] = _off_or(r, "GROUP-CONCURRENCY", 1, U32)
+        elif kw == b"GROUP-RATE":
+            changes["group_rate"] = _rate(r, "GROUP-RATE")
         elif kw == b"DURABILITY":
             d = r.value().lower().decode(errors="replace")
             if d not in DURABILITIES:
@@ -98,16 +102,16 @@ def _off_or(r: OptionReader, option: str, low: int, high: int) -> int:
     return in_range(v, option, low, high)
 
 
-def _rate(r: OptionReader) -> tuple:
-    """``RATE n ms``; ``RATE OFF`` or ``RATE 0`` (a window after the 0 may
-    follow, and is then ignored) removes the limit."""
-    n = _off_or(r, "RATE n", 1, U32)
+def _rate(r: OptionReader, option: str = "RATE") -> tuple:
+    """``RATE n ms`` (or ``GROUP-RATE n ms``); ``OFF`` or ``0`` (a window
+    after the 0 may follow, and is then ignored) removes the limit."""
+    n = _off_or(r, f"{option} n", 1, U32)
     if not n:
         following = r.peek()
         if following is not None and following.isdigit():
             r.value()
         return (0, 0)
-    return (n, r.int_in("RATE ms", 1, MS_MAX))
+    return (n, r.int_in(f"{option} ms", 1, MS_MAX))
 
 
 def _config_from(client, args: list, name: bytes, base: QueueConfig) -> QueueConfig:
@@ -203,6 +207,10 @@ def config_items(config: QueueConfig) -> list:
         (b"rate_ms", config.rate[1]),
         (b"concurrency", config.concurrency),
         (b"paused", int(config.paused)),
+        (b"group_concurrency", config.group_concurrency),
+        (b"group_rate", config.group_rate[0]),
+        (b"group_rate_ms", config.group_rate[1]),
+        (b"paused_groups", len(config.paused_groups)),
     ]
 
 
@@ -224,14 +232,15 @@ def qinfo(client, args):
         (b"consumers_blocked", server.blocked_on(q)),
         (b"next_id", q.next_id),
         (b"throttled", flow.throttled(q, now)),
+        (b"groups", queries.group_count(q)),
     ]
     return Map(items)
 
 
 def qpause(client, args):
-    """Claims and work streams hand out nothing from the queue until QRESUME;
-    pushes, acks, nacks and extends go on.  Kept with the queue's options, so
-    it lasts across restarts."""
+    """Claims and work streams hand out nothing from the queue (or from one
+    group of it) until QRESUME; pushes, acks, nacks and extends go on.  Kept
+    with the queue's options, so it lasts across restarts."""
     return _set_paused(client, args, True)
 
 
@@ -241,9 +250,25 @@ def qresume(client, args):
 
 def _set_paused(client, args, paused: bool):
     server = client.server
-    q = lookup(server, queue_name(args[1]))
-    if q.config.paused != paused:
-        server.store.set_config(q, q.config.with_options(paused=paused), server.now_ms())
+    name = queue_name(args[1])
+    group = None
+    r = OptionReader(args, 2)
+    for kw in r:
+        r.once(kw)
+        if kw == b"GROUP":
+            group = group_name(r.value())
+        else:
+            r.unknown()
+    q = lookup(server, name)
+    config = q.config
+    if group is None:
+        config = config.with_options(paused=paused)
+    elif paused:
+        config = config.with_options(paused_groups=config.paused_groups | {group})
+    else:
+        config = config.with_options(paused_groups=config.paused_groups - {group})
+    if config != q.config:
+        server.store.set_config(q, config, server.now_ms())
     return OK
 
 

@@ -161,6 +161,8 @@ QUEUE_OPTIONS = (
               Arg("memory", "pure-token", token="memory"))),
     Arg("rate", "block", token="RATE", optional=True, args=(Arg("n", "integer"), Arg("ms", "integer"))),
     opt("CONCURRENCY", "n"),
+    opt("GROUP-CONCURRENCY", "n"),
+    Arg("group-rate", "block", token="GROUP-RATE", optional=True, args=(Arg("n", "integer"), Arg("ms", "integer"))),
 )
 
 WHEN = Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DELAY"),
@@ -170,10 +172,15 @@ SCOPE = Arg("scope", "oneof", token="WHILE", optional=True,
                   Arg("exists", "pure-token", token="exists")))
 JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"))
 PUSH_OPTIONS = (opt("PRIORITY", "p"), WHEN,
-                Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE))) + JOB_LIMITS
+                Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE))) + JOB_LIMITS + (
+                opt("GROUP", "group", "string"),)
 PUSHMANY_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                     Arg("dedupe", "block", optional=True,
-                        args=(Arg("key", token="KEYS", multiple=True), SCOPE))) + JOB_LIMITS
+                        args=(Arg("key", token="KEYS", multiple=True), SCOPE))) + JOB_LIMITS + (
+                    Arg("groups", "oneof", optional=True,
+                        args=(Arg("group", "string", token="GROUP"),
+                              Arg("group", "string", token="GROUPS", multiple=True))),)
+GROUP_ARG = opt("GROUP", "group", "string")
 
 _COMMANDS = [
     # -- queues --------------------------------------------------------------------------------
@@ -195,12 +202,15 @@ _COMMANDS = [
        reply="map: name, every option, ready, delayed, in_flight, dead, completed, pushed, acked, nacked, "
              "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id, "
              "throttled (ready jobs a claim could not take now: RATE, CONCURRENCY or a pause)"),
-    _c("qpause", queues.qpause, 2, "write fast", "queue", "Stop handing out jobs of a queue until QRESUME",
-       (QUEUE,), reply="+OK; -NOQUEUE if the queue does not exist",
+    _c("qpause", queues.qpause, -2, "write fast", "queue",
+       "Stop handing out jobs of a queue, or of one group of it, until QRESUME",
+       (QUEUE, GROUP_ARG), reply="+OK; -NOQUEUE if the queue does not exist",
        notes="Pushes, acks, nacks and extends go on; blocked claimers wait. The pause lasts across restarts."),
-    _c("qresume", queues.qresume, 2, "write fast", "queue", "Hand out jobs of a paused queue again",
-       (QUEUE,), reply="+OK; -NOQUEUE if the queue does not exist",
-       notes="Blocked claimers and work streams are served at once."),
+    _c("qresume", queues.qresume, -2, "write fast", "queue",
+       "Hand out jobs of a paused queue, or of a paused group, again",
+       (QUEUE, GROUP_ARG), reply="+OK; -NOQUEUE if the queue does not exist",
+       notes="Blocked claimers and work streams are served at once. Without GROUP only the queue's own pause "
+             "is lifted, not its groups'."),
     _c("qlen", queues.qlen, 2, "readonly fast", "queue", "Number of jobs ready to be claimed now", (QUEUE,),
        reply="integer"),
     # -- jobs ---------------------------------------------------------------------------------------

@@ -215,14 +215,12 @@ class Blocking:
             self.server.store.fold(queue, self.server.now_ms())
             workers = [k for k in workers if not k.conn.closed and k.room]
         if waiters or workers:
-            available = len(queue.indexes.ready)
-            allowed = flow.allowance(queue, self.server.now_ms())     # RATE, CONCURRENCY, a pause
-            if allowed is not None:
-                available = min(available, allowed)
+            takers = waiters + workers
+            asks = [w.wait.count for w in waiters] + [k.room for k in workers]
+            # what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
+            available = flow.claimable(queue, self.server.now_ms(), sum(asks))
             if available:
                 journal = self.server.store.journal
-                takers = waiters + workers
-                asks = [w.wait.count for w in waiters] + [k.room for k in workers]
                 for taker, share in zip(takers, deal(available, asks)):
                     if not share:
                         continue

@@ -98,11 +98,14 @@ class Info:
 
     @staticmethod
     def _queue_line(q, now: int) -> str:
-        """A queue's counts (``queries.summary``), and for a queue that sets
-        RATE, CONCURRENCY or a pause, its ``paused`` and ``throttled``."""
+        """A queue's counts (``queries.summary``); for a queue that sets
+        RATE, CONCURRENCY, a group rule or a pause, its ``paused`` and
+        ``throttled``; for a queue with groups, ``groups``."""
         line = queries.summary(q)
         if flow.limited(q):
             line += f",paused={int(q.config.paused)},throttled={flow.throttled(q, now)}"
+        if q.indexes.groups is not None:
+            line += f",groups={queries.group_count(q)}"
         return line
 
     def _persistence(self) -> list[tuple[str, object]]:

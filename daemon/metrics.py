@@ -14,7 +14,11 @@ leaseq_queue_jobs                          gauge   queue, state (ready,
                                                    delayed, in_flight, dead,
                                                    completed)
 leaseq_queue_throttled                     gauge   queue, reason (pause,
-                                                   concurrency, rate)
+                                                   concurrency, rate,
+                                                   group-pause,
+                                                   group-concurrency,
+                                                   group-rate)
+leaseq_queue_groups                        gauge   queue
 leaseq_queue_pushed_total                  counter queue
 leaseq_queue_acked_total                   counter queue
 leaseq_queue_nacked_total                  counter queue
@@ -35,7 +39,7 @@ from bisect import bisect_left
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from leaseq.storage import flow
+from leaseq.storage import flow, queries
 from leaseq.storage.wal import list_segments
 
 # seconds; the last bucket is +Inf
@@ -87,6 +91,7 @@ class Metrics:
         throttled = GaugeMetricFamily("leaseq_queue_throttled",
                                       "Ready jobs no claim could take now, by the rule holding them back.",
                                       labels=["queue", "reason"])
+        groups = GaugeMetricFamily("leaseq_queue_groups", "Groups holding live jobs in a queue.", labels=["queue"])
         now = server.now_ms()
         for q in queues:
             name = q.name.decode(errors="replace")
@@ -94,10 +99,12 @@ class Metrics:
                 jobs.add_metric([name, state], n)
             for reason, n in flow.throttled_by(q, now).items():
                 throttled.add_metric([name, reason], n)
+            groups.add_metric([name], queries.group_count(q))
             for c in COUNTERS:
                 totals[c].add_metric([name], getattr(q.counters, c))
         yield jobs
         yield throttled
+        yield groups
         yield from totals.values()
         durations = HistogramMetricFamily("leaseq_command_duration_seconds",
                                           "Time to run a command (not counting the wait for fsync).",

@@ -27,11 +27,22 @@ class QueueConfig:
     rate: tuple = (0, 0)          # (n, ms): at most n jobs handed out in any ms; (0, 0): no limit
     concurrency: int = 0          # at most this many jobs in flight; 0: no limit
     paused: bool = False          # QPAUSE: claims hand out nothing (kept with the options, so it lasts)
+    group_concurrency: int = 0    # at most this many slots held per group; 0: no limit
+    group_rate: tuple = (0, 0)    # (n, ms) per group, as rate
+    paused_groups: frozenset = frozenset()   # QPAUSE queue GROUP g: these groups hand out nothing
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a group rule is set (the queue then keeps its groups)."""
+        return bool(self.group_concurrency or self.group_rate[0] or self.paused_groups)
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["backoff"] = list(self.backoff)
         d["rate"] = list(self.rate)
+        d["group_rate"] = list(self.group_rate)
+        # group names are any bytes: kept as latin-1 text, which maps each byte to one character
+        d["paused_groups"] = sorted(g.decode("latin-1") for g in self.paused_groups)
         return d
 
     @classmethod
@@ -43,12 +54,17 @@ class QueueConfig:
             values["backoff"] = (int(b[0]), float(b[1]), int(b[2]))
         if "rate" in values:
             values["rate"] = (int(values["rate"][0]), int(values["rate"][1]))
+        if "group_rate" in values:
+            values["group_rate"] = (int(values["group_rate"][0]), int(values["group_rate"][1]))
+        if "paused_groups" in values:
+            values["paused_groups"] = frozenset(g.encode("latin-1") for g in values["paused_groups"])
         return cls(**values)
 
     def same_options(self, other: "QueueConfig") -> bool:
-        """Equal but for the pause (QCREATE of a paused queue with its own
+        """Equal but for the pauses (QCREATE of a paused queue with its own
         options is still +OK)."""
-        return replace(self, paused=False) == replace(other, paused=False)
+        return (replace(self, paused=False, paused_groups=frozenset())
+                == replace(other, paused=False, paused_groups=frozenset()))
 
     def with_options(self, **changes) -> "QueueConfig":
         return replace(self, **changes)

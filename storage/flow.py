@@ -1,5 +1,5 @@
 """Flow control: how many jobs a queue may hand out at a moment
-(docs/semantics.md §3.7).
+(docs/semantics.md §3.7; the group rules of §3.8 are ``storage.groups``').
 
 Three rules, each off unless the queue sets it, and the smallest allowance
 wins:
@@ -23,6 +23,8 @@ full window holds ready jobs back, and arms the queue's timer for it.
 from __future__ import annotations
 
 from collections import deque
+
+GROUP_REASONS = ("group-pause", "group-concurrency", "group-rate")
 
 
 class RateWindow:
@@ -56,7 +58,7 @@ class RateWindow:
             times.popleft()
 
 
-REASONS = ("pause", "concurrency", "rate")
+REASONS = ("pause", "concurrency", "rate") + GROUP_REASONS
 
 
 def _rules(q, now: int) -> list[tuple[str, int]]:
@@ -81,31 +83,61 @@ def allowance(q, now: int) -> int | None:
     return min(n for _reason, n in rules) if rules else None
 
 
-def handed_out(q, ts: int, n: int) -> None:
-    """``n`` leases were granted at ``ts``: they count in the rate window."""
+def claimable(q, now: int, want: int) -> int:
+    """How many of ``want`` jobs a claim could take now (call after folding)."""
+    allowed = allowance(q, now)
+    if allowed is not None:
+        want = min(want, allowed)
+    groups = q.indexes.groups
+    if groups is None:
+        return min(want, len(q.indexes.ready))
+    return len(groups.first(want, now))
+
+
+def handed_out(q, ts: int, jobs: list) -> None:
+    """``jobs`` were leased at ``ts``: they count in the rate windows, and
+    their groups go to the back of the turns."""
     limit, span = q.config.rate
     if limit:
-        q.rate_window.add(ts, n, span)
+        q.rate_window.add(ts, len(jobs), span)
+    if q.indexes.groups is not None:
+        q.indexes.groups.served(jobs, ts)
+
+
+def has_slots(q) -> bool:
+    """Whether a job ending frees a slot someone may wait for (CONCURRENCY,
+    GROUP-CONCURRENCY)."""
+    return bool(q.config.concurrency or q.config.group_concurrency)
 
 
 def next_room(q, now: int) -> int | None:
     """When a full rate window holds ready jobs back: the moment it lets one
     more through (what the queue's timer waits for); else None.  A pause or
     a full CONCURRENCY ends by a command (QRESUME, an ack ...), never by time."""
-    limit, span = q.config.rate
-    if not limit or q.config.paused or not q.indexes.ready:
+    if q.config.paused or not q.indexes.ready:
         return None
-    return q.rate_window.next_room(now, limit, span)
+    limit, span = q.config.rate
+    room = q.rate_window.next_room(now, limit, span) if limit else None
+    groups = q.indexes.groups
+    if groups is not None:
+        group_room = groups.next_room(now)
+        if group_room is not None and (room is None or group_room < room):
+            room = group_room
+    return room
 
 
 def throttled_by(q, now: int) -> dict[str, int]:
     """Ready jobs that no claim could take right now, by the rule that holds
-    them back (the one allowing least; the first in REASONS on a tie)."""
+    them back: per group, the group rule allowing least; then, of what the
+    groups let out, the queue's rule allowing least (the first in REASONS on
+    a tie)."""
     counts = dict.fromkeys(REASONS, 0)
+    groups = q.indexes.groups
+    free = len(q.indexes.ready) if groups is None else groups.throttled_by(now, counts)
     rules = _rules(q, now)
     if rules:
         reason, allowed = min(rules, key=lambda rule: rule[1])
-        counts[reason] = max(0, len(q.indexes.ready) - allowed)
+        counts[reason] += max(0, free - allowed)
     return counts
 
 
@@ -117,4 +149,4 @@ def throttled(q, now: int) -> int:
 def limited(q) -> bool:
     """Whether the queue sets any rule (INFO shows ``throttled`` for it)."""
     config = q.config
-    return bool(config.paused or config.concurrency or config.rate[0])
+    return bool(config.paused or config.concurrency or config.rate[0] or config.grouped)

@@ -19,6 +19,10 @@ A job sits in exactly one index, the one its ``state`` names.  ``add``,
 with the new key: the one way to change a field that positions a job) read
 the table.  The queue's bulk paths (a push, a claim of the ready head, an
 ack, lazy expiry) reach the index they know directly, in bulk.
+
+A queue with groups also has ``groups`` (``storage.groups``, else None):
+``add``, ``remove`` and ``move`` tell it each job that enters or leaves an
+index, and so must the bulk paths (``Queue`` does, when ``groups`` is set).
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ PLACES = {
 
 
 class Indexes:
-    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "_place")
+    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "_place", "groups")
 
     def __init__(self) -> None:
+        self.groups = None          # storage.groups.Groups of a queue with groups
         self._place = {}            # state -> (index, key)
         for state, (name, kind, key) in PLACES.items():
             index = kind()
@@ -62,18 +67,23 @@ class Indexes:
         """Put the job in the index its state names."""
         index, key = self._place[job.state]
         index.add(key(job), job.id)
+        if self.groups is not None:
+            self.groups.enter(job)
 
-    def remove(self, job: Job) -> None:
+    def remove(self, job: Job, staying: bool = False) -> None:
         """Take the job out of the index its state names (a job whose state
-        is None is in none and is left alone)."""
+        is None is in none and is left alone); ``staying``: it is re-added
+        at once (``move``)."""
         place = self._place.get(job.state)
         if place is not None:
             index, key = place
             index.remove(key(job), job.id)
+            if self.groups is not None:
+                self.groups.leave(job, staying)
 
     def move(self, job: Job, **fields) -> None:
         """The one way to change fields that position a job: remove, change, re-add."""
-        self.remove(job)
+        self.remove(job, staying=True)
         for name, value in fields.items():
             setattr(job, name, value)
         self.add(job)
@@ -91,10 +101,15 @@ class Indexes:
                 index.add(key(job), job.id)
         for b, ids in ready.items():
             self.ready.update(b, ids)
+        if self.groups is not None:
+            for job in jobs:
+                self.groups.enter(job)
 
     def clear(self) -> None:
         for index, _ in self._place.values():
             index.clear()
+        if self.groups is not None:
+            self.groups = type(self.groups)(self.groups.config)
 
     def counts(self) -> dict[str, int]:
         """Jobs by state, as they stand (nothing folded): what INFO, /metrics

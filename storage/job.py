@@ -36,7 +36,7 @@ class JobExtra:
     stays small (a million live jobs: 64 bytes each saved)."""
 
     __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
-                 "dead_reason", "holder")
+                 "dead_reason", "holder", "group")
 
     def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
         self.key = key
@@ -48,6 +48,7 @@ class JobExtra:
         self.retain_until = 0
         self.dead_reason = None
         self.holder = None
+        self.group = b""          # GROUP (docs/semantics.md §3.8); b"": the group ""
 
 
 def _extra_field(name: str, default):
@@ -97,6 +98,7 @@ class Job:
     retain_until = _extra_field("retain_until", 0)
     dead_reason = _extra_field("dead_reason", None)
     holder = _extra_field("holder", None)
+    group = _extra_field("group", b"")
 
 
 def end_lease(job: Job) -> None:

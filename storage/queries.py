@@ -31,16 +31,26 @@ SCOPE_CODES = {b"queued": 0, b"active": 1, b"exists": 2}
 
 
 def claimable(q: Queue, now: int, count: int) -> list[Job]:
-    """The next ``count`` jobs in claim order after folding (unlogged: the
-    daemon folds through ``Store.fold`` and reads ``Queue.ready_head``)."""
+    """The next ``count`` jobs in claim order after folding, groups taking
+    turns (unlogged: the daemon folds through ``Store.fold`` and reads
+    ``Queue.claim_head``)."""
     q.fold(now)
-    return q.ready_head(count)
+    return q.claim_head(count, now)
 
 
 def live(q: Queue) -> int:
     """Jobs still to be done: ready, delayed or in flight (what MAXLEN bounds)."""
     indexes = q.indexes
     return len(indexes.ready) + len(indexes.delayed) + len(indexes.leases)
+
+
+def group_count(q: Queue) -> int:
+    """Groups holding live jobs (QINFO's ``groups``): 0 for a queue without
+    groups, 1 while all its jobs are in the group ""."""
+    groups = q.indexes.groups
+    if groups is None:
+        return 1 if live(q) else 0
+    return len(groups.members)
 
 
 def duplicate_of(q: Queue, key: bytes, scope: bytes) -> Job | None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from .config import QueueConfig
 from .indexes import Indexes, band
 from .flow import RateWindow
+from .groups import Groups
 from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, end_lease
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
@@ -87,9 +88,23 @@ class Queue:
 
     # -- transitions (called by Store, live and during replay) ------------------------
 
+    def use_groups(self) -> Groups:
+        """The queue's groups (``storage.groups``), made when its first job with
+        a GROUP arrives or a group rule is set, from every job it holds."""
+        groups = self.indexes.groups
+        if groups is None:
+            groups = self.indexes.groups = Groups(self.config)
+            for job in self.jobs.values():
+                if job.state is not None:
+                    groups.enter(job)
+        return groups
+
     def add_many(self, jobs: list[Job], now: int) -> None:
         """New jobs (ascending ids, above every id so far): ready now, or delayed
         until visible_at."""
+        if self.indexes.groups is not None:
+            return self._add_grouped(jobs, now)
+        grouped = False
         table = self.jobs
         delayed_add = self.indexes.delayed.add
         keys = self.keys
@@ -108,10 +123,31 @@ class Queue:
                 else:
                     ids.append(job.id)
             extra = job.extra           # (job.key, without the property's cost)
-            if extra is not None and extra.key is not None:
-                keys.setdefault(extra.key, []).append(job.id)
+            if extra is not None:
+                if extra.key is not None:
+                    keys.setdefault(extra.key, []).append(job.id)
+                if extra.group:
+                    grouped = True
         for b, ids in ready.items():
             self.indexes.ready.append_new(b, ids)
+        self._added(jobs)
+        if grouped:
+            self.use_groups()
+
+    def _add_grouped(self, jobs: list[Job], now: int) -> None:
+        """``add_many`` on a queue with groups: one job at a time."""
+        table = self.jobs
+        keys = self.keys
+        add = self.indexes.add
+        for job in jobs:
+            table[job.id] = job
+            job.state = DELAYED if job.visible_at > now else READY
+            add(job)
+            if job.key is not None:
+                keys.setdefault(job.key, []).append(job.id)
+        self._added(jobs)
+
+    def _added(self, jobs: list[Job]) -> None:
         self.payload_bytes += sum(len(job.payload) for job in jobs)
         self.order.extend(job.id for job in jobs)
         if jobs and jobs[-1].id >= self.next_id:
@@ -128,10 +164,9 @@ class Queue:
             if extra is not None and extra.key is not None:
                 keys.setdefault(extra.key, []).append(job.id)
         self.indexes.restore(jobs)
-        self.payload_bytes += sum(len(job.payload) for job in jobs)
-        self.order.extend(job.id for job in jobs)
-        if jobs and jobs[-1].id >= self.next_id:
-            self.next_id = jobs[-1].id + 1
+        self._added(jobs)
+        if self.indexes.groups is None and any(job.extra is not None and job.extra.group for job in jobs):
+            self.use_groups()
 
     def lease(self, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
         if job.token is not None:
@@ -174,7 +209,10 @@ class Queue:
         """``remove`` for jobs in flight, with their lease entries in bulk."""
         by_deadline: dict[int, list] = {}
         table = self.jobs
+        groups = self.indexes.groups
         for job in jobs:
+            if groups is not None:
+                groups.leave(job)
             end_lease(job)
             by_deadline.setdefault(job.deadline, []).append(job.id)
             job.state = None
@@ -246,11 +284,16 @@ class Queue:
         indexes = self.indexes
         ready_add = indexes.ready.add
         delayed = indexes.delayed
+        groups = indexes.groups
         if delayed and delayed.first() <= now:
             for jid in delayed.pop_due(now):
                 job = jobs[jid]
+                if groups is not None:
+                    groups.leave(job, staying=True)
                 job.state = READY
                 ready_add(band(job), jid)
+                if groups is not None:
+                    groups.enter(job)
         expired: list[int] = NONE_EXPIRED
         leases = indexes.leases
         if leases and leases.first() <= now:
@@ -262,6 +305,8 @@ class Queue:
                     job = jobs[jid]
                     job.state = None              # already out of its index
                     self.remove(job)
+        if groups is not None:
+            groups.fold(now)
         return expired
 
     def _expired(self, ids) -> None:
@@ -269,11 +314,16 @@ class Queue:
         (the token still works until someone claims the job)."""
         jobs = self.jobs
         ready_add = self.indexes.ready.add
+        groups = self.indexes.groups
         for jid in ids:
             job = jobs[jid]
+            if groups is not None:
+                groups.leave(job, staying=True)
             job.state = READY
             job.requeued = True
             ready_add(band(job), jid)
+            if groups is not None:
+                groups.enter(job)
         self.counters.lease_expired += len(ids)
 
     def expire(self, ids) -> None:
@@ -292,9 +342,19 @@ class Queue:
     # -- what the transitions read -----------------------------------------------------------
 
     def ready_head(self, count: int) -> list[Job]:
-        """The first ``count`` ready jobs in claim order, as they stand."""
+        """The first ``count`` ready jobs by priority and age, as they stand
+        (QPEEK's order; with groups, claims take turns: ``claim_head``)."""
         jobs = self.jobs
         return [jobs[i] for i in self.indexes.ready.first(count)]
+
+    def claim_head(self, count: int, now: int) -> list[Job]:
+        """The next ``count`` jobs a claim would take now, as the group rules
+        and turns allow (the queue's own limits are ``storage.flow``'s)."""
+        groups = self.indexes.groups
+        if groups is None:
+            return self.ready_head(count)
+        jobs = self.jobs
+        return [jobs[i] for i in groups.first(count, now)]
 
     def job_for_token(self, token: bytes) -> Job | None:
         """The job a token's lease is on, if that lease has not ended (else None)."""

@@ -49,7 +49,9 @@ not repeated in every record); ``ts`` is when the change happened.
            max_deliveries u32, expire_ms u64, key_len u16, payload_len u32,
            key, payload``.  ``ts`` is every job's ``enqueued_at``.  ``flags``
            bits 0-1 hold the dedupe scope of the key (0 queued, 1 active,
-           2 exists).  One record per QPUSH / QPUSHMANY: all jobs or none.
+           2 exists); bit 2 says that ``group_len u16, group`` (the job's
+           GROUP) follows the key.  One record per QPUSH / QPUSHMANY: all
+           jobs or none.
 5 CLAIM    ``qid u32, ts u64, deadline u64, first_seq u64, count u32,
            consumer_len u16, consumer, ids u64 x count`` and, written since
            0.2, ``deliveries u32 x count``: leases granted; job ``ids[i]``
@@ -135,13 +137,17 @@ then frames exactly like a segment's, of these types:
                5 completed.  ``bits``: 1 requeued (became ready again),
                2 has an error (``error`` may be empty), 4 ORIGIN
                (dead-letter provenance), bits 3-4 the reason a job dead in
-               its own queue died (0 none, else as DEAD).  ``token`` is
+               its own queue died (0 none, else as DEAD), 32 GROUP: then
+               ``group_len u16, group`` (after the provenance).  ``token`` is
                the job's current lease token (empty: none); an expired
                lease keeps it until the job is claimed again.  A queue's
                jobs may span several SNAP_JOBS frames; memory queues have
                none.
 23 SNAP_END    ``queues u32, jobs u64``: last; a file without it is not a
                snapshot (a crash cut it short).
+24 SNAP_GROUPS ``qid u32, next_turn u64, count u32`` then ``count`` x
+               ``(turn u64, name_len u16, name)``: the round-robin turn of
+               each group of a queue with groups (after its SNAP_JOBS).
 """
 
 from __future__ import annotations
@@ -163,11 +169,12 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
-SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END = range(20, 24)
+SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS = range(20, 25)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE"}
 NACK_ERROR, NACK_CLOSED = 1, 2
+PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
 REASON_CODES = {v: k for k, v in REASONS.items()}
 
@@ -194,7 +201,10 @@ _SNAP_QUEUE = struct.Struct("<IQQQQQQQQB")
 _SNAP_JOB = struct.Struct("<QQQQQQIIBBBBHBHII")
 _SNAP_ORIGIN = struct.Struct("<QIBB")
 _SNAP_END = struct.Struct("<IQ")
-SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN = 1, 2, 4
+SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP = 1, 2, 4, 32
+_U16 = struct.Struct("<H")
+_SNAP_GROUPS = struct.Struct("<IQI")
+_SNAP_TURN = struct.Struct("<QH")
 
 
 class FormatError(ValueError):
@@ -284,7 +294,7 @@ def drop(qid: int, ts: int) -> bytes:
 
 def push(qid: int, ts: int, jobs) -> bytes:
     """``jobs``: ``Job`` objects (id, visible_at, priority, payload, and the
-    rare key, flags, max_deliveries and expire_ms in ``extra``)."""
+    rare key, flags, max_deliveries, expire_ms and group in ``extra``)."""
     parts = [_PUSH.pack(qid, ts, len(jobs))]
     pack = _JOB.pack
     append = parts.append
@@ -295,10 +305,13 @@ def push(qid: int, ts: int, jobs) -> bytes:
             append(pack(j.id, j.visible_at, j.priority, 0, 0, 0, 0, len(payload)))
         else:
             key = extra.key or b""
-            append(pack(j.id, j.visible_at, j.priority, extra.flags, extra.max_deliveries, extra.expire_ms,
-                        len(key), len(payload)))
+            group = extra.group
+            append(pack(j.id, j.visible_at, j.priority, extra.flags | (PUSH_GROUP if group else 0),
+                        extra.max_deliveries, extra.expire_ms, len(key), len(payload)))
             if key:
                 append(key)
+            if group:
+                append(_U16.pack(len(group)) + group)
         append(payload)
     return b"".join(parts)
 
@@ -374,9 +387,9 @@ def txn(records) -> bytes:
 class JobRecord:
     """One job of a PUSH record, as decoded."""
 
-    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload")
+    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload", "group")
 
-    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload):
+    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload, group=b""):
         self.id = id
         self.visible_at = visible_at
         self.priority = priority
@@ -385,6 +398,7 @@ class JobRecord:
         self.expire_ms = expire_ms
         self.key = key
         self.payload = payload
+        self.group = group
 
 
 def _ids(body: bytes, offset: int, count: int) -> tuple:
@@ -434,9 +448,15 @@ def _d_push(b):
         off += size
         key = b[off:off + klen] if klen else None
         off += klen
+        group = b""
+        if flags & PUSH_GROUP:
+            (glen,) = _U16.unpack_from(b, off)
+            group = b[off + 2:off + 2 + glen]
+            off += 2 + glen
+            flags &= ~PUSH_GROUP
         payload = b[off:off + plen]
         off += plen
-        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload))
+        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group))
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
     return qid, ts, jobs
@@ -594,6 +614,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
     if origin is not None:
         parts.append(_SNAP_ORIGIN.pack(origin.src_id, origin.deliveries, REASON_CODES[origin.reason],
                                        len(origin.source)) + origin.source)
+    if bits & SNAP_GROUP:
+        parts.append(_U16.pack(len(job.group)) + job.group)
     return b"".join(parts)
 
 
@@ -641,14 +663,45 @@ def _snap_jobs(b: bytes, count: int):
                 off += _SNAP_ORIGIN.size
                 origin = (b[off:off + slen], src_id, odel, REASONS[reason])
                 off += slen
+            group = b""
+            if bits & SNAP_GROUP:
+                (glen,) = _U16.unpack_from(b, off)
+                group = b[off + 2:off + 2 + glen]
+                off += 2 + glen
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
             yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-                   key, token, consumer, error, payload, origin)
+                   key, token, consumer, error, payload, origin, group)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
     if off != end:
         raise FormatError("SNAP_JOBS record length does not match its jobs")
+
+
+def snap_groups(qid: int, next_turn: int, turns: dict) -> bytes:
+    """A SNAP_GROUPS body: ``turns`` maps each group name to its turn."""
+    parts = [_SNAP_GROUPS.pack(qid, next_turn, len(turns))]
+    for name, turn in turns.items():
+        parts.append(_SNAP_TURN.pack(turn, len(name)) + name)
+    return b"".join(parts)
+
+
+def decode_snap_groups(b: bytes) -> tuple:
+    """``(qid, next_turn, {name: turn})``"""
+    try:
+        qid, next_turn, count = _SNAP_GROUPS.unpack_from(b)
+        off = _SNAP_GROUPS.size
+        turns = {}
+        for _ in range(count):
+            turn, n = _SNAP_TURN.unpack_from(b, off)
+            off += _SNAP_TURN.size
+            turns[b[off:off + n]] = turn
+            off += n
+    except struct.error as e:
+        raise FormatError(f"SNAP_GROUPS record does not decode: {e}") from None
+    if off != len(b):
+        raise FormatError("SNAP_GROUPS record length does not match its groups")
+    return qid, next_turn, turns
 
 
 def snap_end(queues: int, jobs: int) -> bytes:

@@ -240,8 +240,7 @@ class Replayer:
         if rtype == records.PUSH:
             _qid, ts, jobs = fields
             # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
-            store.push(q, [Job(r.id, r.payload, r.priority, ts, ts if r.visible_at == ts else r.visible_at,
-                               r.key, r.flags, r.max_deliveries, r.expire_ms) for r in jobs], ts)
+            store.push(q, [_job(r, ts) for r in jobs], ts)
         elif rtype == records.CLAIM:
             _qid, ts, deadline, first_seq, consumer, ids, _deliveries = fields
             store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
@@ -297,3 +296,12 @@ def _survives(target: Queue | None) -> bool:
 def _jobs(q: Queue, ids) -> list[Job]:
     jobs = q.jobs
     return [jobs[i] for i in ids if i in jobs]
+
+
+def _job(r, ts: int) -> Job:
+    """The job a PUSH record's entry ``r`` (``records.JobRecord``) made at ``ts``."""
+    job = Job(r.id, r.payload, r.priority, ts, ts if r.visible_at == ts else r.visible_at, r.key, r.flags,
+              r.max_deliveries, r.expire_ms)
+    if r.group:
+        job.group = r.group
+    return job

@@ -98,7 +98,8 @@ def frames(store: Store, tally: list):
         for job in q.jobs.values():
             bits = ((records.SNAP_REQUEUED if job.requeued else 0)
                     | (records.SNAP_ERROR if job.last_error is not None else 0)
-                    | (records.SNAP_ORIGIN if job.origin is not None else 0))
+                    | (records.SNAP_ORIGIN if job.origin is not None else 0)
+                    | (records.SNAP_GROUP if job.group else 0))
             dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
             part = records.snap_job(job, STATE_CODES[job.state], bits, dead_code)
             batch.append(part)
@@ -110,6 +111,10 @@ def frames(store: Store, tally: list):
         if batch:
             yield records.frame(records.SNAP_JOBS, records.snap_jobs(q.qid, batch))
             jobs += len(batch)
+        groups = q.indexes.groups
+        if groups is not None:
+            yield records.frame(records.SNAP_GROUPS, records.snap_groups(q.qid, groups.next_turn,
+                                                                         groups.turn_table()))
     tally[:] = [queues, jobs]
     yield records.frame(records.SNAP_END, records.snap_end(queues, jobs))
 
@@ -163,6 +168,7 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
     offset = records.SNAPSHOT_HEADER_SIZE
     expect_store = True
     pending: dict[int, list[Job]] = {}
+    turns: dict[int, tuple] = {}        # qid -> (next_turn, {group: turn})
     ended = None
     try:
         for offset, rtype, body in records.iter_frames(data, offset):
@@ -181,6 +187,11 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
                 pending.setdefault(qid, []).extend(_jobs(rows))
+            elif rtype == records.SNAP_GROUPS:
+                qid, next_turn, table = records.decode_snap_groups(body)
+                if qid not in store.by_qid:
+                    raise records.FormatError(f"SNAP_GROUPS for unknown queue {qid}")
+                turns[qid] = (next_turn, table)
             elif rtype == records.SNAP_END:
                 ended = records.decode_snap_end(body)
             else:
@@ -198,6 +209,8 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
         raise CorruptSnapshot(path, offset, "SNAP_END counts do not match the records")
     for qid, got in pending.items():
         store.by_qid[qid].restore(got)
+    for qid, (next_turn, table) in turns.items():
+        store.by_qid[qid].use_groups().set_turns(table, next_turn)
     return store, SnapshotInfo(path, covers, ts, queues, jobs, len(data))
 
 
@@ -216,7 +229,7 @@ def _jobs(rows) -> list[Job]:
     share = times.setdefault
     requeued_bit, error_bit = records.SNAP_REQUEUED, records.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-         key, token, consumer, error, payload, origin) in rows:
+         key, token, consumer, error, payload, origin, group) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
@@ -234,10 +247,12 @@ def _jobs(rows) -> list[Job]:
             job.requeued = bool(bits & requeued_bit)
             if bits & error_bit:
                 job.last_error = error
-            if bits >> 3:
-                job.dead_reason = records.REASONS.get(bits >> 3)
+            if bits >> 3 & 3:
+                job.dead_reason = records.REASONS.get(bits >> 3 & 3)
             if origin is not None:
                 job.origin = Provenance(*origin)
+            if group:
+                job.group = group
         if retain:
             job.retain_until = retain
         append(job)

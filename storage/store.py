@@ -87,6 +87,8 @@ class Store:
         q = Queue(qid, name, config)
         q.next_id = q.id_mark = self.dropped_marks.pop(name, 1)
         _set_durability(q)
+        if config.grouped:
+            q.use_groups()
         self.queues[name] = q
         self.by_qid[qid] = q
         self.journal.meta_record(records.QUEUE, records.queue(qid, ts, name, config.to_json()))
@@ -97,6 +99,10 @@ class Store:
         let blocked claimers take jobs now)."""
         q.config = config
         _set_durability(q)
+        if q.indexes.groups is not None:
+            q.indexes.groups.reconfigure(config, ts)
+        elif config.grouped:
+            q.use_groups()
         self.journal.meta_record(records.QUEUE, records.queue(q.qid, ts, q.name, config.to_json()))
         self._woken.add(q)
 
@@ -136,13 +142,14 @@ class Store:
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
               first_seq: int | None = None, front: bool = False) -> None:
         """Lease ``jobs``; each gets a new token (``job.token``).  ``front``: the
-        jobs are exactly ``q.ready_head()``'s answer (the head of ``ready``)."""
+        jobs are exactly ``q.ready_head()``'s answer (the head of ``ready``;
+        never so on a queue with groups, whose claims take turns)."""
         if first_seq is None:
             first_seq = self.lease_seq + 1
         self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
         epoch = self.epoch
         tokens = [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
-        if front:
+        if front and q.indexes.groups is None:
             q.lease_front(jobs, tokens, deadline, consumer)
         else:
             for job, token in zip(jobs, tokens):
@@ -150,12 +157,12 @@ class Store:
         self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
                                                                 [j.id for j in jobs], [j.deliveries for j in jobs]),
                                 lease=True)
-        flow.handed_out(q, ts, len(jobs))
+        flow.handed_out(q, ts, jobs)
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.complete_many(jobs, ts)
         self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
-        if q.config.concurrency:
+        if flow.has_slots(q):
             self._woken.add(q)       # a slot is free: a blocked claimer may take it
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
@@ -199,7 +206,7 @@ class Store:
                 count = allowed
                 if not count:
                     return []
-            jobs = q.ready_head(count)
+            jobs = q.claim_head(count, now)
             if nobody_doomed(q, jobs):
                 return jobs
             doomed = [(job, reason) for job in jobs if (reason := death_reason(q, job, now)) is not None]
@@ -226,6 +233,8 @@ class Store:
         self.apply_dead(q, ts, reason, target, pairs)
         self.journal.job_record(q, records.DEAD, records.dead(q.qid, ts, records.REASON_CODES[reason],
                                                 target.qid if target else 0, pairs))
+        if flow.has_slots(q):
+            self._woken.add(q)       # a job that held a slot may have died
 
     def apply_dead(self, q: Queue, ts: int, reason: bytes, target: Queue | None, pairs,
                    copies: bool = True) -> None:
@@ -242,6 +251,7 @@ class Store:
             job = jobs[jid]
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
+            copy.group = job.group
             copy.origin = Provenance(q.name, job.id, job.deliveries, reason)
             moved.append(copy)
             q.remove(job)
@@ -272,6 +282,7 @@ class Store:
             job = jobs[jid]
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
+            copy.group = job.group
             copy.requeued = True
             back.append(copy)
             q.remove(job)
@@ -286,7 +297,7 @@ class Store:
             q.remove(job)
         self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                 records.delete(q.qid, ts, [j.id for j in jobs]))
-        if q.config.concurrency:
+        if flow.has_slots(q):
             self._woken.add(q)       # a deleted job in flight frees its slot
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:

@@ -371,6 +371,20 @@ def error_text(c, *args) -> str:
     return str(e.value)
 
 
+def bgsave(c) -> None:
+    """BGSAVE and wait until that snapshot is written and none runs."""
+    taken = c.info("persistence")["snapshots_taken"]
+    assert c.execute_command("BGSAVE") in (b"Background saving started", "Background saving started", True)
+    deadline = time.monotonic() + 60
+    while True:
+        info = c.info("persistence")
+        if info["snapshots_taken"] > taken and not info["snapshot_in_progress"]:
+            return
+        assert info["last_snapshot_status"] == "ok", info
+        assert time.monotonic() < deadline, info
+        time.sleep(0.02)
+
+
 def wait_blocked(c, q, n: int) -> None:
     """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
     wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")

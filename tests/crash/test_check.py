@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import LEASEQ, Daemon, as_map, qinfo
+from harness import LEASEQ, Daemon, as_map, bgsave, qinfo
 from leaseq.storage import records
 
 LONG = 600_000
@@ -27,20 +27,6 @@ def start(daemons, path, *args) -> Daemon:
     d = Daemon(str(path), *args)
     daemons.append(d)
     return d.start()
-
-
-def bgsave(c) -> None:
-    """BGSAVE and wait until that snapshot is written and none runs."""
-    taken = c.info("persistence")["snapshots_taken"]
-    assert c.execute_command("BGSAVE") in (b"Background saving started", "Background saving started", True)
-    deadline = time.monotonic() + 60
-    while True:
-        info = c.info("persistence")
-        if info["snapshots_taken"] > taken and not info["snapshot_in_progress"]:
-            return
-        assert info["last_snapshot_status"] == "ok", info
-        assert time.monotonic() < deadline, info
-        time.sleep(0.02)
 
 
 def contents(directory) -> dict[str, bytes]:

@@ -268,7 +268,9 @@ def test_pause_and_resume_of_an_unknown_queue_is_noqueue_and_creates_nothing(f, 
     assert error_text(f, command, q) == f"NOQUEUE no such queue '{q}'"
     assert f.execute_command("EXISTS", q) == 0
     assert error_text(f, command) == f"wrong number of arguments for '{command.lower()}' command"
-    assert error_text(f, command, q, "GROUP") == f"wrong number of arguments for '{command.lower()}' command"
+    assert error_text(f, command, q, "GROUP") == "syntax error"           # checked before the queue is looked up
+    assert error_text(f, command, q, "GROUP", "g") == f"NOQUEUE no such queue '{q}'"
+    assert f.execute_command("EXISTS", q) == 0
 
 
 def test_limits_and_pause_last_across_kill_9(tmp_path):

@@ -1,0 +1,191 @@
+"""Groups (storage/groups.py, docs/semantics.md §3.8) through the commands a
+client sends (tests/unit/core.py: no socket, a real data directory), checked
+against a naive reference that recomputes every claim from scratch: which
+groups may hand out, whose turn it is, which job is each group's next.
+After each run the store is crashed and reopened (log replay), and once more
+after a snapshot, and the turns must be the same.
+"""
+
+from __future__ import annotations
+
+from core import T0, call, client_of, close, crash, datadir_of, open_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leaseq.storage import snapshot
+from leaseq.storage.groups import Groups
+
+GROUPS = [b"", b"a", b"b", b"c"]
+LEASE = 10_000
+
+
+class Ref:
+    """Every live job as (id, group, priority, state, requeued), the groups'
+    turns and rate windows; claims recomputed naively."""
+
+    def __init__(self, gc: int, rate: tuple, paused: set) -> None:
+        self.jobs: dict[int, dict] = {}
+        self.turn: dict[bytes, int] = {}
+        self.next_turn = 0
+        self.gc, self.rate, self.paused = gc, rate, paused
+        self.handed: dict[bytes, list[int]] = {}
+
+    def _touch(self, g: bytes) -> None:
+        if g not in self.turn:
+            self.turn[g] = self.next_turn
+            self.next_turn += 1
+
+    def _tidy(self) -> None:
+        for g in list(self.turn):
+            if not any(j["group"] == g for j in self.jobs.values()):
+                del self.turn[g]
+
+    def push(self, jid: int, group: bytes, priority: int, delayed: bool) -> None:
+        self._touch(group)
+        self.jobs[jid] = dict(id=jid, group=group, priority=priority, state="delayed" if delayed else "ready",
+                              requeued=False)
+
+    def held(self, g: bytes) -> int:
+        return sum(1 for j in self.jobs.values() if j["group"] == g and
+                   (j["state"] == "in_flight" or (j["state"] == "delayed" and j["requeued"])))
+
+    def used(self, g: bytes, now: int) -> int:
+        n, ms = self.rate
+        return sum(1 for t in self.handed.get(g, []) if t > now - ms)
+
+    def room(self, g: bytes, now: int) -> bool:
+        if g in self.paused:
+            return False
+        if self.gc and self.held(g) >= self.gc:
+            return False
+        if self.rate[0] and self.used(g, now) >= self.rate[0]:
+            return False
+        return True
+
+    @staticmethod
+    def key(j: dict) -> tuple:
+        return ((9 - j["priority"]) * 2 + (0 if j["requeued"] else 1), j["id"])
+
+    def claim(self, count: int, now: int) -> list[int]:
+        out = []
+        for _ in range(count):
+            best = None
+            for g in self.turn:
+                ready = [j for j in self.jobs.values() if j["group"] == g and j["state"] == "ready"]
+                if not ready or not self.room(g, now):
+                    continue
+                head = min(ready, key=self.key)
+                rank = (self.key(head)[0], self.turn[g])
+                if best is None or rank < best[0]:
+                    best = (rank, g, head)
+            if best is None:
+                break
+            _, g, head = best
+            head["state"] = "in_flight"
+            self.turn[g] = self.next_turn
+            self.next_turn += 1
+            if self.rate[0]:
+                self.handed.setdefault(g, []).append(now)
+            out.append(head["id"])
+        return out
+
+    def ack(self, jid: int) -> None:
+        del self.jobs[jid]
+        self._tidy()
+
+    def nack(self, jid: int, delay: int) -> None:
+        j = self.jobs[jid]
+        j["requeued"] = True
+        j["state"] = "delayed" if delay else "ready"
+
+    def due(self) -> None:
+        for j in self.jobs.values():
+            if j["state"] == "delayed":
+                j["state"] = "ready"
+
+
+steps = st.lists(st.one_of(
+    st.tuples(st.just("push"), st.lists(st.sampled_from(GROUPS), min_size=1, max_size=4), st.integers(4, 6),
+              st.booleans()),
+    st.tuples(st.just("claim"), st.integers(1, 5)),
+    st.tuples(st.just("ack"), st.integers(0, 50)),
+    st.tuples(st.just("nack"), st.integers(0, 50), st.sampled_from([0, 100])),
+    st.tuples(st.just("wait"), st.sampled_from([50, 100, 1000])),
+), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gc=st.sampled_from([0, 1, 2]), rate=st.sampled_from([(0, 0), (1, 100), (2, 1000)]),
+       paused=st.sets(st.sampled_from(GROUPS), max_size=1), script=steps)
+def test_claims_follow_the_naive_reference_and_turns_survive_replay_and_snapshots(tmp_path_factory, gc, rate,
+                                                                                      paused, script):
+    directory = tmp_path_factory.mktemp("groups")
+    store = open_store(directory, T0)
+    c = client_of(store)
+    options = ["DURABILITY", "async"]             # written at the end of each command: a crash keeps it
+    if gc:
+        options += ["GROUP-CONCURRENCY", gc]
+    if rate[0]:
+        options += ["GROUP-RATE", *rate]
+    call(c, "QCREATE", "q", *options, now=T0)
+    for g in paused:
+        call(c, "QPAUSE", "q", "GROUP", g, now=T0)
+    ref = Ref(gc, rate, set(paused))
+    now = T0
+    leases: dict[int, bytes] = {}
+    for step in script:
+        kind = step[0]
+        if kind == "push":
+            _, groups, priority, delayed = step
+            options = ["GROUPS", *groups, "PRIORITY", priority] + (["DELAY", 100] if delayed else [])
+            ids = call(c, "QPUSHMANY", "q", len(groups), *[b"p"] * len(groups), *options, now=now)
+            for jid, g in zip(ids, groups):
+                ref.push(jid, g, priority, delayed)
+        elif kind == "claim":
+            got = call(c, "QCLAIM", "q", "w", "COUNT", step[1], "LEASE", LEASE, now=now)
+            assert [j[b"id"] for j in got] == ref.claim(step[1], now)
+            for j in got:
+                leases[j[b"id"]] = j[b"lease"]
+        elif kind in ("ack", "nack") and leases:
+            jid = sorted(leases)[step[1] % len(leases)]
+            token = leases.pop(jid)
+            if kind == "ack":
+                assert call(c, "QACK", "q", token, now=now) == 1
+                ref.ack(jid)
+            else:
+                assert call(c, "QNACK", "q", token, "DELAY", step[2], now=now) == 1
+                ref.nack(jid, step[2])
+        elif kind == "wait":
+            now += step[1]
+            if step[1] >= 100:
+                ref.due()
+    q = store.queues[b"q"]
+    call(c, "QLEN", "q", now=now)                   # fold, as a claim would
+    if q.indexes.groups is None:                    # no group rule, and every job in "": no group state
+        assert set(ref.turn) <= {b""}
+        close(store)
+        return
+    turns = q.indexes.groups.turn_table()
+    assert turns == ref.turn
+    crash(store)
+    store = open_store(directory, now)
+    assert store.queues[b"q"].indexes.groups.turn_table() == turns       # replayed from the log
+    snap = snapshot.write(store, str(directory), datadir_of(store).wal.segment_number, now)
+    loaded, _info = snapshot.load(snap.path)
+    assert loaded.queues[b"q"].indexes.groups.turn_table() == turns      # kept by the snapshot
+    close(store)
+
+
+def test_a_queue_without_groups_keeps_no_group_state(tmp_path):
+    store = open_store(tmp_path / "d", T0)
+    c = client_of(store)
+    call(c, "QPUSHMANY", "plain", 3, "a", "b", "c", now=T0)
+    assert store.queues[b"plain"].indexes.groups is None
+    call(c, "QPUSH", "plain", "d", "GROUP", "", now=T0)             # the group "" is no group
+    assert store.queues[b"plain"].indexes.groups is None
+    call(c, "QPUSH", "plain", "e", "GROUP", "g", now=T0)
+    groups = store.queues[b"plain"].indexes.groups
+    assert isinstance(groups, Groups) and set(groups.members) == {b"", b"g"}
+    got = call(c, "QCLAIM", "plain", "w", "COUNT", 2, now=T0)
+    assert [j[b"payload"] for j in got] == [b"a", b"e"]             # "" joined first: its jobs were there
+    close(store)
