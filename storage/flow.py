@@ -94,14 +94,12 @@ def claimable(q, now: int, want: int) -> int:
     return len(groups.first(want, now))
 
 
-def handed_out(q, ts: int, jobs: list) -> None:
-    """``jobs`` were leased at ``ts``: they count in the rate windows, and
-    their groups go to the back of the turns."""
+def handed_out(q, ts: int, n: int) -> None:
+    """``n`` leases were granted at ``ts``: they count in the rate window
+    (their groups hear of them as they are leased: ``Groups.claimed``)."""
     limit, span = q.config.rate
     if limit:
-        q.rate_window.add(ts, len(jobs), span)
-    if q.indexes.groups is not None:
-        q.indexes.groups.served(jobs, ts)
+        q.rate_window.add(ts, n, span)
 
 
 def has_slots(q) -> bool:

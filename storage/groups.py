@@ -18,7 +18,7 @@ A group may hand out a job when it has a ready one, is not paused, holds
 fewer slots than GROUP-CONCURRENCY and its GROUP-RATE window has room.  Such
 groups sit in ``turns`` ordered by (band of their head job, turn): priority
 first, then whose turn it is.  A claim takes the head job of the first group
-and gives that group the newest turn (``served``), so groups take turns one
+and gives that group the newest turn (``claimed``), so groups take turns one
 job at a time.  Groups whose only obstacle is a full GROUP-RATE window sit in
 ``rooms`` by the moment the window lets one more through; ``fold`` moves them
 back, and the daemon's timer waits for the first of them.
@@ -139,22 +139,36 @@ class Groups:
 
     # -- hand-outs, time, options -------------------------------------------------------------
 
+    def claimed(self, jobs: list[Job], ts: int) -> None:
+        """``jobs``, ready, are leased at ``ts``: each leaves its group's
+        ready jobs and holds a slot, and ``served``."""
+        members = self.members
+        for job in jobs:
+            extra = job.extra
+            g = members[b"" if extra is None else extra.group]
+            g.ready.remove(ready_key(job))
+            g.held += 1
+        self.served(jobs, ts)
+
     def served(self, jobs: list[Job], ts: int) -> None:
         """``jobs`` were handed out at ``ts``: each one's group goes to the
         back of the turns, and its GROUP-RATE window counts it."""
         limit, span = self.config.group_rate
         members = self.members
+        windows = self.windows
+        dirty = self.dirty
         for job in jobs:
-            g = members[job.group]
+            extra = job.extra
+            g = members[b"" if extra is None else extra.group]
             g.turn = self.next_turn
             self.next_turn += 1
             if limit:
-                window = self.windows.get(g.name)
+                window = windows.get(g.name)
                 if window is None:
-                    window = self.windows[g.name] = RateWindow()
+                    window = windows[g.name] = RateWindow()
                 window.add(ts, 1, span)
                 g.room_at = window.next_room(ts, limit, span) or 0
-            self.dirty.add(g)
+            dirty.add(g)
 
     def fold(self, now: int) -> None:
         """Groups whose GROUP-RATE window has slid far enough may hand out again."""
@@ -236,7 +250,7 @@ class Groups:
 
     def first(self, count: int, now: int) -> list[int]:
         """The ids of the next ``count`` jobs claims would take, in order,
-        taking turns as claims would (nothing changes here: ``served``
+        taking turns as claims would (nothing changes here: ``claimed``
         moves the turns when they are handed out)."""
         self._settle(now)
         out: list[int] = []

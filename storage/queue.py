@@ -102,8 +102,7 @@ class Queue:
     def add_many(self, jobs: list[Job], now: int) -> None:
         """New jobs (ascending ids, above every id so far): ready now, or delayed
         until visible_at."""
-        if self.indexes.groups is not None:
-            return self._add_grouped(jobs, now)
+        groups = self.indexes.groups
         grouped = False
         table = self.jobs
         delayed_add = self.indexes.delayed.add
@@ -131,21 +130,11 @@ class Queue:
         for b, ids in ready.items():
             self.indexes.ready.append_new(b, ids)
         self._added(jobs)
-        if grouped:
+        if groups is not None:
+            for job in jobs:
+                groups.enter(job)
+        elif grouped:
             self.use_groups()
-
-    def _add_grouped(self, jobs: list[Job], now: int) -> None:
-        """``add_many`` on a queue with groups: one job at a time."""
-        table = self.jobs
-        keys = self.keys
-        add = self.indexes.add
-        for job in jobs:
-            table[job.id] = job
-            job.state = DELAYED if job.visible_at > now else READY
-            add(job)
-            if job.key is not None:
-                keys.setdefault(job.key, []).append(job.id)
-        self._added(jobs)
 
     def _added(self, jobs: list[Job]) -> None:
         self.payload_bytes += sum(len(job.payload) for job in jobs)
@@ -173,6 +162,22 @@ class Queue:
             end_lease(job)
         self.indexes.move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)
         job.deliveries += 1
+
+    def lease_grouped(self, jobs: list, tokens, deadline: int, consumer: bytes, ts: int) -> None:
+        """``lease`` on a queue with groups, the lease entries in bulk; the
+        groups hear of the hand-outs (``Groups.claimed``)."""
+        ready = self.indexes.ready
+        self.indexes.groups.claimed(jobs, ts)
+        for job, token in zip(jobs, tokens):
+            if job.token is not None:         # an expired lease, now replaced
+                end_lease(job)
+            ready.remove(band(job), job.id)
+            job.state = IN_FLIGHT
+            job.token = token
+            job.deadline = deadline
+            job.consumer = consumer
+            job.deliveries += 1
+        self.indexes.leases.add_many(deadline, [job.id for job in jobs])
 
     def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
         """``lease`` for jobs that are exactly the first ``len(jobs)`` ready ones."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import flow, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
-from .job import Job, Provenance
+from .job import READY, Job, Provenance
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
 
@@ -149,15 +149,19 @@ class Store:
         self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
         epoch = self.epoch
         tokens = [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
-        if front and q.indexes.groups is None:
+        if q.indexes.groups is not None and all(job.state is READY for job in jobs):
+            q.lease_grouped(jobs, tokens, deadline, consumer, ts)
+        elif front and q.indexes.groups is None:
             q.lease_front(jobs, tokens, deadline, consumer)
         else:
             for job, token in zip(jobs, tokens):
                 q.lease(job, token, deadline, consumer)
+            if q.indexes.groups is not None:      # (replay: a job whose lost EXPIRE left it in flight)
+                q.indexes.groups.served(jobs, ts)
         self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
                                                                 [j.id for j in jobs], [j.deliveries for j in jobs]),
                                 lease=True)
-        flow.handed_out(q, ts, jobs)
+        flow.handed_out(q, ts, len(jobs))
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.complete_many(jobs, ts)

@@ -18,11 +18,6 @@ def queue_with(ready: int, **options) -> Queue:
     return q
 
 
-def leased(n: int) -> list[Job]:
-    """``n`` jobs as a claim hands them out (a queue without groups only counts them)."""
-    return [Job(1000 + i, b"x", 5, T0, T0) for i in range(n)]
-
-
 def test_a_window_counts_each_hand_out_for_exactly_its_span():
     w = RateWindow()
     w.add(T0, 2, 1000)
@@ -45,7 +40,7 @@ def test_next_room_is_when_the_oldest_hand_out_over_the_limit_leaves():
 def test_no_rule_no_allowance_and_nothing_recorded():
     q = queue_with(3)
     assert flow.allowance(q, T0) is None and flow.throttled(q, T0) == 0
-    flow.handed_out(q, T0, leased(3))
+    flow.handed_out(q, T0, 3)
     assert len(q.rate_window.times) == 0                   # a queue without RATE keeps no window
     assert flow.next_room(q, T0) is None
 
@@ -53,7 +48,7 @@ def test_no_rule_no_allowance_and_nothing_recorded():
 def test_the_smallest_rule_wins_and_a_pause_wins_over_all():
     q = queue_with(10, rate=(5, 1000), concurrency=3)
     assert flow.allowance(q, T0) == 3
-    flow.handed_out(q, T0, leased(4))
+    flow.handed_out(q, T0, 4)
     assert flow.allowance(q, T0) == 1 and flow.throttled(q, T0) == 9
     q.config = q.config.with_options(paused=True)
     assert flow.allowance(q, T0) == 0 and flow.throttled(q, T0) == 10
@@ -63,10 +58,10 @@ def test_the_smallest_rule_wins_and_a_pause_wins_over_all():
 def test_next_room_only_when_a_full_window_holds_ready_jobs_back():
     q = queue_with(2, rate=(1, 1000))
     assert flow.next_room(q, T0) is None
-    flow.handed_out(q, T0, leased(1))
+    flow.handed_out(q, T0, 1)
     assert flow.next_room(q, T0 + 10) == T0 + 1000
     empty = queue_with(0, rate=(1, 1000))
-    flow.handed_out(empty, T0, leased(1))
+    flow.handed_out(empty, T0, 1)
     assert flow.next_room(empty, T0 + 10) is None          # nothing ready: no timer needed
 
 
