@@ -260,6 +260,42 @@ def test_a_blocked_claimer_is_served_when_a_group_window_slides(f, frozen_daemon
     assert [j[b"payload"] for j in waiting.result()] == [b"a-1"]
 
 
+def test_the_daemons_timer_serves_group_windows_and_no_group_window_holds_more_than_n(daemon):
+    """About 1.5 s on the running clock, GROUP-RATE 2 200 over two groups and
+    three claimers blocked with COUNT 3 in a loop: in every 200 ms of the
+    daemon's clock each group hands out at most 2, and the claimers are
+    served all along by the queue's timer (their BLOCK of 20 s never ends)."""
+    c = daemon.client(protocol=2)
+    q = unique("gtimer")
+    c.execute_command("QCREATE", q, "GROUP-RATE", 2, 200)
+    push_groups(c, q, ["a", "b"] * 40)          # more than 1.5 s can hand out (2 x 2 x 5 per s)
+    moments: dict[bytes, list[int]] = {b"a": [], b"b": []}
+    lock = threading.Lock()
+
+    def claimer():
+        w = daemon.client(protocol=2)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            jobs = claim(w, q, "t", "COUNT", 3, "LEASE", LEASE, "BLOCK", 20_000)
+            assert jobs, "a blocked claim came back empty: the window's slide did not wake it"
+            with lock:
+                for j in jobs:
+                    moments[j[b"group"]].append(j[b"deadline"] - LEASE)
+        w.close()
+
+    threads = [CheckedThread(target=claimer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive() and t.failure is None, t.failure
+    for group, times in moments.items():
+        times.sort()
+        worst = max(sum(1 for m in times[i:] if m < start + 200) for i, start in enumerate(times))
+        assert worst <= 2, (group, times)
+        assert len(times) >= 6, (group, times)        # served all along, not once per BLOCK timeout
+
+
 def test_group_and_queue_limits_both_apply(f):
     q = unique("both")
     f.execute_command("QCREATE", q, "GROUP-CONCURRENCY", 2, "CONCURRENCY", 3)
