@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from leaseq.storage import records, snapshot
+from leaseq.storage import records, snapformat, snapshot
 from leaseq.storage.wal import list_segments
 
 SCHEMA = ("ts timestamp, queue string, event string, id long, deliveries int, consumer string, "
@@ -113,9 +113,9 @@ def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, s
     names: dict[int, str] = {}
     for d in directories:
         for _covers, path in snapshot.list_snapshots(d):
-            for rtype, body in _frames(path, records.SNAPSHOT_HEADER_SIZE):
-                if rtype == records.SNAP_QUEUE:
-                    qid, _n, _m, _c, name, _config = records.decode_snap_queue(body)
+            for rtype, body in _frames(path, snapformat.SNAPSHOT_HEADER_SIZE):
+                if rtype == snapformat.SNAP_QUEUE:
+                    qid, _n, _m, _c, name, _config = snapformat.decode_snap_queue(body)
                     names[qid] = name.decode(errors="replace")
     for path in segment_paths:
         for rtype, body in _frames(path, records.SEGMENT_HEADER_SIZE):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import records
+from . import records, snapformat
 from .config import MEMORY, QueueConfig
 from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Provenance
 from .queue import Counters
@@ -85,38 +85,38 @@ def frames(store: Store, tally: list):
     """The framed records of a snapshot of ``store``, in file order;
     ``tally`` gets the number of queues and of jobs written."""
     queues = jobs = 0
-    yield records.frame(records.SNAP_STORE, records.snap_store(
+    yield records.frame(snapformat.SNAP_STORE, snapformat.snap_store(
         store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks))
     for q in store.queues.values():
         queues += 1
         c = q.counters
-        yield records.frame(records.SNAP_QUEUE, records.snap_queue(
+        yield records.frame(snapformat.SNAP_QUEUE, snapformat.snap_queue(
             q.qid, q.next_id, q.id_mark, tuple(getattr(c, n) for n in COUNTERS), q.name, q.config.to_json()))
         if q.durability is MEMORY:
             continue
         batch, size = [], 0
         for job in q.jobs.values():
-            bits = ((records.SNAP_REQUEUED if job.requeued else 0)
-                    | (records.SNAP_ERROR if job.last_error is not None else 0)
-                    | (records.SNAP_ORIGIN if job.origin is not None else 0)
-                    | (records.SNAP_GROUP if job.group else 0))
+            bits = ((snapformat.SNAP_REQUEUED if job.requeued else 0)
+                    | (snapformat.SNAP_ERROR if job.last_error is not None else 0)
+                    | (snapformat.SNAP_ORIGIN if job.origin is not None else 0)
+                    | (snapformat.SNAP_GROUP if job.group else 0))
             dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
-            part = records.snap_job(job, STATE_CODES[job.state], bits, dead_code)
+            part = snapformat.snap_job(job, STATE_CODES[job.state], bits, dead_code)
             batch.append(part)
             size += len(part)
             if len(batch) >= FRAME_JOBS or size >= FRAME_BYTES:
-                yield records.frame(records.SNAP_JOBS, records.snap_jobs(q.qid, batch))
+                yield records.frame(snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, batch))
                 jobs += len(batch)
                 batch, size = [], 0
         if batch:
-            yield records.frame(records.SNAP_JOBS, records.snap_jobs(q.qid, batch))
+            yield records.frame(snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, batch))
             jobs += len(batch)
         groups = q.indexes.groups
         if groups is not None:
-            yield records.frame(records.SNAP_GROUPS, records.snap_groups(q.qid, groups.next_turn,
+            yield records.frame(snapformat.SNAP_GROUPS, snapformat.snap_groups(q.qid, groups.next_turn,
                                                                          groups.turn_table()))
     tally[:] = [queues, jobs]
-    yield records.frame(records.SNAP_END, records.snap_end(queues, jobs))
+    yield records.frame(snapformat.SNAP_END, snapformat.snap_end(queues, jobs))
 
 
 def write(store: Store, directory: str, covers: int, ts: int, still_wanted=lambda: True) -> SnapshotInfo:
@@ -130,7 +130,7 @@ def write(store: Store, directory: str, covers: int, ts: int, still_wanted=lambd
     tally: list = []
     try:
         with open(tmp, "wb", buffering=1 << 20) as f:
-            head = records.snapshot_header(covers, ts)
+            head = snapformat.snapshot_header(covers, ts)
             f.write(head)
             size += len(head)
             for n, framed in enumerate(frames(store, tally)):
@@ -161,11 +161,11 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
     except OSError as e:
         raise CorruptSnapshot(path, 0, e.strerror or str(e)) from None
     try:
-        covers, ts = records.check_snapshot_header(data)
+        covers, ts = snapformat.check_snapshot_header(data)
     except records.FormatError as e:
         raise CorruptSnapshot(path, 0, str(e)) from None
     store = Store()
-    offset = records.SNAPSHOT_HEADER_SIZE
+    offset = snapformat.SNAPSHOT_HEADER_SIZE
     expect_store = True
     pending: dict[int, list[Job]] = {}
     turns: dict[int, tuple] = {}        # qid -> (next_turn, {group: turn})
@@ -174,26 +174,26 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
         for offset, rtype, body in records.iter_frames(data, offset):
             if ended is not None:
                 raise records.FormatError("a record follows SNAP_END")
-            if expect_store != (rtype == records.SNAP_STORE):
+            if expect_store != (rtype == snapformat.SNAP_STORE):
                 raise records.FormatError("SNAP_STORE must come first, and once")
             expect_store = False
-            if rtype == records.SNAP_STORE:
+            if rtype == snapformat.SNAP_STORE:
                 store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks = \
-                    records.decode_snap_store(body)
-            elif rtype == records.SNAP_QUEUE:
-                _queue(store, records.decode_snap_queue(body))
-            elif rtype == records.SNAP_JOBS:
-                qid, rows = records.iter_snap_jobs(body)
+                    snapformat.decode_snap_store(body)
+            elif rtype == snapformat.SNAP_QUEUE:
+                _queue(store, snapformat.decode_snap_queue(body))
+            elif rtype == snapformat.SNAP_JOBS:
+                qid, rows = snapformat.iter_snap_jobs(body)
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
                 pending.setdefault(qid, []).extend(_jobs(rows))
-            elif rtype == records.SNAP_GROUPS:
-                qid, next_turn, table = records.decode_snap_groups(body)
+            elif rtype == snapformat.SNAP_GROUPS:
+                qid, next_turn, table = snapformat.decode_snap_groups(body)
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_GROUPS for unknown queue {qid}")
                 turns[qid] = (next_turn, table)
-            elif rtype == records.SNAP_END:
-                ended = records.decode_snap_end(body)
+            elif rtype == snapformat.SNAP_END:
+                ended = snapformat.decode_snap_end(body)
             else:
                 raise records.FormatError(f"record type {rtype} does not belong in a snapshot")
             offset += records.FRAME_SIZE + len(body)
@@ -227,7 +227,7 @@ def _jobs(rows) -> list[Job]:
     states = STATES
     times: dict[int, int] = {}       # jobs pushed together share their times: one int for all
     share = times.setdefault
-    requeued_bit, error_bit = records.SNAP_REQUEUED, records.SNAP_ERROR
+    requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
          key, token, consumer, error, payload, origin, group) in rows:
         enq = share(enq, enq)

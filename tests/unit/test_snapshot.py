@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from leaseq.storage import records, snapshot
+from leaseq.storage import records, snapformat, snapshot
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
@@ -125,7 +125,7 @@ def test_a_flipped_bit_in_a_snapshot_is_named_with_file_and_offset(tmp_path, whe
     info = take_snapshot(store)
     close(store)
     data = bytearray(open(info.path, "rb").read())
-    at = {"header": 9, "first-frame": records.SNAPSHOT_HEADER_SIZE + 2,
+    at = {"header": 9, "first-frame": snapformat.SNAPSHOT_HEADER_SIZE + 2,
           "middle": len(data) // 2, "last-frame": len(data) - 3}[where]
     data[at] ^= 0x10
     open(info.path, "wb").write(bytes(data))
@@ -136,7 +136,7 @@ def test_a_flipped_bit_in_a_snapshot_is_named_with_file_and_offset(tmp_path, whe
     assert info.path in str(e.value) and str(e.value.offset) in str(e.value)
 
 
-@pytest.mark.parametrize("keep", [0, 10, records.SNAPSHOT_HEADER_SIZE, 0.5, -1])
+@pytest.mark.parametrize("keep", [0, 10, snapformat.SNAPSHOT_HEADER_SIZE, 0.5, -1])
 def test_a_snapshot_cut_short_is_refused(tmp_path, keep):
     store = open_store(tmp_path / "d", T0)
     build_varied(store)
@@ -209,12 +209,12 @@ def test_a_damaged_snapshot_with_nothing_to_fall_back_on_refuses_to_start(tmp_pa
     crash(store)
     for _covers, path in snapshot.list_snapshots(str(d)):
         data = bytearray(open(path, "rb").read())
-        data[records.SNAPSHOT_HEADER_SIZE + 1] ^= 1
+        data[snapformat.SNAPSHOT_HEADER_SIZE + 1] ^= 1
         open(path, "wb").write(bytes(data))
     newest = snapshot.list_snapshots(str(d))[-1][1]
     with pytest.raises(CorruptLog) as e:
         DataDir.open(str(d), T0)
-    assert e.value.path == newest and e.value.offset == records.SNAPSHOT_HEADER_SIZE
+    assert e.value.path == newest and e.value.offset == snapformat.SNAPSHOT_HEADER_SIZE
     assert "--repair" in str(e.value)
     repaired = DataDir.open(str(d), T0, repair=True)        # starts, from what the segments hold
     recovered = digest(repaired.store, restarted="crash")
