@@ -191,6 +191,20 @@ def key_too_long(limit: int) -> Error:
     return err(f"KEY is longer than {limit} bytes")
 
 
+BAD_MISFIRE = err("MISFIRE must be skip, once or all")
+BAD_OVERLAP = err("OVERLAP must be allow or skip")
+CRON_OR_EVERY = err("QSCHEDULE needs CRON expr or EVERY ms (one of them)")
+TZ_WITHOUT_CRON = err("TZ goes with CRON")
+
+
+def bad_schedule(reason: str) -> Error:
+    return err(reason)
+
+
+def bad_schedule_name(limit: int) -> Error:
+    return err(f"schedule name must be 1 to {limit} bytes")
+
+
 def group_too_long(limit: int) -> Error:
     return err(f"GROUP is longer than {limit} bytes")
 

@@ -177,13 +177,14 @@ PLAIN_JOB = JOB_SHAPES[False, False]
 
 def job_reply(job: Job):
     """A claimed job: id, payload, lease (the token), deadline, deliveries,
-    priority, enqueued_at, then key, last_error and dead-letter provenance
-    when the job has them."""
+    priority, enqueued_at, then group, schedule and tick, key, last_error
+    and dead-letter provenance when the job has them."""
     values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
-    if job.extra is None:                       # no key, error or provenance: the plain shape
+    extra = job.extra
+    if extra is None:                           # no key, error or provenance: the plain shape
         return Record(PLAIN_JOB, values)
-    key, error = job.key, job.last_error
-    if job.origin is not None or job.group:
+    key, error = extra.key, extra.last_error
+    if extra.origin is not None or extra.group or extra.schedule is not None:
         return Map(list(zip(PLAIN_JOB.keys, values)) + _optional_items(job))
     if key is None and error is None:
         return Record(PLAIN_JOB, values)
@@ -198,6 +199,8 @@ def _optional_items(job: Job) -> list:
     items = []
     if job.group:
         items.append((b"group", job.group))
+    if job.schedule is not None:
+        items += [(b"schedule", job.schedule), (b"tick", job.tick)]
     if job.key is not None:
         items.append((b"key", job.key))
     if job.last_error is not None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, server
+from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, schedules, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -213,6 +213,27 @@ _COMMANDS = [
              "is lifted, not its groups'."),
     _c("qlen", queues.qlen, 2, "readonly fast", "queue", "Number of jobs ready to be claimed now", (QUEUE,),
        reply="integer"),
+    # -- schedules ----------------------------------------------------------------------------------
+    _c("qschedule", schedules.qschedule, -6, "write denyoom", "queue",
+       "Create or replace a schedule that pushes a job onto the queue at each tick",
+       (QUEUE, Arg("name"), Arg("payload"),
+        Arg("when", "oneof", args=(Arg("cron", "block", token="CRON",
+                                       args=(Arg("expr"), opt("TZ", "zone", "string"))),
+                                   Arg("ms", "integer", token="EVERY"))),
+        opt("PRIORITY", "p"),
+        Arg("misfire", "oneof", token="MISFIRE", optional=True,
+            args=(Arg("skip", "pure-token", token="skip"), Arg("once", "pure-token", token="once"),
+                  Arg("all", "pure-token", token="all"))),
+        Arg("overlap", "oneof", token="OVERLAP", optional=True,
+            args=(Arg("allow", "pure-token", token="allow"), Arg("skip", "pure-token", token="skip")))),
+       "O(log S) for S schedules",
+       reply="integer: the next tick (ms epoch); the same definition again changes nothing",
+       notes="Each tick pushes one job carrying schedule and tick, in the same log record as the schedule's "
+             "advance: a crash neither repeats nor loses a tick."),
+    _c("qunschedule", schedules.qunschedule, 3, "write fast", "queue", "Delete a schedule",
+       (QUEUE, Arg("name")), reply="integer: 1 if the schedule existed, else 0"),
+    _c("qschedules", schedules.qschedules, 2, "readonly", "queue", "The schedules of a queue", (QUEUE,),
+       "O(S)", reply="array of maps: name, spec, next, last, fired, skipped, misfire, overlap, priority, payload"),
     # -- jobs ---------------------------------------------------------------------------------------
     _c("qpush", jobs.qpush, -3, "write denyoom fast", "job", "Push a job onto a queue",
        (QUEUE, Arg("payload")) + PUSH_OPTIONS, "O(log N)",

@@ -23,6 +23,7 @@ from leaseq.storage.wal import Faults
 
 from . import config
 from .admission import Admission, IdleReaper
+from .alarm import Alarm
 from .blocking import Blocking
 from .clock import Clock
 from .committer import Committer
@@ -81,6 +82,7 @@ class Server:
         self._tasks: list = []
         self.loop = None
         self.blocking: Blocking | None = None
+        self.alarm: Alarm | None = None
         self.committer: Committer | None = None
         self.snapshots: Snapshots | None = None
 
@@ -102,6 +104,7 @@ class Server:
         self.committer.resumed(datadir.wal)
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
+        self.alarm.attach(store)
         log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
@@ -111,6 +114,7 @@ class Server:
         rebuilt from disk, and later the new log once writing resumes."""
         if store is not None:
             self.store = store
+            self.alarm.attach(store)
         if wal is not None:
             self.committer.resumed(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
@@ -125,6 +129,8 @@ class Server:
         self.store.set_clock(offset, frozen, frozen_at)
         if self.blocking is not None:
             self.blocking.time_moved()
+        if self.alarm is not None and not self.loading:
+            self.alarm.time_moved()
 
     # -- what handlers call (commands.context.ServerContext) ----------------------------------
 
@@ -187,6 +193,7 @@ class Server:
         self.loop = loop
         self._stopped = asyncio.Event()
         self.blocking = Blocking(self, loop)
+        self.alarm = Alarm(self, loop)
         self.committer = Committer(self, loop)
         await self.listeners.start(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):

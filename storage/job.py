@@ -36,7 +36,7 @@ class JobExtra:
     stays small (a million live jobs: 64 bytes each saved)."""
 
     __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
-                 "dead_reason", "holder", "group")
+                 "dead_reason", "holder", "group", "schedule", "tick")
 
     def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
         self.key = key
@@ -49,6 +49,8 @@ class JobExtra:
         self.dead_reason = None
         self.holder = None
         self.group = b""          # GROUP (docs/semantics.md §3.8); b"": the group ""
+        self.schedule = None      # the schedule whose tick pushed the job (§3.9) ...
+        self.tick = 0             # ... and that tick (ms epoch)
 
 
 def _extra_field(name: str, default):
@@ -99,6 +101,8 @@ class Job:
     dead_reason = _extra_field("dead_reason", None)
     holder = _extra_field("holder", None)
     group = _extra_field("group", b"")
+    schedule = _extra_field("schedule", None)
+    tick = _extra_field("tick", 0)
 
 
 def end_lease(job: Job) -> None:

@@ -70,6 +70,7 @@ class Queue:
         self.dropped = False
         self.payload_bytes = 0    # sum of the payloads of ``jobs`` (sizes the live data for snapshots)
         self.rate_window = RateWindow()   # recent hand-outs, for RATE (storage/flow.py)
+        self.schedules: dict = {}         # name -> storage.schedules.Schedule
 
     def _forget_key(self, job: Job) -> None:
         """A job leaving: its dedupe key no longer points at it."""

@@ -96,6 +96,16 @@ not repeated in every record); ``ts`` is when the change happened.
            lease expired again.
 17 PURGE   ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): jobs
            removed by QPURGE (DEL is QDEL's).
+18 SCHEDULE ``qid u32, ts u64`` then the schedule as a UTF-8 JSON object
+           (``storage.schedules.Schedule``; its name and payload as latin-1
+           text, one character per byte): create or replace it.
+19 UNSCHEDULE ``qid u32, ts u64, name_len u16, name``: the schedule is gone.
+26 FIRE    ``qid u32, ts u64, next u64, skipped u32, name_len u16, name,
+           count u32`` then ``count`` x ``(id u64, tick u64)``: the
+           schedule's due ticks at ``ts``: a job ``id`` pushed for each
+           ``tick`` (payload and priority the schedule's, ``enqueued_at``
+           ``ts``), ``skipped`` ticks that pushed none, and the schedule's
+           next tick.  One record, so a crash keeps both or neither.
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -121,9 +131,11 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
+SCHEDULE, UNSCHEDULE, FIRE = 18, 19, 26      # (20-25: snapshot records, storage.snapformat)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
-         MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE"}
+         MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
+         SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
@@ -143,6 +155,8 @@ _DEAD = struct.Struct("<IQBII")
 _MOVE = struct.Struct("<IQII")
 _CLOCK = struct.Struct("<qBQ")
 _INNER = struct.Struct("<BI")
+_TS = struct.Struct("<IQ")
+_FIRE = struct.Struct("<IQQIH")
 _U16 = struct.Struct("<H")
 
 
@@ -301,6 +315,20 @@ def txn(records) -> bytes:
     return b"".join(parts)
 
 
+def schedule(qid: int, ts: int, spec: dict) -> bytes:
+    return _TS.pack(qid, ts) + json.dumps(spec, sort_keys=True).encode()
+
+
+def unschedule(qid: int, ts: int, name: bytes) -> bytes:
+    return _TS.pack(qid, ts) + _U16.pack(len(name)) + name
+
+
+def fire(qid: int, ts: int, name: bytes, next_tick: int, skipped: int, pairs) -> bytes:
+    n = len(pairs)
+    return (_FIRE.pack(qid, ts, next_tick, skipped, len(name)) + name + struct.pack("<I", n)
+            + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p)))
+
+
 # -- decoding --------------------------------------------------------------------
 
 class JobRecord:
@@ -454,10 +482,37 @@ def _d_txn(b):
     return (inner,)
 
 
+def _d_schedule(b):
+    qid, ts = _TS.unpack_from(b)
+    try:
+        spec = json.loads(b[_TS.size:].decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"SCHEDULE record does not decode: {e}") from None
+    return qid, ts, spec
+
+
+def _d_unschedule(b):
+    qid, ts = _TS.unpack_from(b)
+    (n,) = _U16.unpack_from(b, _TS.size)
+    name = b[_TS.size + 2:_TS.size + 2 + n]
+    if _TS.size + 2 + n != len(b):
+        raise FormatError("UNSCHEDULE record length does not match its name")
+    return qid, ts, name
+
+
+def _d_fire(b):
+    """``(qid, ts, name, next, skipped, pairs)``"""
+    qid, ts, next_tick, skipped, n = _FIRE.unpack_from(b)
+    off = _FIRE.size
+    name = b[off:off + n]
+    (count,) = struct.unpack_from("<I", b, off + n)
+    return qid, ts, name, next_tick, skipped, _pairs(b, off + n + 4, count)
+
+
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
-             PURGE: _d_ack}
+             PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

@@ -26,6 +26,7 @@ from . import records
 from .config import MEMORY, QueueConfig
 from .job import Job
 from .queue import Queue
+from .schedules import Schedule
 from .store import Store
 from .wal import fsync_directory, list_segments, segment_name
 
@@ -274,6 +275,15 @@ class Replayer:
             store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
         elif rtype == records.DROP:
             store.drop_queue(q, fields[1])
+        elif rtype == records.SCHEDULE:
+            store.timetable.apply_define(q, Schedule.from_json(fields[2]))
+        elif rtype == records.UNSCHEDULE:
+            store.timetable.apply_remove(q, fields[2])
+        elif rtype == records.FIRE:
+            _qid, ts, name, next_tick, skipped, pairs = fields
+            schedule = q.schedules.get(name)
+            if schedule is not None:
+                store.timetable.apply_fire(q, schedule, ts, pairs, next_tick, skipped)
         else:
             raise records.FormatError(f"record type {rtype} cannot be replayed")
 

@@ -39,7 +39,9 @@ then frames exactly like a segment's, of these types:
                2 has an error (``error`` may be empty), 4 ORIGIN
                (dead-letter provenance), bits 3-4 the reason a job dead in
                its own queue died (0 none, else as DEAD), 32 GROUP: then
-               ``group_len u16, group`` (after the provenance).  ``token`` is
+               ``group_len u16, group`` (after the provenance), 64 TICK:
+               then ``tick u64, name_len u16, name``, the schedule tick
+               that pushed the job (after the group).  ``token`` is
                the job's current lease token (empty: none); an expired
                lease keeps it until the job is claimed again.  A queue's
                jobs may span several SNAP_JOBS frames; memory queues have
@@ -49,6 +51,8 @@ then frames exactly like a segment's, of these types:
 24 SNAP_GROUPS ``qid u32, next_turn u64, count u32`` then ``count`` x
                ``(turn u64, name_len u16, name)``: the round-robin turn of
                each group of a queue with groups (after its SNAP_JOBS).
+25 SNAP_SCHEDULES ``qid u32`` then a UTF-8 JSON list of the queue's
+               schedules, each as in a SCHEDULE record (after SNAP_QUEUE).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from crc32c import crc32c
 
 from .records import REASON_CODES, REASONS, VERSION, FormatError
 
-SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS = range(20, 25)
+SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
 
 SNAPSHOT_MAGIC = b"LEASEQSN"
 SNAPSHOT_HEADER = struct.Struct("<8sHHQQ")
@@ -70,7 +74,8 @@ _SNAP_QUEUE = struct.Struct("<IQQQQQQQQB")
 _SNAP_JOB = struct.Struct("<QQQQQQIIBBBBHBHII")
 _SNAP_ORIGIN = struct.Struct("<QIBB")
 _SNAP_END = struct.Struct("<IQ")
-SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP = 1, 2, 4, 32
+SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK = 1, 2, 4, 32, 64
+_TICK = struct.Struct("<QH")
 _SNAP_GROUPS = struct.Struct("<IQI")
 _SNAP_TURN = struct.Struct("<QH")
 _U16 = struct.Struct("<H")
@@ -161,6 +166,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
                                        len(origin.source)) + origin.source)
     if bits & SNAP_GROUP:
         parts.append(_U16.pack(len(job.group)) + job.group)
+    if bits & SNAP_TICK:
+        parts.append(_TICK.pack(job.tick, len(job.schedule)) + job.schedule)
     return b"".join(parts)
 
 
@@ -213,10 +220,16 @@ def _snap_jobs(b: bytes, count: int):
                 (glen,) = _U16.unpack_from(b, off)
                 group = b[off + 2:off + 2 + glen]
                 off += 2 + glen
+            scheduled = None
+            if bits & SNAP_TICK:
+                tick, nlen = _TICK.unpack_from(b, off)
+                off += _TICK.size
+                scheduled = (b[off:off + nlen], tick)
+                off += nlen
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
             yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-                   key, token, consumer, error, payload, origin, group)
+                   key, token, consumer, error, payload, origin, group, scheduled)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
     if off != end:
@@ -247,6 +260,23 @@ def decode_snap_groups(b: bytes) -> tuple:
     if off != len(b):
         raise FormatError("SNAP_GROUPS record length does not match its groups")
     return qid, next_turn, turns
+
+
+def snap_schedules(qid: int, schedules: list) -> bytes:
+    """A SNAP_SCHEDULES body: ``schedules`` as JSON objects."""
+    return struct.pack("<I", qid) + json.dumps(schedules, sort_keys=True).encode()
+
+
+def decode_snap_schedules(b: bytes) -> tuple:
+    """``(qid, [schedule as a JSON object])``"""
+    try:
+        (qid,) = struct.unpack_from("<I", b)
+        schedules = json.loads(b[4:].decode())
+    except (struct.error, UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"SNAP_SCHEDULES record does not decode: {e}") from None
+    if not isinstance(schedules, list):
+        raise FormatError("SNAP_SCHEDULES record does not hold a list")
+    return qid, schedules
 
 
 def snap_end(queues: int, jobs: int) -> bytes:

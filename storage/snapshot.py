@@ -28,6 +28,7 @@ from . import records, snapformat
 from .config import MEMORY, QueueConfig
 from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Provenance
 from .queue import Counters
+from .schedules import Schedule
 from .store import Store
 from .wal import fsync_directory, numbered_files
 
@@ -92,6 +93,9 @@ def frames(store: Store, tally: list):
         c = q.counters
         yield records.frame(snapformat.SNAP_QUEUE, snapformat.snap_queue(
             q.qid, q.next_id, q.id_mark, tuple(getattr(c, n) for n in COUNTERS), q.name, q.config.to_json()))
+        if q.schedules:
+            yield records.frame(snapformat.SNAP_SCHEDULES, snapformat.snap_schedules(
+                q.qid, [s.to_json() for s in q.schedules.values()]))
         if q.durability is MEMORY:
             continue
         batch, size = [], 0
@@ -99,7 +103,8 @@ def frames(store: Store, tally: list):
             bits = ((snapformat.SNAP_REQUEUED if job.requeued else 0)
                     | (snapformat.SNAP_ERROR if job.last_error is not None else 0)
                     | (snapformat.SNAP_ORIGIN if job.origin is not None else 0)
-                    | (snapformat.SNAP_GROUP if job.group else 0))
+                    | (snapformat.SNAP_GROUP if job.group else 0)
+                    | (snapformat.SNAP_TICK if job.schedule is not None else 0))
             dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
             part = snapformat.snap_job(job, STATE_CODES[job.state], bits, dead_code)
             batch.append(part)
@@ -187,6 +192,11 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
                 pending.setdefault(qid, []).extend(_jobs(rows))
+            elif rtype == snapformat.SNAP_SCHEDULES:
+                qid, listed = snapformat.decode_snap_schedules(body)
+                if qid not in store.by_qid:
+                    raise records.FormatError(f"SNAP_SCHEDULES for unknown queue {qid}")
+                store.timetable.restore(store.by_qid[qid], [Schedule.from_json(d) for d in listed])
             elif rtype == snapformat.SNAP_GROUPS:
                 qid, next_turn, table = snapformat.decode_snap_groups(body)
                 if qid not in store.by_qid:
@@ -229,7 +239,7 @@ def _jobs(rows) -> list[Job]:
     share = times.setdefault
     requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-         key, token, consumer, error, payload, origin, group) in rows:
+         key, token, consumer, error, payload, origin, group, scheduled) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
@@ -253,6 +263,8 @@ def _jobs(rows) -> list[Job]:
                 job.origin = Provenance(*origin)
             if group:
                 job.group = group
+            if scheduled is not None:
+                job.schedule, job.tick = scheduled
         if retain:
             job.retain_until = retain
         append(job)

@@ -25,6 +25,7 @@ from .config import ASYNC, FSYNC, MEMORY, QueueConfig
 from .job import READY, Job, Provenance
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
+from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
 ID_BLOCK = 1 << 16
@@ -49,6 +50,7 @@ class Store:
         self.default_config = QueueConfig()     # for dead-letter queues created on demand
         self.clock = (0, False, 0)              # DEBUG clock: offset ms, frozen, frozen at
         self._woken: set[Queue] = set()         # queues whose ready jobs or next due moment changed
+        self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -113,6 +115,7 @@ class Store:
         # a queue re-created under this name continues above every id handed out
         self.dropped_marks[q.name] = max(q.next_id, q.id_mark)
         self._woken.discard(q)
+        self.timetable.queue_dropped(q)
         self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
         return q.remove_all()
 
@@ -133,10 +136,14 @@ class Store:
         # not encoded at all: the handlers checked every field's range)
         logged = self.journal.logs_jobs_of(q)
         body = records.push(q.qid, ts, jobs) if logged else b""
-        q.add_many(jobs, ts)
-        q.counters.pushed += len(jobs)
+        self.arrive(q, jobs, ts)
         if logged:
             self.journal.job_record(q, records.PUSH, body)
+
+    def arrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
+        """New jobs enter ``q``: a push's change (a schedule's FIRE makes it too)."""
+        q.add_many(jobs, ts)
+        q.counters.pushed += len(jobs)
         self._woken.add(q)
 
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
@@ -255,7 +262,7 @@ class Store:
             job = jobs[jid]
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
-            copy.group = job.group
+            _carry(job, copy)
             copy.origin = Provenance(q.name, job.id, job.deliveries, reason)
             moved.append(copy)
             q.remove(job)
@@ -286,7 +293,7 @@ class Store:
             job = jobs[jid]
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
-            copy.group = job.group
+            _carry(job, copy)
             copy.requeued = True
             back.append(copy)
             q.remove(job)
@@ -313,3 +320,13 @@ class Store:
 def _set_durability(q: Queue) -> None:
     d = q.config.durability
     q.durability = FSYNC if d == FSYNC else ASYNC if d == ASYNC else MEMORY
+
+
+def _carry(job: Job, copy: Job) -> None:
+    """What a dead-letter copy, or a job moved back, keeps of the job: its
+    group, and the schedule tick that pushed it."""
+    extra = job.extra
+    if extra is not None:
+        copy.group = extra.group
+        copy.schedule = extra.schedule
+        copy.tick = extra.tick

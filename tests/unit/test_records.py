@@ -62,6 +62,23 @@ def test_push_round_trip_keeps_every_job_field():
     assert [job_fields(d) for d in decoded] == [job_fields(j) for j in jobs]
 
 
+def test_push_keeps_the_group_and_the_dedupe_scope_apart():
+    grouped = J(1, b"p", flags=2, key=b"k")
+    grouped.group = b"tenant-\xff"
+    _qid, _ts, (job, plain) = records.decode(records.PUSH, records.push(1, 1, [grouped, J(2, b"q")]))
+    assert plain.group == b""
+    assert (job.group, job.flags, job.key, job.payload) == (b"tenant-\xff", 2, b"k", b"p")
+
+
+def test_schedule_unschedule_and_fire_round_trip():
+    spec = {"name": "n\u00ff", "payload": "p", "every": 200}
+    assert records.decode(records.SCHEDULE, records.schedule(4, 5, spec)) == (4, 5, spec)
+    assert records.decode(records.UNSCHEDULE, records.unschedule(4, 5, b"n\xff")) == (4, 5, b"n\xff")
+    pairs = [(7, 1000), (8, U64)]
+    assert records.decode(records.FIRE, records.fire(4, 5, b"beat", 1200, 3, pairs)) == (4, 5, b"beat", 1200, 3, pairs)
+    assert records.decode(records.FIRE, records.fire(4, 5, b"beat", 1200, 9, [])) == (4, 5, b"beat", 1200, 9, [])
+
+
 def test_push_job_without_key_decodes_key_as_none():
     _qid, _ts, (job,) = records.decode(records.PUSH, records.push(1, 1, [J(1, b"p", key=None)]))
     assert job.key is None
@@ -147,12 +164,13 @@ def test_record_type_numbers_are_the_documented_ones():
     assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
             records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
-    assert set(records.NAMES) == set(range(1, 18))
+    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE) == (18, 19, 26)
+    assert set(records.NAMES) == set(range(1, 20)) | {26}
 
 
 # -- malformed bodies ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("rtype", [0, 18, 99, 255])
+@pytest.mark.parametrize("rtype", [0, 20, 99, 255])
 def test_unknown_record_type_is_format_error(rtype):
     with pytest.raises(FormatError, match="unknown record type"):
         records.decode(rtype, b"\x00" * 16)
@@ -183,6 +201,12 @@ def test_unknown_record_type_is_format_error(rtype):
     (records.EXTEND, records.extend(1, 2, 3, [4]) + b"\x00" * 8),
     (records.IDMARK, records.idmark(1, 2)[:-1]),
     (records.IDMARK, records.idmark(1, 2) + b"\x00"),
+    (records.SCHEDULE, records.schedule(1, 2, {})[:-1]),
+    (records.SCHEDULE, b"\x00" * 4),
+    (records.UNSCHEDULE, records.unschedule(1, 2, b"name")[:-1]),
+    (records.UNSCHEDULE, records.unschedule(1, 2, b"name") + b"\x00"),
+    (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)])[:-1]),
+    (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)]) + b"\x00"),
     (records.TXN, b"\x01\x00"),
     (records.TXN, records.txn([(records.ACK, records.ack(1, 2, [3]))])[:-1]),
     (records.TXN, records.txn([(records.ACK, records.ack(1, 2, [3]))]) + b"\x00"),
