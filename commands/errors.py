@@ -191,6 +191,7 @@ def key_too_long(limit: int) -> Error:
     return err(f"KEY is longer than {limit} bytes")
 
 
+REPLACE_WITHOUT_KEY = err("REPLACE goes with KEY or KEYS")
 BAD_MISFIRE = err("MISFIRE must be skip, once or all")
 BAD_OVERLAP = err("OVERLAP must be allow or skip")
 CRON_OR_EVERY = err("QSCHEDULE needs CRON expr or EVERY ms (one of them)")

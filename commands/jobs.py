@@ -6,7 +6,7 @@ import random
 
 from leaseq.storage import flow, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
-from leaseq.storage.job import Job
+from leaseq.storage.job import DELAYED, READY, Job
 from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.queue import Queue
 
@@ -20,13 +20,14 @@ NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
 U32 = (1 << 32) - 1
 EXTEND_KEYWORDS = (b"LEASE",)
 MAX_CONSUMER = 200
+REPLACEABLE = (READY, DELAYED)    # KEY ... REPLACE changes a holder only before it is handed out
 MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 
 
 # -- producing ---------------------------------------------------------------------
 
 class PushOptions:
-    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups")
+    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups", "replace")
 
     def __init__(self) -> None:
         self.priority = 5
@@ -37,6 +38,7 @@ class PushOptions:
         self.max_deliveries = 0
         self.expire_ms = 0
         self.groups = None        # one group per payload (GROUP for all, or QPUSHMANY's GROUPS)
+        self.replace = False      # REPLACE: a ready or delayed holder of the key takes the new values
 
     def visible_at(self, now: int) -> int:
         if self.at is not None:
@@ -71,12 +73,16 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
             opts.max_deliveries = r.int_in("MAXDELIVERIES", 0, U32)
         elif kw == b"EXPIRE":
             opts.expire_ms = r.int_in("EXPIRE", 0, MS_MAX)
+        elif kw == b"REPLACE":
+            opts.replace = True
         elif kw == b"GROUP" and opts.groups is None:
             opts.groups = [group_name(r.value())] * count
         elif kw == b"GROUPS" and many and opts.groups is None:
             opts.groups = [group_name(r.value()) for _ in range(count)]
         else:
             r.unknown()
+    if opts.replace and opts.keys is None:
+        raise errors.REPLACE_WITHOUT_KEY
     return opts
 
 
@@ -104,12 +110,17 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
         store.fold(q, now)
         fresh, keys, resolved, batch = [], [], [], {}
         kept_groups = []
+        replacing: dict = {}                   # holder id -> (holder, new payload)
         for i, (p, key) in enumerate(zip(payloads, opts.keys)):
             holder = queries.duplicate_of(q, key, opts.scope)
             if holder is not None:
                 resolved.append(holder.id)
+                if opts.replace and holder.state in REPLACEABLE:
+                    replacing[holder.id] = (holder, p)       # the last payload for a key wins
             elif key in batch:                 # the same key twice in one QPUSHMANY
                 resolved.append(~batch[key])
+                if opts.replace:
+                    fresh[batch[key]] = p
             else:
                 batch[key] = len(fresh)
                 resolved.append(~len(fresh))
@@ -122,6 +133,22 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
     maxlen = q.config.maxlen
     if maxlen and queries.live(q) + len(fresh) > maxlen:
         raise errors.queue_full(q.name, maxlen)
+    first = 0
+    if resolved is not None and replacing:
+        with store.journal.transaction():        # replacements and new jobs: all or none
+            visible_at = opts.visible_at(now) if opts.delay is not None or opts.at is not None else 0
+            store.replace(q, list(replacing.values()), opts.priority, visible_at, now)
+            first = _create(store, q, fresh, keys, groups, opts, now)
+    elif fresh:
+        first = _create(store, q, fresh, keys, groups, opts, now)
+    if resolved is None:
+        return list(range(first, first + len(fresh)))
+    q.counters.duplicates += len(payloads) - len(fresh)
+    return [first + ~r if r < 0 else r for r in resolved]
+
+
+def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: int) -> int:
+    """Push the new jobs of a QPUSH / QPUSHMANY as one record; the first id."""
     first = 0
     if fresh:
         first = store.take_ids(q, len(fresh))
@@ -138,10 +165,7 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
                 if group:
                     job.group = group
         store.push(q, jobs, now)
-    if resolved is None:
-        return list(range(first, first + len(fresh)))
-    q.counters.duplicates += len(payloads) - len(fresh)
-    return [first + ~r if r < 0 else r for r in resolved]
+    return first
 
 
 def qpush(client, args):

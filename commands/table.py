@@ -171,12 +171,13 @@ SCOPE = Arg("scope", "oneof", token="WHILE", optional=True,
             args=(Arg("queued", "pure-token", token="queued"), Arg("active", "pure-token", token="active"),
                   Arg("exists", "pure-token", token="exists")))
 JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"))
+REPLACE = opt("REPLACE")
 PUSH_OPTIONS = (opt("PRIORITY", "p"), WHEN,
-                Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE))) + JOB_LIMITS + (
+                Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE, REPLACE))) + JOB_LIMITS + (
                 opt("GROUP", "group", "string"),)
 PUSHMANY_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                     Arg("dedupe", "block", optional=True,
-                        args=(Arg("key", token="KEYS", multiple=True), SCOPE))) + JOB_LIMITS + (
+                        args=(Arg("key", token="KEYS", multiple=True), SCOPE, REPLACE))) + JOB_LIMITS + (
                     Arg("groups", "oneof", optional=True,
                         args=(Arg("group", "string", token="GROUP"),
                               Arg("group", "string", token="GROUPS", multiple=True))),)

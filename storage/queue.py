@@ -242,6 +242,17 @@ class Queue:
         if not closed:
             self.counters.nacked += 1
 
+    def replace(self, job: Job, payload: bytes, priority: int, visible_at: int, now: int) -> None:
+        """KEY ... REPLACE: a ready or delayed job gets a new payload and
+        priority, and, unless ``visible_at`` is 0, a new ready time."""
+        if visible_at:
+            state = DELAYED if visible_at > now else READY
+            self.indexes.move(job, state=state, priority=priority, visible_at=visible_at)
+        else:
+            self.indexes.move(job, priority=priority)
+        self.payload_bytes += len(payload) - len(job.payload)
+        job.payload = payload
+
     def extend(self, job: Job, deadline: int) -> None:
         self.indexes.move(job, state=IN_FLIGHT, deadline=deadline)
 

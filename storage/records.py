@@ -106,6 +106,10 @@ not repeated in every record); ``ts`` is when the change happened.
            ``tick`` (payload and priority the schedule's, ``enqueued_at``
            ``ts``), ``skipped`` ticks that pushed none, and the schedule's
            next tick.  One record, so a crash keeps both or neither.
+27 REPLACE ``qid u32, ts u64, visible_at u64, priority u8, count u32`` then
+           ``count`` x ``(id u64, payload_len u32, payload)``: KEY ...
+           REPLACE found these ready or delayed jobs: each gets the payload,
+           the priority and, unless ``visible_at`` is 0, that ready time.
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -131,11 +135,11 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
-SCHEDULE, UNSCHEDULE, FIRE = 18, 19, 26      # (20-25: snapshot records, storage.snapformat)
+SCHEDULE, UNSCHEDULE, FIRE, REPLACE = 18, 19, 26, 27      # (20-25: snapshot records, storage.snapformat)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
-         SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE"}
+         SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
@@ -157,6 +161,8 @@ _CLOCK = struct.Struct("<qBQ")
 _INNER = struct.Struct("<BI")
 _TS = struct.Struct("<IQ")
 _FIRE = struct.Struct("<IQQIH")
+_REPLACE = struct.Struct("<IQQBI")
+_REPLACED = struct.Struct("<QI")
 _U16 = struct.Struct("<H")
 
 
@@ -327,6 +333,15 @@ def fire(qid: int, ts: int, name: bytes, next_tick: int, skipped: int, pairs) ->
     n = len(pairs)
     return (_FIRE.pack(qid, ts, next_tick, skipped, len(name)) + name + struct.pack("<I", n)
             + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p)))
+
+
+def replace(qid: int, ts: int, visible_at: int, priority: int, pairs) -> bytes:
+    """``pairs``: (id, new payload); ``visible_at`` 0 keeps each job's."""
+    parts = [_REPLACE.pack(qid, ts, visible_at, priority, len(pairs))]
+    for jid, payload in pairs:
+        parts.append(_REPLACED.pack(jid, len(payload)))
+        parts.append(payload)
+    return b"".join(parts)
 
 
 # -- decoding --------------------------------------------------------------------
@@ -509,10 +524,26 @@ def _d_fire(b):
     return qid, ts, name, next_tick, skipped, _pairs(b, off + n + 4, count)
 
 
+def _d_replace(b):
+    """``(qid, ts, visible_at, priority, [(id, payload)])``"""
+    qid, ts, visible_at, priority, count = _REPLACE.unpack_from(b)
+    off = _REPLACE.size
+    pairs = []
+    for _ in range(count):
+        jid, n = _REPLACED.unpack_from(b, off)
+        off += _REPLACED.size
+        pairs.append((jid, b[off:off + n]))
+        off += n
+    if off != len(b):
+        raise FormatError("REPLACE record length does not match its jobs")
+    return qid, ts, visible_at, priority, pairs
+
+
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
-             PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire}
+             PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
+             REPLACE: _d_replace}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

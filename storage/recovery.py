@@ -275,6 +275,9 @@ class Replayer:
             store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
         elif rtype == records.DROP:
             store.drop_queue(q, fields[1])
+        elif rtype == records.REPLACE:
+            _qid, ts, visible_at, priority, pairs = fields
+            store.replace(q, [(q.jobs[i], p) for i, p in pairs if i in q.jobs], priority, visible_at, ts)
         elif rtype == records.SCHEDULE:
             store.timetable.apply_define(q, Schedule.from_json(fields[2]))
         elif rtype == records.UNSCHEDULE:

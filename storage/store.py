@@ -146,6 +146,15 @@ class Store:
         q.counters.pushed += len(jobs)
         self._woken.add(q)
 
+    def replace(self, q: Queue, pairs: list, priority: int, visible_at: int, ts: int) -> None:
+        """KEY ... REPLACE: ``pairs`` (ready or delayed job, new payload); see
+        ``Queue.replace``."""
+        body = records.replace(q.qid, ts, visible_at, priority, [(job.id, p) for job, p in pairs])
+        for job, payload in pairs:
+            q.replace(job, payload, priority, visible_at, ts)
+        self.journal.job_record(q, records.REPLACE, body)
+        self._woken.add(q)
+
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
               first_seq: int | None = None, front: bool = False) -> None:
         """Lease ``jobs``; each gets a new token (``job.token``).  ``front``: the

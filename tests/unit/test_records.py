@@ -79,6 +79,12 @@ def test_schedule_unschedule_and_fire_round_trip():
     assert records.decode(records.FIRE, records.fire(4, 5, b"beat", 1200, 9, [])) == (4, 5, b"beat", 1200, 9, [])
 
 
+def test_replace_round_trip():
+    pairs = [(3, b"new"), (U64, b""), (9, bytes(range(256)))]
+    assert records.decode(records.REPLACE, records.replace(1, 2, 0, 9, pairs)) == (1, 2, 0, 9, pairs)
+    assert records.decode(records.REPLACE, records.replace(1, 2, U64, 0, [])) == (1, 2, U64, 0, [])
+
+
 def test_push_job_without_key_decodes_key_as_none():
     _qid, _ts, (job,) = records.decode(records.PUSH, records.push(1, 1, [J(1, b"p", key=None)]))
     assert job.key is None
@@ -164,8 +170,8 @@ def test_record_type_numbers_are_the_documented_ones():
     assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
             records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
-    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE) == (18, 19, 26)
-    assert set(records.NAMES) == set(range(1, 20)) | {26}
+    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE) == (18, 19, 26, 27)
+    assert set(records.NAMES) == set(range(1, 20)) | {26, 27}
 
 
 # -- malformed bodies ---------------------------------------------------------------------
@@ -206,6 +212,8 @@ def test_unknown_record_type_is_format_error(rtype):
     (records.UNSCHEDULE, records.unschedule(1, 2, b"name")[:-1]),
     (records.UNSCHEDULE, records.unschedule(1, 2, b"name") + b"\x00"),
     (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)])[:-1]),
+    (records.REPLACE, records.replace(1, 2, 3, 4, [(5, b"abc")])[:-1]),
+    (records.REPLACE, records.replace(1, 2, 3, 4, [(5, b"abc")]) + b"\x00"),
     (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)]) + b"\x00"),
     (records.TXN, b"\x01\x00"),
     (records.TXN, records.txn([(records.ACK, records.ack(1, 2, [3]))])[:-1]),
