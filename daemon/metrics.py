@@ -19,6 +19,8 @@ leaseq_queue_throttled                     gauge   queue, reason (pause,
                                                    group-concurrency,
                                                    group-rate)
 leaseq_queue_groups                        gauge   queue
+leaseq_schedule_fired_total                counter queue, schedule
+leaseq_schedule_skipped_total              counter queue, schedule
 leaseq_queue_pushed_total                  counter queue
 leaseq_queue_acked_total                   counter queue
 leaseq_queue_nacked_total                  counter queue
@@ -105,6 +107,17 @@ class Metrics:
         yield jobs
         yield throttled
         yield groups
+        fired = CounterMetricFamily("leaseq_schedule_fired", "Jobs a schedule pushed (docs/semantics.md 3.9).",
+                                    labels=["queue", "schedule"])
+        skipped = CounterMetricFamily("leaseq_schedule_skipped", "Ticks of a schedule that pushed no job.",
+                                      labels=["queue", "schedule"])
+        for q in queues:
+            for s in sorted(q.schedules.values(), key=lambda s: s.name):
+                labels = [q.name.decode(errors="replace"), s.name.decode(errors="replace")]
+                fired.add_metric(labels, s.fired)
+                skipped.add_metric(labels, s.skipped)
+        yield fired
+        yield skipped
         yield from totals.values()
         durations = HistogramMetricFamily("leaseq_command_duration_seconds",
                                           "Time to run a command (not counting the wait for fsync).",

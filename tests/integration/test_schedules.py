@@ -14,7 +14,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness import BlockedClaim, Daemon, as_map, bgsave, claim, error_text, qget, unique, wait_blocked
+from harness import (BlockedClaim, Daemon, as_map, bgsave, claim, error_text, http_daemon, http_get, qget, unique,
+                     wait_blocked)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 NEW_YORK = ZoneInfo("America/New_York")
@@ -265,3 +266,19 @@ def test_bad_schedules_are_refused_and_change_nothing(f, args, message):
     before = f.execute_command("QSCHEDULES", q)
     assert error_text(f, "QSCHEDULE", q, *args) == message
     assert f.execute_command("QSCHEDULES", q) == before
+
+
+def test_metrics_count_fires_and_skips_per_schedule(tmp_path):
+    d = http_daemon(tmp_path / "data", env=DEBUG_ENV)
+    try:
+        c = d.client(protocol=2)
+        c.execute_command("DEBUG", "CLOCK", "FREEZE")
+        c.execute_command("QSCHEDULE", "reports", "hourly", "x", "EVERY", 1000, "OVERLAP", "skip")
+        advance(c, 1000)
+        advance(c, 1000)
+        status, _type, text = http_get(d, "/metrics")
+        assert status == 200
+        assert 'leaseq_schedule_fired_total{queue="reports",schedule="hourly"} 1.0' in text
+        assert 'leaseq_schedule_skipped_total{queue="reports",schedule="hourly"} 1.0' in text
+    finally:
+        d.kill()
