@@ -170,7 +170,7 @@ def config_immutable(name: str) -> Error:
 SHUTTING_DOWN = err("leaseq is shutting down")
 DELAY_AND_DEAD = err("DELAY and DEAD cannot be combined")
 BAD_SCOPE = err("WHILE must be queued, active or exists")
-BAD_STATE = err("STATE must be delayed, ready, in_flight, dead or completed")
+BAD_STATE = err("STATE must be delayed, ready, in_flight, dead, completed or waiting")
 BAD_DURABILITY = err("DURABILITY must be fsync, async or memory")
 BACKOFF_EXPONENT = err("BACKOFF exponent must be between 0 and 10")
 INVALID_CURSOR = err("invalid cursor")
@@ -192,6 +192,8 @@ def key_too_long(limit: int) -> Error:
 
 
 REPLACE_WITHOUT_KEY = err("REPLACE goes with KEY or KEYS")
+BAD_ONFAIL = err("ONFAIL must be run or fail")
+ONFAIL_WITHOUT_AFTER = err("ONFAIL goes with AFTER")
 BAD_MISFIRE = err("MISFIRE must be skip, once or all")
 BAD_OVERLAP = err("OVERLAP must be allow or skip")
 CRON_OR_EVERY = err("QSCHEDULE needs CRON expr or EVERY ms (one of them)")

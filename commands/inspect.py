@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leaseq.storage import queries
-from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 from leaseq.storage.queue import Queue
 
 from . import errors
@@ -13,11 +13,12 @@ from .jobs import _optional_items
 from .queues import get_or_create, lookup
 from .replies import Map
 
-STATES = {b"delayed": DELAYED, b"ready": READY, b"in_flight": IN_FLIGHT, b"dead": DEAD, b"completed": COMPLETED}
+STATES = {b"delayed": DELAYED, b"ready": READY, b"in_flight": IN_FLIGHT, b"dead": DEAD, b"completed": COMPLETED,
+          b"waiting": WAITING}
 ID_MAX = (1 << 63) - 1
 
 
-def inspect_reply(job: Job) -> Map:
+def inspect_reply(job: Job, store=None) -> Map:
     """A job as an operator sees it: its state and every field it has.  The
     lease token is not shown (it would let anyone complete the job)."""
     items = [
@@ -39,7 +40,18 @@ def inspect_reply(job: Job) -> Map:
         items.append((b"dead_reason", job.dead_reason))
     if job.retain_until:
         items.append((b"retained_until", job.retain_until))
+    if job.state is WAITING and store is not None:
+        items.append((b"waiting_for", _parents(store, job)))
     return Map(items + _optional_items(job))
+
+
+def _parents(store, job: Job) -> list:
+    """The parents a waiting job still waits for: queue, id, queue, id ..."""
+    out: list = []
+    for qid, jid in sorted(job.waiting_for):
+        pq = store.by_qid.get(qid)
+        out += [pq.name if pq is not None else b"", jid]
+    return out
 
 
 def _queue(client, args) -> Queue:
@@ -52,7 +64,7 @@ def _queue(client, args) -> Queue:
 def qget(client, args):
     q = _queue(client, args)
     job = q.jobs.get(in_range(args[2], "id", 0, ID_MAX))
-    return None if job is None else inspect_reply(job)
+    return None if job is None else inspect_reply(job, client.server.store)
 
 
 def qpeek(client, args):
@@ -90,7 +102,7 @@ def qscan(client, args):
         else:
             r.unknown()
     nxt, jobs = queries.scan(q, cursor, count, state)
-    return [str(nxt).encode(), [inspect_reply(j) for j in jobs]]
+    return [str(nxt).encode(), [inspect_reply(j, client.server.store) for j in jobs]]
 
 
 def qdel(client, args):
@@ -104,7 +116,7 @@ def qdel(client, args):
 
 
 PURGE_STATES = {b"READY": (READY,), b"DELAYED": (DELAYED,), b"DEAD": (DEAD,), b"COMPLETED": (COMPLETED,),
-                b"ALL": (READY, DELAYED, DEAD, COMPLETED, IN_FLIGHT)}
+                b"WAITING": (WAITING,), b"ALL": (READY, DELAYED, DEAD, COMPLETED, IN_FLIGHT, WAITING)}
 
 
 def qpurge(client, args):

@@ -6,12 +6,13 @@ import random
 
 from leaseq.storage import flow, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
-from leaseq.storage.job import DELAYED, READY, Job
+from leaseq.storage.job import COMPLETED, DEAD, DELAYED, READY, Job
 from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.queue import Queue
 
 from . import errors
-from .args import OptionReader, group_name, queue_name, to_int
+from .acl import require_queue
+from .args import OptionReader, group_name, in_range, queue_name, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
 from .replies import OK, Ints, Map, Record, Shape
 
@@ -20,6 +21,8 @@ NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
 U32 = (1 << 32) - 1
 EXTEND_KEYWORDS = (b"LEASE",)
 MAX_CONSUMER = 200
+MAX_PARENTS = 100_000    # AFTER count
+ID_MAX = (1 << 63) - 1
 REPLACEABLE = (READY, DELAYED)    # KEY ... REPLACE changes a holder only before it is handed out
 MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 
@@ -27,7 +30,8 @@ MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 # -- producing ---------------------------------------------------------------------
 
 class PushOptions:
-    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups", "replace")
+    __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups", "replace",
+                 "after", "onfail_run")
 
     def __init__(self) -> None:
         self.priority = 5
@@ -39,6 +43,8 @@ class PushOptions:
         self.expire_ms = 0
         self.groups = None        # one group per payload (GROUP for all, or QPUSHMANY's GROUPS)
         self.replace = False      # REPLACE: a ready or delayed holder of the key takes the new values
+        self.after = None         # AFTER: [(queue name, job id)], the parents every job waits for
+        self.onfail_run = None    # ONFAIL run (True) or fail (False); None: not given (fail)
 
     def visible_at(self, now: int) -> int:
         if self.at is not None:
@@ -75,6 +81,14 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
             opts.expire_ms = r.int_in("EXPIRE", 0, MS_MAX)
         elif kw == b"REPLACE":
             opts.replace = True
+        elif kw == b"AFTER":
+            n = r.int_in("AFTER count", 1, MAX_PARENTS)
+            opts.after = [(queue_name(r.value()), in_range(r.value(), "AFTER id", 0, ID_MAX)) for _ in range(n)]
+        elif kw == b"ONFAIL":
+            word = r.value().lower()
+            if word not in (b"run", b"fail"):
+                raise errors.BAD_ONFAIL
+            opts.onfail_run = word == b"run"
         elif kw == b"GROUP" and opts.groups is None:
             opts.groups = [group_name(r.value())] * count
         elif kw == b"GROUPS" and many and opts.groups is None:
@@ -83,6 +97,8 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
             r.unknown()
     if opts.replace and opts.keys is None:
         raise errors.REPLACE_WITHOUT_KEY
+    if opts.onfail_run is not None and opts.after is None:
+        raise errors.ONFAIL_WITHOUT_AFTER
     return opts
 
 
@@ -133,6 +149,8 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
     maxlen = q.config.maxlen
     if maxlen and queries.live(q) + len(fresh) > maxlen:
         raise errors.queue_full(q.name, maxlen)
+    if opts.after is not None:
+        return _push_after(client, q, fresh, keys, groups, opts, now, resolved, len(payloads))
     first = 0
     if resolved is not None and replacing:
         with store.journal.transaction():        # replacements and new jobs: all or none
@@ -147,8 +165,40 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
     return [first + ~r if r < 0 else r for r in resolved]
 
 
-def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: int) -> int:
-    """Push the new jobs of a QPUSH / QPUSHMANY as one record; the first id."""
+def _push_after(client, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: int, resolved,
+                count: int) -> list[int]:
+    """A push with AFTER (docs/semantics.md §3.10): each new job waits for the
+    parents still held; a parent already dead (unless ONFAIL run) dead-letters
+    them at once, in the same transaction as the push."""
+    store = client.server.store
+    pending, failed = set(), False
+    for name, jid in opts.after:
+        require_queue(client, name, "R")
+        pq = store.queues.get(name)
+        if pq is None:
+            continue                            # no longer held: done
+        store.fold(pq, now)
+        parent = pq.jobs.get(jid)
+        if parent is None or parent.state is COMPLETED:
+            continue
+        if parent.state is DEAD:
+            if opts.onfail_run:
+                continue                        # ONFAIL run: a dead parent counts as done
+            failed = True                       # it waits for the dead parent, and dies at once
+        pending.add((pq.qid, jid))
+    with store.journal.transaction():
+        first = _create(store, q, fresh, keys, groups, opts, now, pending)
+        if failed and fresh:
+            store.dead_letter(q, [q.jobs[first + i] for i in range(len(fresh))], b"parent-failed", now)
+    if resolved is None:
+        return list(range(first, first + len(fresh)))
+    q.counters.duplicates += count - len(fresh)
+    return [first + ~r if r < 0 else r for r in resolved]
+
+
+def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: int, parents=None) -> int:
+    """Push the new jobs of a QPUSH / QPUSHMANY as one record; the first id.
+    ``parents``: the (qid, id) each job waits for (AFTER)."""
     first = 0
     if fresh:
         first = store.take_ids(q, len(fresh))
@@ -164,6 +214,11 @@ def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: 
             for job, group in zip(jobs, groups):
                 if group:
                     job.group = group
+        if parents:
+            for job in jobs:
+                job.waiting_for = set(parents)
+                job.after_delay = opts.delay or 0
+                job.onfail_run = bool(opts.onfail_run)
         store.push(q, jobs, now)
     return first
 

@@ -170,7 +170,12 @@ WHEN = Arg("when", "oneof", optional=True, args=(Arg("ms", "integer", token="DEL
 SCOPE = Arg("scope", "oneof", token="WHILE", optional=True,
             args=(Arg("queued", "pure-token", token="queued"), Arg("active", "pure-token", token="active"),
                   Arg("exists", "pure-token", token="exists")))
-JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"))
+AFTER = Arg("after", "block", token="AFTER", optional=True,
+            args=(Arg("count", "integer"), Arg("parent", "block", multiple=True,
+                                               args=(Arg("queue", "key"), Arg("id", "integer")))))
+ONFAIL = Arg("onfail", "oneof", token="ONFAIL", optional=True,
+             args=(Arg("run", "pure-token", token="run"), Arg("fail", "pure-token", token="fail")))
+JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"), AFTER, ONFAIL)
 REPLACE = opt("REPLACE")
 PUSH_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                 Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE, REPLACE))) + JOB_LIMITS + (

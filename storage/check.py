@@ -52,6 +52,7 @@ class QueueCounts:
     in_flight: int
     dead: int
     completed: int
+    waiting: int = 0
 
 
 @dataclass
@@ -123,7 +124,8 @@ class CheckReport:
                                    f"jobs and expired leases moved to ready, as QINFO shows them)"))
         for q in self.queues:
             out.append(_line("queue", f"{q.name} ready={q.ready} delayed={q.delayed} in_flight={q.in_flight} "
-                                      f"dead={q.dead} completed={q.completed} durability={q.durability}"))
+                                      f"dead={q.dead} completed={q.completed} waiting={q.waiting} "
+                                      f"durability={q.durability}"))
         if self.still_refused:
             out.append(_line("result", f"repaired what --repair can, but the daemon still refuses to start "
                                        f"without --repair: {self.still_refused}"))

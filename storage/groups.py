@@ -10,8 +10,8 @@ every group that holds a live job:
   them (band, then id), one int key each (``band << 64 | id``);
 * ``held``: the slots the group holds: its jobs in flight and its jobs
   waiting for a retry (delayed after a nack, ``requeued``);
-* ``waiting``: its other delayed jobs (they hold no slot, but keep the group
-  known);
+* ``waiting``: its other delayed jobs and its jobs waiting for parents
+  (they hold no slot, but keep the group known);
 * ``turn``: its place in the round-robin, a number that only grows.
 
 A group may hand out a job when it has a ready one, is not paused, holds
@@ -41,7 +41,7 @@ from heapq import heappop, heappush
 from sortedcontainers import SortedList
 
 from .flow import RateWindow
-from .job import DELAYED, IN_FLIGHT, READY, Job
+from .job import DELAYED, IN_FLIGHT, READY, WAITING, Job
 
 ID_BITS = 64
 ID_MASK = (1 << ID_BITS) - 1
@@ -87,6 +87,10 @@ class Groups:
         if g is None:
             g = self.members[name] = Group(name, self.next_turn)
             self.next_turn += 1
+            window = self.windows.get(name)       # a group back within its GROUP-RATE window
+            limit, span = self.config.group_rate
+            if window is not None and window.times and limit:
+                g.room_at = window.next_room(window.times[-1], limit, span) or 0
         return g
 
     def enter(self, job: Job) -> None:
@@ -100,7 +104,7 @@ class Groups:
         elif state is IN_FLIGHT or (state is DELAYED and job.requeued):
             g = self._group(name)
             g.held += 1
-        elif state is DELAYED:
+        elif state is DELAYED or state is WAITING:
             g = self._group(name)
             g.waiting += 1
         else:                               # dead or completed: no longer part of a group
@@ -122,7 +126,7 @@ class Groups:
             g.ready.remove(ready_key(job))
         elif state is IN_FLIGHT or (state is DELAYED and job.requeued):
             g.held -= 1
-        elif state is DELAYED:
+        elif state is DELAYED or state is WAITING:
             g.waiting -= 1
         else:
             return

@@ -12,7 +12,9 @@ id breaks ties; ``storage.index`` has the index types):
 * ``DEAD``      -> ``dead``, a ``TimeIndex`` of jobs dead in their own queue
   (no DEADLETTER) by the moment RETAIN-DEAD lets them go;
 * ``COMPLETED`` -> ``completed``, a ``TimeIndex`` of acked jobs kept by
-  RETAIN-COMPLETED, by the moment they go.
+  RETAIN-COMPLETED, by the moment they go;
+* ``WAITING``   -> ``waiting``, a ``TimeIndex`` of jobs waiting for their
+  parents (AFTER), by enqueued_at.
 
 A job sits in exactly one index, the one its ``state`` names.  ``add``,
 ``remove`` and ``move`` (remove with the old key, change the fields, add
@@ -30,7 +32,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from .index import ReadyIndex, TimeIndex
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 
 
 def band(job: Job) -> int:
@@ -45,11 +47,12 @@ PLACES = {
     IN_FLIGHT: ("leases", TimeIndex, attrgetter("deadline")),
     DEAD: ("dead", TimeIndex, attrgetter("retain_until")),
     COMPLETED: ("completed", TimeIndex, attrgetter("retain_until")),
+    WAITING: ("waiting", TimeIndex, attrgetter("enqueued_at")),
 }
 
 
 class Indexes:
-    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "_place", "groups")
+    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "waiting", "_place", "groups")
 
     def __init__(self) -> None:
         self.groups = None          # storage.groups.Groups of a queue with groups

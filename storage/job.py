@@ -16,7 +16,8 @@ READY = b"ready"
 IN_FLIGHT = b"in_flight"
 DEAD = b"dead"
 COMPLETED = b"completed"
-STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED)
+WAITING = b"waiting"          # for parents (AFTER, docs/semantics.md §3.10)
+STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED, WAITING)
 
 
 class Provenance:
@@ -36,7 +37,8 @@ class JobExtra:
     stays small (a million live jobs: 64 bytes each saved)."""
 
     __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
-                 "dead_reason", "holder", "group", "schedule", "tick")
+                 "dead_reason", "holder", "group", "schedule", "tick", "waiting_for", "after_delay", "onfail_run",
+                 "failed_parent")
 
     def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
         self.key = key
@@ -51,6 +53,10 @@ class JobExtra:
         self.group = b""          # GROUP (docs/semantics.md §3.8); b"": the group ""
         self.schedule = None      # the schedule whose tick pushed the job (§3.9) ...
         self.tick = 0             # ... and that tick (ms epoch)
+        self.waiting_for = None   # AFTER (§3.10): the parents still held, as {(qid, id)}
+        self.after_delay = 0      # its DELAY, counted from the moment the last parent is done
+        self.onfail_run = False   # ONFAIL run: a parent that dies counts as done
+        self.failed_parent = None # Provenance of the parent whose death dooms it (while it is dead-lettered)
 
 
 def _extra_field(name: str, default):
@@ -103,6 +109,10 @@ class Job:
     group = _extra_field("group", b"")
     schedule = _extra_field("schedule", None)
     tick = _extra_field("tick", 0)
+    waiting_for = _extra_field("waiting_for", None)
+    after_delay = _extra_field("after_delay", 0)
+    onfail_run = _extra_field("onfail_run", False)
+    failed_parent = _extra_field("failed_parent", None)
 
 
 def end_lease(job: Job) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import islice
 
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 from .queue import Queue
 
 # What memory_estimate counts per live job beyond its payload, and per queue:
@@ -23,9 +23,9 @@ QUEUE_BYTES = 4096
 
 # dedupe scopes (docs/semantics.md §3.2): the states in which an existing job with the key counts
 SCOPES = {
-    b"queued": (DELAYED, READY),
-    b"active": (DELAYED, READY, IN_FLIGHT),
-    b"exists": (DELAYED, READY, IN_FLIGHT, DEAD, COMPLETED),
+    b"queued": (DELAYED, READY, WAITING),
+    b"active": (DELAYED, READY, WAITING, IN_FLIGHT),
+    b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD, COMPLETED),
 }
 SCOPE_CODES = {b"queued": 0, b"active": 1, b"exists": 2}
 
@@ -39,9 +39,9 @@ def claimable(q: Queue, now: int, count: int) -> list[Job]:
 
 
 def live(q: Queue) -> int:
-    """Jobs still to be done: ready, delayed or in flight (what MAXLEN bounds)."""
+    """Jobs still to be done: ready, delayed, waiting or in flight (what MAXLEN bounds)."""
     indexes = q.indexes
-    return len(indexes.ready) + len(indexes.delayed) + len(indexes.leases)
+    return len(indexes.ready) + len(indexes.delayed) + len(indexes.leases) + len(indexes.waiting)
 
 
 def group_count(q: Queue) -> int:

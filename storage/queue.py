@@ -40,7 +40,7 @@ from .config import QueueConfig
 from .indexes import Indexes, band
 from .flow import RateWindow
 from .groups import Groups
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, end_lease
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
 
@@ -100,18 +100,24 @@ class Queue:
                     groups.enter(job)
         return groups
 
-    def add_many(self, jobs: list[Job], now: int) -> None:
-        """New jobs (ascending ids, above every id so far): ready now, or delayed
-        until visible_at."""
+    def add_many(self, jobs: list[Job], now: int) -> list[Job]:
+        """New jobs (ascending ids, above every id so far): ready now, delayed
+        until visible_at, or waiting for parents; returns the waiting ones."""
         groups = self.indexes.groups
         grouped = False
+        waiting: list[Job] = []
         table = self.jobs
         delayed_add = self.indexes.delayed.add
         keys = self.keys
         ready: dict[int, list] = {}     # band -> ids, ascending and above every id so far
         for job in jobs:
             table[job.id] = job
-            if job.visible_at > now:
+            extra = job.extra           # (job.key, without the property's cost)
+            if extra is not None and extra.waiting_for:
+                job.state = WAITING             # for its parents (storage/deps.py)
+                self.indexes.waiting.add(job.enqueued_at, job.id)
+                waiting.append(job)
+            elif job.visible_at > now:
                 job.state = DELAYED
                 delayed_add(job.visible_at, job.id)
             else:
@@ -122,7 +128,6 @@ class Queue:
                     ready[b] = [job.id]
                 else:
                     ids.append(job.id)
-            extra = job.extra           # (job.key, without the property's cost)
             if extra is not None:
                 if extra.key is not None:
                     keys.setdefault(extra.key, []).append(job.id)
@@ -136,6 +141,7 @@ class Queue:
                 groups.enter(job)
         elif grouped:
             self.use_groups()
+        return waiting
 
     def _added(self, jobs: list[Job]) -> None:
         self.payload_bytes += sum(len(job.payload) for job in jobs)
@@ -252,6 +258,13 @@ class Queue:
             self.indexes.move(job, priority=priority)
         self.payload_bytes += len(payload) - len(job.payload)
         job.payload = payload
+
+    def wake_waiting(self, job: Job, now: int) -> None:
+        """Its last parent is done: ready, or delayed by its DELAY counted from
+        now (an AT in the future still holds)."""
+        after = job.after_delay
+        visible_at = now + after if after else max(job.visible_at, now)
+        self.indexes.move(job, state=DELAYED if visible_at > now else READY, visible_at=visible_at)
 
     def extend(self, job: Job, deadline: int) -> None:
         self.indexes.move(job, state=IN_FLIGHT, deadline=deadline)

@@ -50,7 +50,9 @@ not repeated in every record); ``ts`` is when the change happened.
            key, payload``.  ``ts`` is every job's ``enqueued_at``.  ``flags``
            bits 0-1 hold the dedupe scope of the key (0 queued, 1 active,
            2 exists); bit 2 says that ``group_len u16, group`` (the job's
-           GROUP) follows the key.  One record per QPUSH / QPUSHMANY: all
+           GROUP) follows the key; bit 3 that ``after_delay u64, onfail u8,
+           count u32, (qid u32, id u64) x count`` (the parents it waits
+           for, AFTER) follows that.  One record per QPUSH / QPUSHMANY: all
            jobs or none.
 5 CLAIM    ``qid u32, ts u64, deadline u64, first_seq u64, count u32,
            consumer_len u16, consumer, ids u64 x count`` and, written since
@@ -75,7 +77,7 @@ not repeated in every record); ``ts`` is when the change happened.
            The frame's CRC covers them all; inner records carry none.
 11 DEAD    ``qid u32, ts u64, reason u8, target u32, count u32, pairs``:
            jobs that must not be delivered again (reason 1 max-deliveries,
-           2 nack, 3 expired).  ``target`` 0: they stay in their queue in
+           2 nack, 3 expired, 4 parent-failed).  ``target`` 0: they stay in their queue in
            state dead.  Otherwise they move to queue ``target`` (the
            DEADLETTER queue) with provenance; ``pairs`` is ``count`` x
            ``(id u64, new id u64)``, the new id in the target (0 when target
@@ -142,7 +144,8 @@ NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM
          SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
-REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired"}
+REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed"}
+PUSH_AFTER = 8            # a PUSH job's flags bit: its parents follow (AFTER)
 REASON_CODES = {v: k for k, v in REASONS.items()}
 
 _BOOT = struct.Struct("<IQ")
@@ -164,6 +167,8 @@ _FIRE = struct.Struct("<IQQIH")
 _REPLACE = struct.Struct("<IQQBI")
 _REPLACED = struct.Struct("<QI")
 _U16 = struct.Struct("<H")
+_AFTER = struct.Struct("<QBI")
+_PARENT = struct.Struct("<IQ")
 
 
 
@@ -245,14 +250,37 @@ def push(qid: int, ts: int, jobs) -> bytes:
         else:
             key = extra.key or b""
             group = extra.group
-            append(pack(j.id, j.visible_at, j.priority, extra.flags | (PUSH_GROUP if group else 0),
+            after = extra.waiting_for
+            append(pack(j.id, j.visible_at, j.priority,
+                        extra.flags | (PUSH_GROUP if group else 0) | (PUSH_AFTER if after else 0),
                         extra.max_deliveries, extra.expire_ms, len(key), len(payload)))
             if key:
                 append(key)
             if group:
                 append(_U16.pack(len(group)) + group)
+            if after:
+                append(parents(extra.after_delay, extra.onfail_run, after))
         append(payload)
     return b"".join(parts)
+
+
+def parents(after_delay: int, onfail_run: bool, waiting_for) -> bytes:
+    """The AFTER part of a job (PUSH records and snapshots): its DELAY from
+    release, ONFAIL run, and the parents ``(qid, id)`` it waits for."""
+    listed = sorted(waiting_for)
+    return (_AFTER.pack(after_delay, 1 if onfail_run else 0, len(listed))
+            + b"".join(_PARENT.pack(qid, jid) for qid, jid in listed))
+
+
+def read_parents(b: bytes, off: int) -> tuple:
+    """``((after_delay, onfail_run, {(qid, id)}), next offset)``"""
+    after_delay, onfail, count = _AFTER.unpack_from(b, off)
+    off += _AFTER.size
+    found = set()
+    for _ in range(count):
+        found.add(_PARENT.unpack_from(b, off))
+        off += _PARENT.size
+    return (after_delay, bool(onfail), found), off
 
 
 def claim(qid: int, ts: int, deadline: int, first_seq: int, consumer: bytes, ids, deliveries=None) -> bytes:
@@ -349,9 +377,11 @@ def replace(qid: int, ts: int, visible_at: int, priority: int, pairs) -> bytes:
 class JobRecord:
     """One job of a PUSH record, as decoded."""
 
-    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload", "group")
+    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload", "group",
+                 "after")
 
-    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload, group=b""):
+    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload, group=b"",
+                 after=None):
         self.id = id
         self.visible_at = visible_at
         self.priority = priority
@@ -361,6 +391,7 @@ class JobRecord:
         self.key = key
         self.payload = payload
         self.group = group
+        self.after = after              # (after_delay, onfail_run, {(qid, id)}) or None
 
 
 def _ids(body: bytes, offset: int, count: int) -> tuple:
@@ -415,10 +446,13 @@ def _d_push(b):
             (glen,) = _U16.unpack_from(b, off)
             group = b[off + 2:off + 2 + glen]
             off += 2 + glen
-            flags &= ~PUSH_GROUP
+        after = None
+        if flags & PUSH_AFTER:
+            after, off = read_parents(b, off)
+        flags &= ~(PUSH_GROUP | PUSH_AFTER)
         payload = b[off:off + plen]
         off += plen
-        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group))
+        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group, after))
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
     return qid, ts, jobs

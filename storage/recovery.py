@@ -317,4 +317,6 @@ def _job(r, ts: int) -> Job:
               r.max_deliveries, r.expire_ms)
     if r.group:
         job.group = r.group
+    if r.after is not None:
+        job.after_delay, job.onfail_run, job.waiting_for = r.after
     return job

@@ -35,13 +35,14 @@ then frames exactly like a segment's, of these types:
                payload``; when ``bits`` has ORIGIN, then ``src_id u64,
                deliveries u32, reason u8, source_len u8, source``.
                ``state``: 1 delayed, 2 ready, 3 in_flight, 4 dead,
-               5 completed.  ``bits``: 1 requeued (became ready again),
+               5 completed, 6 waiting.  ``bits``: 1 requeued (became ready again),
                2 has an error (``error`` may be empty), 4 ORIGIN
                (dead-letter provenance), bits 3-4 the reason a job dead in
                its own queue died (0 none, else as DEAD), 32 GROUP: then
                ``group_len u16, group`` (after the provenance), 64 TICK:
                then ``tick u64, name_len u16, name``, the schedule tick
-               that pushed the job (after the group).  ``token`` is
+               that pushed the job (after the group), 128 AFTER: then the
+               parents it waits for, as in PUSH (after the tick).  ``token`` is
                the job's current lease token (empty: none); an expired
                lease keeps it until the job is claimed again.  A queue's
                jobs may span several SNAP_JOBS frames; memory queues have
@@ -62,7 +63,7 @@ import struct
 
 from crc32c import crc32c
 
-from .records import REASON_CODES, REASONS, VERSION, FormatError
+from .records import REASON_CODES, REASONS, VERSION, FormatError, parents, read_parents
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
 
@@ -74,7 +75,7 @@ _SNAP_QUEUE = struct.Struct("<IQQQQQQQQB")
 _SNAP_JOB = struct.Struct("<QQQQQQIIBBBBHBHII")
 _SNAP_ORIGIN = struct.Struct("<QIBB")
 _SNAP_END = struct.Struct("<IQ")
-SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK = 1, 2, 4, 32, 64
+SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK, SNAP_AFTER = 1, 2, 4, 32, 64, 128
 _TICK = struct.Struct("<QH")
 _SNAP_GROUPS = struct.Struct("<IQI")
 _SNAP_TURN = struct.Struct("<QH")
@@ -168,6 +169,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
         parts.append(_U16.pack(len(job.group)) + job.group)
     if bits & SNAP_TICK:
         parts.append(_TICK.pack(job.tick, len(job.schedule)) + job.schedule)
+    if bits & SNAP_AFTER:
+        parts.append(parents(job.after_delay, job.onfail_run, job.waiting_for))
     return b"".join(parts)
 
 
@@ -226,10 +229,13 @@ def _snap_jobs(b: bytes, count: int):
                 off += _TICK.size
                 scheduled = (b[off:off + nlen], tick)
                 off += nlen
+            after = None
+            if bits & SNAP_AFTER:
+                after, off = read_parents(b, off)
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
             yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-                   key, token, consumer, error, payload, origin, group, scheduled)
+                   key, token, consumer, error, payload, origin, group, scheduled, after)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
     if off != end:

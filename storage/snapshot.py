@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from . import records, snapformat
 from .config import MEMORY, QueueConfig
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job, Provenance
+from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance
 from .queue import Counters
 from .schedules import Schedule
 from .store import Store
@@ -36,7 +36,7 @@ PREFIX = "snap-"
 SUFFIX = ".snap"
 TEMPORARY = ".tmp"
 
-STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5}
+STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5, WAITING: 6}
 STATES = {code: state for state, code in STATE_CODES.items()}
 FRAME_JOBS = 1000          # at most this many jobs per SNAP_JOBS frame ...
 FRAME_BYTES = 1 << 20      # ... and about this many bytes
@@ -104,7 +104,8 @@ def frames(store: Store, tally: list):
                     | (snapformat.SNAP_ERROR if job.last_error is not None else 0)
                     | (snapformat.SNAP_ORIGIN if job.origin is not None else 0)
                     | (snapformat.SNAP_GROUP if job.group else 0)
-                    | (snapformat.SNAP_TICK if job.schedule is not None else 0))
+                    | (snapformat.SNAP_TICK if job.schedule is not None else 0)
+                    | (snapformat.SNAP_AFTER if job.waiting_for else 0))
             dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
             part = snapformat.snap_job(job, STATE_CODES[job.state], bits, dead_code)
             batch.append(part)
@@ -221,6 +222,7 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
         store.by_qid[qid].restore(got)
     for qid, (next_turn, table) in turns.items():
         store.by_qid[qid].use_groups().set_turns(table, next_turn)
+    store.deps.rebuild(store)
     return store, SnapshotInfo(path, covers, ts, queues, jobs, len(data))
 
 
@@ -239,7 +241,7 @@ def _jobs(rows) -> list[Job]:
     share = times.setdefault
     requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-         key, token, consumer, error, payload, origin, group, scheduled) in rows:
+         key, token, consumer, error, payload, origin, group, scheduled, after) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
@@ -265,6 +267,8 @@ def _jobs(rows) -> list[Job]:
                 job.group = group
             if scheduled is not None:
                 job.schedule, job.tick = scheduled
+            if after is not None:
+                job.after_delay, job.onfail_run, job.waiting_for = after
         if retain:
             job.retain_until = retain
         append(job)

@@ -25,6 +25,7 @@ from .config import ASYNC, FSYNC, MEMORY, QueueConfig
 from .job import READY, Job, Provenance
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
+from .deps import Deps
 from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
@@ -51,6 +52,7 @@ class Store:
         self.clock = (0, False, 0)              # DEBUG clock: offset ms, frozen, frozen at
         self._woken: set[Queue] = set()         # queues whose ready jobs or next due moment changed
         self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
+        self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -70,6 +72,10 @@ class Store:
             if q.next_id != q.id_mark:
                 q.id_mark = q.next_id
                 self.journal.meta_record(records.IDMARK, records.idmark(q.qid, q.next_id))
+
+    def wake(self, q: Queue) -> None:
+        """``q``'s ready jobs changed outside its own transitions (a parent elsewhere was done)."""
+        self._woken.add(q)
 
     @property
     def has_woken(self) -> bool:
@@ -117,6 +123,8 @@ class Store:
         self._woken.discard(q)
         self.timetable.queue_dropped(q)
         self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
+        if self.deps.children:
+            self.deps.finished(q, list(q.jobs.values()), ts)
         return q.remove_all()
 
     def take_ids(self, q: Queue, n: int) -> int:
@@ -142,9 +150,11 @@ class Store:
 
     def arrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
         """New jobs enter ``q``: a push's change (a schedule's FIRE makes it too)."""
-        q.add_many(jobs, ts)
+        waiting = q.add_many(jobs, ts)
         q.counters.pushed += len(jobs)
         self._woken.add(q)
+        if waiting:
+            self.deps.add(q, waiting)
 
     def replace(self, q: Queue, pairs: list, priority: int, visible_at: int, ts: int) -> None:
         """KEY ... REPLACE: ``pairs`` (ready or delayed job, new payload); see
@@ -181,6 +191,8 @@ class Store:
 
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.complete_many(jobs, ts)
+        if self.deps.children:
+            self.deps.finished(q, jobs, ts)
         self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
         if flow.has_slots(q):
             self._woken.add(q)       # a slot is free: a blocked claimer may take it
@@ -241,7 +253,17 @@ class Store:
 
     def dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> None:
         """Jobs that must not be delivered again: to the DEADLETTER queue (created
-        with defaults if missing) with provenance, or dead in their own queue."""
+        with defaults if missing) with provenance, or dead in their own queue.
+        Children waiting on them (AFTER) die too, with reason parent-failed,
+        each queue's in a DEAD record of its own, in one transaction."""
+        with self.journal.transaction():
+            work = [(q, jobs, reason)]
+            while work:
+                q, jobs, reason = work.pop()
+                doomed = self._dead_letter(q, jobs, reason, ts)
+                work += [(cq, children, b"parent-failed") for cq, children in doomed]
+
+    def _dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> list:
         target = None
         if q.config.deadletter:
             name = q.config.deadletter.encode()
@@ -250,35 +272,44 @@ class Store:
             pairs = [(job.id, first + i) for i, job in enumerate(jobs)]
         else:
             pairs = [(job.id, 0) for job in jobs]
-        self.apply_dead(q, ts, reason, target, pairs)
+        doomed = self.apply_dead(q, ts, reason, target, pairs)
         self.journal.job_record(q, records.DEAD, records.dead(q.qid, ts, records.REASON_CODES[reason],
                                                 target.qid if target else 0, pairs))
         if flow.has_slots(q):
             self._woken.add(q)       # a job that held a slot may have died
+        return doomed
 
     def apply_dead(self, q: Queue, ts: int, reason: bytes, target: Queue | None, pairs,
                    copies: bool = True) -> None:
         """The state change of a DEAD record: ``pairs`` (id, new id) leave ``q``
         for ``target``, or die in place when it is None.  ``copies`` False:
-        the target does not get them (replay into a memory queue)."""
+        the target does not get them (replay into a memory queue).  Returns
+        the children (AFTER) that must die with them (``Deps.failed``)."""
         jobs = q.jobs
+        dying = [jobs[jid] for jid, _ in pairs]
+        doomed = self.deps.failed(q, dying, ts) if self.deps.children else []
+        if reason == b"parent-failed":
+            for job in dying:
+                job.failed_parent = self.deps.failed_parent(job)
         if target is None:
-            for jid, _ in pairs:
-                q.bury(jobs[jid], reason, ts)
-            return
+            for job in dying:
+                if job.failed_parent is not None:
+                    job.origin = job.failed_parent
+                q.bury(job, reason, ts)
+            return doomed
         moved = []
-        for jid, new_id in pairs:
-            job = jobs[jid]
+        for job, (_jid, new_id) in zip(dying, pairs):
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
             _carry(job, copy)
-            copy.origin = Provenance(q.name, job.id, job.deliveries, reason)
+            copy.origin = job.failed_parent or Provenance(q.name, job.id, job.deliveries, reason)
             moved.append(copy)
             q.remove(job)
             q.counters.dead_lettered += 1
         if copies:
             target.add_many(moved, ts)
             self._woken.add(target)
+        return doomed
 
     def redrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
         """Dead jobs of ``q`` back to ready, deliveries reset to 0."""
@@ -315,6 +346,8 @@ class Store:
         leases become stale."""
         for job in jobs:
             q.remove(job)
+        if self.deps.children:
+            self.deps.finished(q, jobs, ts)
         self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                 records.delete(q.qid, ts, [j.id for j in jobs]))
         if flow.has_slots(q):

@@ -249,6 +249,19 @@ def test_group_rate_is_a_sliding_window_per_group(f):
     assert (info[b"group_rate"], info[b"group_rate_ms"]) == (2, 1000)
 
 
+def test_a_group_window_outlives_the_groups_last_job(f):
+    """The group leaves the turns when its last job is acked; its window does
+    not: a job pushed again within the window waits for it."""
+    q = unique("outlive")
+    f.execute_command("QCREATE", q, "GROUP-RATE", 1, 100)
+    push_groups(f, q, ["b"])
+    assert ack(f, q, take(f, q, 5)) == 1
+    push_groups(f, q, ["b"])
+    assert take(f, q, 5) == []
+    advance(f, 100)
+    assert len(take(f, q, 5)) == 1
+
+
 def test_a_blocked_claimer_is_served_when_a_group_window_slides(f, frozen_daemon):
     q = unique("gslide")
     f.execute_command("QCREATE", q, "GROUP-RATE", 1, 500)

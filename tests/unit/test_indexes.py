@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from leaseq.storage import job as job_module
 from leaseq.storage.index import ReadyIndex, TimeIndex
 from leaseq.storage.indexes import PLACES, Indexes, band
-from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, STATES, Job
+from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, STATES, WAITING, Job
 
-KEY_FIELDS = {DELAYED: "visible_at", IN_FLIGHT: "deadline", DEAD: "retain_until", COMPLETED: "retain_until"}
+KEY_FIELDS = {DELAYED: "visible_at", IN_FLIGHT: "deadline", DEAD: "retain_until", COMPLETED: "retain_until",
+              WAITING: "enqueued_at"}
 
 
 def entries(index) -> list[tuple[int, int]]:
@@ -90,7 +91,7 @@ def test_counts_name_every_state_in_the_order_info_shows_them():
     for n, state in enumerate(STATES, start=1):
         for i in range(n):
             indexes.add(a_job(10 * n + i, state, key=i))
-    assert list(indexes.counts()) == ["ready", "delayed", "in_flight", "dead", "completed"]
+    assert list(indexes.counts()) == ["ready", "delayed", "in_flight", "dead", "completed", "waiting"]
     assert indexes.counts() == {s.decode(): n for n, s in enumerate(STATES, start=1)}
 
 

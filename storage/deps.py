@@ -1,0 +1,107 @@
+"""Dependencies: jobs that wait for other jobs (docs/semantics.md §3.10).
+
+A job pushed with ``AFTER`` parents is ``waiting`` while any of them is
+still held; its ``waiting_for`` is the set of parents left, each as
+``(qid, id)``, so parents and children may be in different queues.
+``Deps.children`` is the other direction: parent -> the children waiting on
+it, kept in memory and rebuilt from the waiting jobs after a snapshot loads
+(``rebuild``), so a snapshot holds it through the jobs themselves.
+
+* A parent **done** (acked, deleted, its queue dropped: no longer held)
+  leaves each child's ``waiting_for``; a child with none left is released:
+  ready, or delayed by its DELAY counted from now (``Queue.wake_waiting``).
+  This follows from the parent's ACK (or DEL, PURGE, DROP) record, both live
+  and in replay, so it is as crash-atomic as the ack.
+* A parent **dead** (dead-lettered, expired): each child pushed with
+  ``ONFAIL run`` counts it as done; the others must die with reason
+  ``parent-failed`` and the parent as provenance.  ``failed`` marks them
+  (``failed_parent``) and returns them; the live path dead-letters them with
+  DEAD records of their own in the same transaction (replay applies those
+  records, so it ignores the list).
+
+Every step touches only the jobs involved: an ack costs one dict look-up
+when its job has no children, a chain of N jobs or a fan-in of N parents
+costs O(N) in all.
+"""
+
+from __future__ import annotations
+
+from .job import DEAD, WAITING, Job, Provenance
+
+
+class Deps:
+    def __init__(self, store) -> None:
+        self.store = store
+        self.children: dict[tuple, list] = {}     # (qid, id) parent -> [(qid, id) child]
+
+    def add(self, q, jobs: list[Job]) -> None:
+        """Jobs just pushed onto ``q``: register the waiting ones with their parents."""
+        children = self.children
+        for job in jobs:
+            extra = job.extra
+            if extra is not None and extra.waiting_for:
+                me = (q.qid, job.id)
+                for parent in extra.waiting_for:
+                    children.setdefault(parent, []).append(me)
+
+    def rebuild(self, store) -> None:
+        """The index from the waiting jobs of every queue (after a snapshot loads)."""
+        self.children = {}
+        for q in store.queues.values():
+            self.add(q, [job for job in q.jobs.values() if job.extra is not None and job.extra.waiting_for])
+
+    def _waiting_children(self, q, job: Job):
+        """Pop ``job``'s entry; yield (queue, child) for each child still waiting on it."""
+        kids = self.children.pop((q.qid, job.id), None)
+        if not kids:
+            return
+        by_qid = self.store.by_qid
+        parent = (q.qid, job.id)
+        for qid, cid in kids:
+            cq = by_qid.get(qid)
+            child = cq.jobs.get(cid) if cq is not None else None
+            if child is not None and child.state is WAITING and parent in child.extra.waiting_for:
+                yield cq, child
+
+    def finished(self, q, jobs: list[Job], ts: int) -> None:
+        """``jobs`` of ``q`` are done: children waiting on nothing else are released."""
+        for job in jobs:
+            for cq, child in self._waiting_children(q, job):
+                self._drop_parent(cq, child, (q.qid, job.id), ts)
+
+    def failed(self, q, jobs: list[Job], ts: int) -> list:
+        """``jobs`` of ``q`` died: children with ONFAIL run count them as done;
+        the others are marked with their failed parent and returned, as
+        ``[(queue, [child, ...])]``, for the caller to dead-letter."""
+        doomed: dict = {}
+        for job in jobs:
+            for cq, child in self._waiting_children(q, job):
+                if child.extra.onfail_run:
+                    self._drop_parent(cq, child, (q.qid, job.id), ts)
+                elif child.extra.failed_parent is None:
+                    child.extra.failed_parent = Provenance(q.name, job.id, job.deliveries, b"parent-failed")
+                    doomed.setdefault(cq, []).append(child)
+        return list(doomed.items())
+
+    def failed_parent(self, job: Job) -> Provenance | None:
+        """Why a job dies parent-failed: the parent ``failed`` marked, or (a
+        job pushed after its parent died, and in replay) the first parent it
+        waits for that is dead."""
+        extra = job.extra
+        if extra is None:
+            return None
+        if extra.failed_parent is not None:
+            return extra.failed_parent
+        for qid, jid in sorted(extra.waiting_for or ()):
+            pq = self.store.by_qid.get(qid)
+            parent = pq.jobs.get(jid) if pq is not None else None
+            if parent is not None and parent.state is DEAD:
+                return Provenance(pq.name, parent.id, parent.deliveries, b"parent-failed")
+        return None
+
+    def _drop_parent(self, cq, child: Job, parent: tuple, ts: int) -> None:
+        waiting = child.extra.waiting_for
+        waiting.discard(parent)
+        if not waiting and child.extra.failed_parent is None:
+            cq.wake_waiting(child, ts)
+            self.store.wake(cq)
