@@ -246,6 +246,21 @@ def bench_http(seconds, queues, json_path) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("workflows")
+@click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
+              help="Links of the chain, and parents of the fan-in.")
+@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="fsync", show_default=True,
+              help="The queues' durability.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+def bench_workflows(jobs, durability, json_path) -> None:
+    """A chain of jobs, a fan-in of parents (AFTER) and a schedule firing: time and memory."""
+    from leaseq.bench import workflows
+    try:
+        workflows.run(jobs, durability, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 def _names(value: str, allowed: tuple, what: str) -> tuple:
     """A comma-separated selection, checked against ``allowed``, in
     ``allowed``'s order; ``w3`` stands for both W3 workloads."""

@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http` and `queue` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue` and `workflows` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -143,3 +143,19 @@ def test_bench_queue_leaseq_only_says_so(tmp_path):
     assert not table_lines(stdout, "w2", "memory")
     check_queue_json(data, ("w1", "w3rate"), ("memory",), with_redis=False)
     assert any("redis-server not found" in n for n in data["notes"])
+
+
+@pytest.mark.timeout(120)
+def test_bench_workflows_runs_and_reports(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", "bench", "workflows", "--jobs", "200", "--durability", "memory",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in ("chain: claim + ack each link in turn", "fan-in: the child at the end",
+                   "schedule: one move firing 1,000 ticks (median)"):
+        assert figure in run.stdout, run.stdout
+    data = json.loads(out.read_text())
+    assert data["chain"]["left"] == 0 and data["fan_in"]["child_state"] == "ready"
+    assert data["schedule"]["fired"] == 10_000
