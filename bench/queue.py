@@ -20,6 +20,10 @@ Workloads (128-byte payloads):
   (QPUSHMANY 100 against 100 pipelined XADD).
 - ``w2`` consume: N jobs preloaded, then 8 connections loop claim 100 →
   ack them until the queue is empty.
+- ``w2g`` consume in groups (leaseq only: Redis has no groups): W2 on a
+  queue with ``GROUP-CONCURRENCY 1``, the N jobs spread over 10,000 groups
+  (``QPUSHMANY ... GROUPS``, job i in group i mod 10,000), so every claim
+  takes turns among the groups and no group has two jobs in flight.
 - ``w3max`` mixed at max rate: 2 producers (batches of 100) and 4 workers
   (blocking claim 100 → ack) for D seconds; producers hold back while the
   backlog is above BACKLOG_PER_WORKER jobs per worker, so the figure is
@@ -88,9 +92,12 @@ DEFAULT_JOBS, QUICK_JOBS = 200_000, 10_000
 DEFAULT_SECONDS, QUICK_SECONDS = 10.0, 1.5
 DEFAULT_RATE = 5000
 DEFAULT_REPS = 3
-WORKLOADS = ("w1", "w2", "w3max", "w3rate")
+WORKLOADS = ("w1", "w2", "w2g", "w3max", "w3rate")
+LEASEQ_ONLY = ("w2g",)
+GROUPS = 10_000               # w2g: groups the jobs are spread over
 CLASSES = ("fsync", "memory")
-TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
+TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w2g": "W2g consume, 10,000 groups, GROUP-CONCURRENCY 1",
+          "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
 
 
 # --- the wire -------------------------------------------------------------
@@ -675,6 +682,34 @@ def w2(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
             **common_figures(jobs, span, acct, outs)}
 
 
+def w2g(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
+    """W2 on a queue with GROUP-CONCURRENCY 1 whose jobs are spread over GROUPS groups."""
+    conn.call(pack("QALTER", wire.key, "GROUP-CONCURRENCY", 1))
+    t0 = time.monotonic()
+    done = 0
+    while done < s.jobs:
+        data, replies = b"", 0
+        for _ in range(PRELOAD_WINDOW):
+            k = min(PRELOAD_CHUNK, s.jobs - done)
+            if k <= 0:
+                break
+            groups = [b"g%d" % ((done + i) % GROUPS) for i in range(k)]
+            data += pack("QPUSHMANY", wire.key, k, *[payload()] * k, "GROUPS", *groups)
+            replies += 1
+            done += k
+        conn.call(data, replies)
+    loaded = time.monotonic() - t0
+    outs, acct = run_load([("consume_batches", {"consumer": f"c{i}", "limit": s.limit}) for i in range(CONNS)],
+                          ep, kind, s.load_cpus, s.limit)
+    jobs = sum(o["jobs"] for o in outs)
+    span = span_seconds(outs)
+    live = wire.live(conn)
+    return {"jobs": jobs, "jobs_per_s": jobs / span, "preload_s": loaded,
+            **ms_percentiles(gather(outs, "calls_ns"), (50, 99)),
+            "check": "ok" if live == 0 and jobs == s.jobs else f"{live} jobs left, {jobs} of {s.jobs} acked",
+            **common_figures(jobs, span, acct, outs)}
+
+
 def shared_counters(n: int):
     """Counters one slot per process (each writes only its own), so no lock."""
     return multiprocessing.get_context("fork").Array("q", n, lock=False)
@@ -716,7 +751,7 @@ def w3rate(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
             **ms_percentiles(lat), **common_figures(sent, push_span, acct, outs)}
 
 
-RUNNERS = {"w1": w1, "w2": w2, "w3max": w3max, "w3rate": w3rate}
+RUNNERS = {"w1": w1, "w2": w2, "w2g": w2g, "w3max": w3max, "w3rate": w3rate}
 
 
 def run_one(server, workload: str, cls: str, s: Settings) -> dict:
@@ -828,6 +863,8 @@ def run_interleaved(servers: list, s: Settings, say) -> list[dict]:
         for workload in s.workloads:
             for cls in s.classes:
                 for server in order:
+                    if workload in LEASEQ_ONLY and server.kind != "leaseq":
+                        continue
                     say(f"rep {rep + 1}/{s.reps}: {workload} {cls} {server.kind}")
                     figures = run_one(server, workload, cls, s)
                     runs.append({"rep": rep + 1, "workload": workload, "class": cls, "server": server.kind,
@@ -934,6 +971,8 @@ ROWS = {
            ("server_cpu_s", "server CPU s", "<1"), ("server_cpu_us_per_job", "server CPU us/job", "<1")],
     "w2": [("jobs_per_s", "jobs/s", ">1"), ("p99_ms", "claim+ack p99 ms", "<1"),
            ("server_cpu_s", "server CPU s", "<1"), ("server_cpu_us_per_job", "server CPU us/job", "<1")],
+    "w2g": [("jobs_per_s", "jobs/s", ">1"), ("p99_ms", "claim+ack p99 ms", "<1"),
+            ("server_cpu_s", "server CPU s", "<1"), ("server_cpu_us_per_job", "server CPU us/job", "<1")],
     "w3max": [("jobs_per_s", "jobs/s through", ">1"), ("server_cpu_s", "server CPU s", "<1"),
               ("server_cpu_us_per_job", "server CPU us/job", "<1")],
     "w3rate": [("jobs_per_s", "achieved jobs/s", ">1"), ("sustained", "target sustained (reps)", ""),
@@ -972,3 +1011,9 @@ def report(r: dict) -> None:
              f"ratio = leaseq / redis; {r['total_seconds']} s in all")
     print_grid(title, ["workload", "class", "figure", "leaseq", "redis", "leaseq/redis", "better"],
                table_rows(r["results"]), right={3, 4, 5})
+    results = r["results"]
+    if "w2g" in results and "w2" in results:
+        for c, cell in results["w2g"].items():
+            plain, grouped = results["w2"][c]["leaseq"]["jobs_per_s"], cell["leaseq"]["jobs_per_s"]
+            print(f"W2g vs W2, leaseq {c}: {grouped:,.0f} vs {plain:,.0f} jobs/s = {grouped / plain:.2f} "
+                  f"(groups take turns; redis has no groups)")

@@ -246,6 +246,21 @@ def bench_http(seconds, queues, json_path) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("flow")
+@click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
+@click.option("--n", type=click.IntRange(1), default=50, show_default=True, help="Jobs a window may hand out.")
+@click.option("--window", "window_ms", type=click.IntRange(10), default=500, show_default=True, help="The window, ms.")
+@click.option("--claimers", type=click.IntRange(1, 64), default=4, show_default=True, help="Blocked claimers.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
+    """How exact RATE and GROUP-RATE are: the most hand-outs seen in any window, over n."""
+    from leaseq.bench import flow
+    try:
+        flow.run(seconds, n, window_ms, claimers, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 @bench.command("workflows")
 @click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
               help="Links of the chain, and parents of the fan-in.")
@@ -280,8 +295,8 @@ def _names(value: str, allowed: tuple, what: str) -> tuple:
 @click.option("--rate", type=click.IntRange(8), default=5000, show_default=True, help="W3 fixed rate, jobs/s.")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
               help="Interleaved repetitions; the table shows medians.")
-@click.option("--only", default="w1,w2,w3max,w3rate", show_default=True,
-              help="Workloads: w1, w2, w3max, w3rate (w3 = both W3).")
+@click.option("--only", default="w1,w2,w2g,w3max,w3rate", show_default=True,
+              help="Workloads: w1, w2, w2g, w3max, w3rate (w3 = both W3).")
 @click.option("--class", "classes", default="fsync,memory", show_default=True, help="Durability classes.")
 @click.option("--url", help="A running leaseq (redis://[:password@]host:port) instead of starting one per run.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,

@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue` and `workflows` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow` and `workflows` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -58,10 +58,13 @@ def test_bench_http_runs_and_reports(tmp_path):
 
 QUEUE_FIGURES = {"w1": ("jobs/s", "push call p99 ms", "server CPU s", "server CPU us/job"),
                  "w2": ("jobs/s", "claim+ack p99 ms", "server CPU s", "server CPU us/job"),
+                 "w2g": ("jobs/s", "claim+ack p99 ms", "server CPU s", "server CPU us/job"),
                  "w3max": ("jobs/s through", "server CPU s", "server CPU us/job"),
                  "w3rate": ("achieved jobs/s", "target sustained (reps)", "push->claim p50 ms",
                             "push->claim p99 ms", "push->claim p999 ms", "server CPU s")}
-QUEUE_TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
+QUEUE_TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w2g": "W2g consume, 10,000 groups, GROUP-CONCURRENCY 1",
+                "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
+LEASEQ_ONLY = ("w2g",)        # redis has no groups
 
 
 def bench_queue(tmp_path, *args, timeout=100):
@@ -86,11 +89,11 @@ def check_queue_json(data, workloads, classes, with_redis):
             "load_cpus"} <= set(data["machine"])
     assert data["settings"]["reps"] == 1 and data["settings"]["workloads"] == list(workloads)
     servers = 2 if with_redis else 1
-    assert len(data["runs"]) == len(workloads) * len(classes) * servers
+    assert len(data["runs"]) == sum(len(classes) * (1 if w in LEASEQ_ONLY else servers) for w in workloads)
     for r in data["runs"]:
         assert {"rep", "workload", "class", "server", "jobs", "jobs_per_s", "server_cpu_s", "server_cpu_us_per_job",
                 "load_cpu_s", "load_cpu_share", "other_cpu_s", "other_cpu_pct", "wall_s"} <= set(r), r
-        if r["workload"] in ("w1", "w2"):
+        if r["workload"] in ("w1", "w2", "w2g"):
             assert r["check"] == "ok", r        # every job pushed is there (W1), none left (W2): not a speed
     for w in workloads:
         for c in classes:
@@ -100,7 +103,7 @@ def check_queue_json(data, workloads, classes, with_redis):
             if w == "w3rate":
                 assert {"target_per_s", "pushed_per_s", "p50_ms", "p99_ms", "p999_ms", "sustained",
                         "samples"} <= set(cell["leaseq"])
-            if with_redis:
+            if with_redis and w not in LEASEQ_ONLY:
                 assert set(cell["redis"]) == set(cell["leaseq"])
                 assert "jobs_per_s" in cell["ratio"]
             else:
@@ -123,13 +126,14 @@ def test_bench_queue_side_by_side_or_leaseq_only(tmp_path):
             assert {row[2] for row in rows} >= {*figures, "other processes' CPU %"}, (w, c, stdout)
             for row in rows:
                 assert len(row) >= 6, row
-                assert (row[4] != "-") == with_redis, row
+                assert (row[4] != "-") == (with_redis and w not in LEASEQ_ONLY), row
     if with_redis:
         assert "redis-server not installed" not in stdout.splitlines()[0]
         assert "redis-server not found" not in stdout
     else:
         assert "note: redis-server not found" in stdout
-    check_queue_json(data, ("w1", "w2", "w3max", "w3rate"), ("fsync", "memory"), with_redis)
+    check_queue_json(data, ("w1", "w2", "w2g", "w3max", "w3rate"), ("fsync", "memory"), with_redis)
+    assert "W2g vs W2, leaseq fsync: " in stdout and "W2g vs W2, leaseq memory: " in stdout
 
 
 @pytest.mark.timeout(60)
@@ -159,3 +163,20 @@ def test_bench_workflows_runs_and_reports(tmp_path):
     data = json.loads(out.read_text())
     assert data["chain"]["left"] == 0 and data["fan_in"]["child_state"] == "ready"
     assert data["schedule"]["fired"] == 10_000
+
+
+@pytest.mark.timeout(120)
+def test_bench_flow_runs_and_reports(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", "bench", "flow", "--seconds", "1.5", "--n", "20", "--window", "200",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in ("RATE 20 200: that / n (at most 1.0 when the limit holds)",
+                   "GROUP-RATE 20 200, 4 groups: most in any 200 ms window (per group)"):
+        assert figure in run.stdout, run.stdout
+    data = json.loads(out.read_text())
+    for key in ("rate", "group_rate"):
+        assert data[key]["hand_outs"] > 0 and data[key]["max_in_window"] <= 20     # the limit is the contract
+    assert data["group_rate"]["groups"] == 4
