@@ -12,7 +12,9 @@ them to ``orders-dead`` after two, ``webhooks`` keeps them dead in place
 after three, ``emails`` nacks them DEAD at once; a few are failed to death
 before the load starts, so the page always has dead letters.
 ``thumbnails`` has more work than workers; ``reports`` holds jobs delayed
-by an hour.  A snapshot is taken early.  After ``--seconds`` (the rates
+by an hour and has a nightly schedule; ``webhooks`` is held to RATE 5 per
+second (its partner's limit); ``tenants`` holds jobs of three customers
+with GROUP-CONCURRENCY 1, one customer paused, nobody working it.  A snapshot is taken early.  After ``--seconds`` (the rates
 need a few seconds of samples) headless Chromium takes the screenshot
 while the load goes on.
 Needs redis-py (the bench or test extra) and chromium.
@@ -43,7 +45,8 @@ QUEUES = {   # queue: (jobs pushed per second, median ms of work, workers, nack 
 }
 OPTIONS = {
     "orders": ("MAXDELIVERIES", 2, "DEADLETTER", "orders-dead"),
-    "webhooks": ("MAXDELIVERIES", 3),
+    "webhooks": ("MAXDELIVERIES", 3, "RATE", 5, 1000),
+    "tenants": ("GROUP-CONCURRENCY", 1),
     "audit-log": ("DURABILITY", "async"),
     "search-index": ("DURABILITY", "memory"),
 }
@@ -74,7 +77,7 @@ def screenshot(out: str, seconds: float, seed: int = 11) -> None:
         time.sleep(seconds)
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--user-data-dir={os.path.join(work, 'chromium')}", f"--screenshot={os.path.abspath(out)}",
-                        "--window-size=1280,900", f"http://127.0.0.1:{http}/"],
+                        "--window-size=1280,1000", f"http://127.0.0.1:{http}/"],
                        check=True, timeout=120, capture_output=True)
     finally:
         halt.set()
@@ -95,6 +98,13 @@ def _set_up(c) -> None:
     c.execute_command("QPUSHMANY", "thumbnails", 180, *[b'{"image": "upload.jpg"}'] * 180)
     c.execute_command("QPUSHMANY", "reports", 24, *[b'{"report": "daily"}'] * 24)
     c.execute_command("QPUSHMANY", "reports", 40, *[b'{"report": "monthly"}'] * 40, "DELAY", 3_600_000)
+    c.execute_command("QSCHEDULE", "reports", "nightly", b'{"report": "daily"}', "CRON", "0 2 * * *",
+                      "TZ", "Europe/Paris")
+    c.execute_command("QSCHEDULE", "audit-log", "rotate", b'{"rotate": true}', "EVERY", 2000)
+    customers = ["acme"] * 30 + ["globex"] * 20 + ["initech"] * 10
+    c.execute_command("QPUSHMANY", "tenants", len(customers), *[b'{"sync": 1}'] * len(customers),
+                      "GROUPS", *customers)
+    c.execute_command("QPAUSE", "tenants", "GROUP", "initech")
     for q, (n, _share, errors) in POISON.items():
         _fail_until_dead(c, q, [errors[i % len(errors)] for i in range(n)])
     c.execute_command("BGSAVE")
@@ -172,7 +182,7 @@ def _outcome(q: str, payload: bytes, nack_share: float, errors: list, rnd: rando
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", help="the PNG to write (1280 x 900)")
+    p.add_argument("out", help="the PNG to write (1280 x 1000)")
     p.add_argument("--seconds", type=float, default=8.0, help="of load before the screenshot")
     a = p.parse_args()
     screenshot(a.out, a.seconds)

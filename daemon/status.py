@@ -1,7 +1,8 @@
 """The status page, ``GET /`` on the HTTP listener (docs/operations.md,
-"Status page"): queues with their counts, rates and oldest ready job, the
-latest dead letters with their errors, and the log and snapshots, in one
-HTML page that refreshes itself and loads nothing from anywhere else.
+"Status page"): queues with their counts, rates, oldest ready job and flow
+control (limits, pauses, groups, throttled jobs), the schedules, the latest
+dead letters with their errors, and the log and snapshots, in one HTML page
+that refreshes itself and loads nothing from anywhere else.
 
 Three parts, so that the page can be tested without a socket:
 
@@ -31,7 +32,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from leaseq.storage import queries
+from leaseq.storage import flow, queries
 from leaseq.storage.job import DEAD, Job
 from leaseq.storage.queue import Queue
 
@@ -79,6 +80,18 @@ class QueueRow:
     push_rate: float        # per second
     ack_rate: float
     oldest_ready_ms: int    # 0 when nothing is ready
+    flow: str = ""          # its limits, pauses, groups and throttled jobs, in a few words ("" when none)
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    queue: str
+    name: str
+    spec: str               # CRON expr [TZ zone] or EVERY ms
+    next_ms: int            # daemon-clock ms epoch
+    last_ms: int            # 0: no tick pushed yet
+    fired: int
+    skipped: int
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,8 @@ class Status:
     queues: list            # QueueRow, by name, at most MAX_QUEUES
     queue_count: int        # all queues
     dead_letters: list      # DeadLetter, by queue name, newest first within a queue
+    schedules: list = ()    # ScheduleRow of the queues shown, by queue and name
+    now_ms: int = 0         # the daemon's clock (schedules are on it)
 
 
 def read_status(server, rates: RateSamples) -> Status:
@@ -113,13 +128,51 @@ def read_status(server, rates: RateSamples) -> Status:
     targets = {q.config.deadletter.encode() for q in queues if q.config.deadletter}
     return Status(now=time.time(), info=info,
                   queues=[queue_row(q, rates, now_ms, moment) for q in shown], queue_count=len(queues),
-                  dead_letters=[d for q in shown for d in latest_dead_letters(q, q.name in targets)])
+                  dead_letters=[d for q in shown for d in latest_dead_letters(q, q.name in targets)],
+                  schedules=[schedule_row(q, s) for q in shown
+                             for s in sorted(q.schedules.values(), key=lambda s: s.name)],
+                  now_ms=now_ms)
 
 
 def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float) -> QueueRow:
     push_rate, ack_rate = rates.rates(q, moment)
     return QueueRow(name=_text(q.name), durability=q.config.durability, counts=q.indexes.counts(),
-                    push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=queries.oldest_ready_age(q, now_ms))
+                    push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=queries.oldest_ready_age(q, now_ms),
+                    flow=flow_summary(q, now_ms))
+
+
+def flow_summary(q: Queue, now_ms: int) -> str:
+    """A queue's flow control in a few words, what holds jobs back first:
+    "paused · rate 10 / 1 s · ≤ 4 in flight · per group ≤ 1, 5 / 1 s ·
+    1,204 groups, 2 paused · 37 throttled"; "" for a queue that sets none."""
+    c = q.config
+    if not flow.limited(q) and q.indexes.groups is None:
+        return ""
+    words = []
+    if c.paused:
+        words.append("paused")
+    if c.rate[0]:
+        words.append(f"rate {c.rate[0]:,} / {_duration(c.rate[1])}")
+    if c.concurrency:
+        words.append(f"≤ {c.concurrency:,} in flight")
+    per_group = ([f"≤ {c.group_concurrency:,}"] if c.group_concurrency else []) + (
+        [f"{c.group_rate[0]:,} / {_duration(c.group_rate[1])}"] if c.group_rate[0] else [])
+    if per_group:
+        words.append("per group " + ", ".join(per_group))
+    if q.indexes.groups is not None:
+        groups = f"{queries.group_count(q):,} groups"
+        words.append(groups + (f", {len(c.paused_groups):,} paused" if c.paused_groups else ""))
+    elif c.paused_groups:
+        words.append(f"{len(c.paused_groups):,} groups paused")
+    held = flow.throttled(q, now_ms)
+    if held:
+        words.append(f"{held:,} throttled")
+    return " · ".join(words)
+
+
+def schedule_row(q: Queue, s) -> ScheduleRow:
+    return ScheduleRow(queue=_text(q.name), name=_text(s.name), spec=s.spec, next_ms=s.next, last_ms=s.last,
+                       fired=s.fired, skipped=s.skipped)
 
 
 def latest_dead_letters(q: Queue, is_target: bool) -> list[DeadLetter]:
@@ -193,6 +246,8 @@ td.zero { color: var(--faint); }
 td.dead { color: var(--bad); font-weight: 600; }
 .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 13px; }
 td.name { white-space: normal; overflow-wrap: anywhere; min-width: 12ch; max-width: 40ch; }
+td.flow { white-space: normal; min-width: 16ch; max-width: 48ch; color: var(--muted); }
+td.flow.held { color: var(--warn); }
 td.error { white-space: normal; overflow-wrap: anywhere; min-width: 30ch; max-width: 70ch; color: #57606a; }
 .durability { color: var(--muted); }
 .columns { display: flex; flex-wrap: wrap; gap: 16px 56px; }
@@ -256,13 +311,13 @@ def _header(status: Status, state: str, css_class: str) -> str:
             f'<ul class="facts">{items}</ul></header>')
 
 
-QUEUE_COLUMNS = ("ready", "delayed", "in_flight", "dead", "completed")
+QUEUE_COLUMNS = ("ready", "delayed", "waiting", "in_flight", "dead", "completed")
 
 
 def _queues_and_dead_letters(status: Status, state: str) -> str:
     if state == "loading":          # the server holds an empty stand-in until recovery is done
         return '<h2>Queues</h2><p class="note">Listed once the data directory is recovered.</p>'
-    return _queue_table(status) + _dead_letter_table(status)
+    return _queue_table(status) + _schedule_table(status) + _dead_letter_table(status)
 
 
 def _queue_table(status: Status) -> str:
@@ -276,8 +331,8 @@ def _queue_table(status: Status) -> str:
         note = (f'<p class="note">The first {len(status.queues):,} of {status.queue_count:,} queues by name; '
                 "INFO and /metrics list them all.</p>")
     return (f'{title}<table><thead><tr><th>queue</th><th>durability</th>{head}<th class="n">push/s</th>'
-            f'<th class="n">ack/s</th><th class="n">oldest ready</th></tr></thead><tbody>{rows}</tbody></table>'
-            f"{note}")
+            f'<th class="n">ack/s</th><th class="n">oldest ready</th><th>flow control</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>{note}")
 
 
 def _queue_tr(row: QueueRow) -> str:
@@ -285,7 +340,25 @@ def _queue_tr(row: QueueRow) -> str:
     oldest = _duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
     return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
             f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
-            f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td></tr>')
+            f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td>'
+            f'<td class="flow{" held" if "throttled" in row.flow or "paused" in row.flow else ""}">'
+            f'{_esc(row.flow) or "–"}</td></tr>')
+
+
+def _schedule_table(status: Status) -> str:
+    if not status.schedules:
+        return ""
+    rows = "".join(
+        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="mono">{_esc(r.name)}</td>'
+        f'<td class="mono">{_esc(r.spec)}</td><td class="n">in {_esc(_duration(max(0, r.next_ms - status.now_ms)))}</td>'
+        f'<td class="n{"" if r.last_ms else " zero"}">'
+        f'{_esc(_duration(max(0, status.now_ms - r.last_ms)) + " ago") if r.last_ms else "–"}</td>'
+        f'<td class="n{"" if r.fired else " zero"}">{r.fired:,}</td>'
+        f'<td class="n{"" if r.skipped else " zero"}">{r.skipped:,}</td></tr>'
+        for r in status.schedules)
+    return (f'<h2>Schedules<span class="count">{len(status.schedules):,}</span></h2><table><thead><tr>'
+            f'<th>queue</th><th>schedule</th><th>when</th><th class="n">next</th><th class="n">last</th>'
+            f'<th class="n">fired</th><th class="n">skipped</th></tr></thead><tbody>{rows}</tbody></table>')
 
 
 def _count_td(n: int, state: str) -> str:

@@ -66,7 +66,8 @@ def table_rows(page: str, first_header: str, title: str) -> list[dict]:
     """The rows of the table titled ``title`` (its <h2> starts with it and
     its first column is ``first_header``), each as {column: text}."""
     t = Tables(page)
-    for heading, table in zip([h for h in t.headings if h.startswith(("Queues", "Dead letters"))], t.tables):
+    for heading, table in zip([h for h in t.headings if h.startswith(("Queues", "Schedules", "Dead letters"))],
+                              t.tables):
         if heading.startswith(title):
             header, *rows = table
             assert header[0] == first_header, header
@@ -232,6 +233,39 @@ def test_many_queues_are_listed_by_name_up_to_500_with_a_note(web):
     total = int(Tables(page).headings[0].removeprefix("Queues").replace(",", ""))     # "Queues<span>512</span>"
     assert total >= 510
     assert f"The first 500 of {total:,} queues by name" in page
+
+
+def test_each_queue_shows_its_flow_control_and_what_it_holds_back(web):
+    c = web.client()
+    # names that sort before the 510 bulk-NNNN queues of the test above: the page shows the first 500
+    paused, limited, tenants, plain = unique("a-paused"), unique("a-limited"), unique("a-tenants"), unique("a-plain")
+    c.execute_command("QPUSHMANY", paused, 2, "a", "b")
+    c.execute_command("QPAUSE", paused)
+    c.execute_command("QCREATE", limited, "RATE", 10, 1000, "CONCURRENCY", 4)
+    c.execute_command("QPUSHMANY", limited, 6, *"abcdef")
+    claim(c, limited, "w", "COUNT", 10)
+    c.execute_command("QCREATE", tenants, "GROUP-CONCURRENCY", 1, "GROUP-RATE", 5, 1000)
+    c.execute_command("QPUSHMANY", tenants, 3, "x", "y", "z", "GROUPS", "acme", "acme", "tiny")
+    c.execute_command("QPAUSE", tenants, "GROUP", "tiny")
+    c.execute_command("QPUSH", plain, "p")
+    rows = queue_rows(page_of(web))
+    assert rows[paused]["flow control"] == "paused · 2 throttled"
+    assert rows[limited]["flow control"] == "rate 10 / 1.0 s · ≤ 4 in flight · 2 throttled"
+    # acme may hand out 1 of its 2 (GROUP-CONCURRENCY 1), tiny none (paused)
+    assert rows[tenants]["flow control"] == "per group ≤ 1, 5 / 1.0 s · 2 groups, 1 paused · 2 throttled"
+    assert rows[plain]["flow control"] == "–"
+
+
+def test_schedules_are_listed_with_their_next_and_last_tick_and_counts(web):
+    c = web.client()
+    q = unique("a-sched")                 # before the bulk-NNNN queues, as above
+    c.execute_command("QSCHEDULE", q, "nightly", "x", "CRON", "0 2 * * *", "TZ", "Europe/Paris")
+    rows = [r for r in table_rows(page_of(web), "queue", "Schedules") if r["queue"] == q]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["schedule"], row["when"], row["last"], row["fired"], row["skipped"]) == (
+        "nightly", "CRON 0 2 * * * TZ Europe/Paris", "–", "0", "0")
+    assert row["next"].startswith("in ")
 
 
 def test_headless_chromium_renders_the_queues_and_their_counts(web, tmp_path):
