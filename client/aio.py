@@ -86,13 +86,31 @@ class Queue:
     async def extend_many(self, jobs: Iterable[Job | str], lease_ms: int | None = None) -> list[int | None]:
         return await self._execute(protocol.extend_command(self.name, jobs, lease_ms))
 
-    async def pause(self) -> None:
-        """QPAUSE (``leaseq.client.Queue.pause``)."""
-        await self._execute(["QPAUSE", self.name])
+    async def create(self, **options: Any) -> None:
+        """QCREATE (``leaseq.client.Queue.create``)."""
+        await self._execute(protocol.queue_command("QCREATE", self.name, options))
 
-    async def resume(self) -> None:
+    async def alter(self, **options: Any) -> None:
+        """QALTER (``leaseq.client.Queue.alter``)."""
+        await self._execute(protocol.queue_command("QALTER", self.name, options))
+
+    async def pause(self, group: bytes | str | None = None) -> None:
+        """QPAUSE (``leaseq.client.Queue.pause``)."""
+        await self._execute(protocol.pause_command("QPAUSE", self.name, group))
+
+    async def resume(self, group: bytes | str | None = None) -> None:
         """QRESUME (``leaseq.client.Queue.resume``)."""
-        await self._execute(["QRESUME", self.name])
+        await self._execute(protocol.pause_command("QRESUME", self.name, group))
+
+    async def schedule(self, name: str, payload: Payload, **options: Any) -> int:
+        """QSCHEDULE (``leaseq.client.Queue.schedule``)."""
+        return await self._execute(protocol.schedule_command(self.name, name, payload, **options))
+
+    async def unschedule(self, name: str) -> bool:
+        return await self._execute(["QUNSCHEDULE", self.name, name]) == 1
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        return protocol.parse_schedules(await self._execute(["QSCHEDULES", self.name]))
 
     async def info(self) -> dict[str, Any]:
         return protocol.parse_info(await self._execute(["QINFO", self.name]))

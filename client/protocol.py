@@ -31,8 +31,9 @@ class Job:
 
     ``lease`` is the token that acks, nacks and extends it; ``deadline`` is
     when the lease runs out (ms since the epoch, on the daemon's clock).
-    ``payload`` and ``key`` are bytes, as pushed.  The ``dead_letter_*``
-    fields say where a dead-lettered job came from.  Fields a newer daemon
+    ``payload``, ``key`` and ``group`` are bytes, as pushed.  The
+    ``dead_letter_*`` fields say where a dead-lettered job came from;
+    ``schedule`` and ``tick`` which schedule's tick pushed it.  Fields a newer daemon
     may add are kept in ``extra`` rather than refused.
     """
 
@@ -50,55 +51,98 @@ class Job:
     dead_letter_src_id: int | None = None
     dead_letter_deliveries: int | None = None
     dead_letter_reason: str | None = None
+    group: bytes | None = None
+    schedule: str | None = None
+    tick: int | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 # how each field QCLAIM names (docs/semantics.md §2.1) becomes a Job attribute
 _JOB_FIELDS = {"id": int, "payload": bytes, "lease": _text, "deadline": int, "deliveries": int, "priority": int,
                "enqueued_at": int, "key": bytes, "last_error": _text, "dead_letter_from": _text,
-               "dead_letter_src_id": int, "dead_letter_deliveries": int, "dead_letter_reason": _text}
+               "dead_letter_src_id": int, "dead_letter_deliveries": int, "dead_letter_reason": _text,
+               "group": bytes, "schedule": _text, "tick": int}
 
 
 # -- producing ------------------------------------------------------------------------------------
 
 def push_command(queue: str, payload: Payload, *, priority: int | None = None, delay_ms: int | None = None,
                  at_ms: int | None = None, key: bytes | str | None = None, key_scope: str | None = None,
-                 max_deliveries: int | None = None, expire_ms: int | None = None) -> list:
+                 replace: bool = False, max_deliveries: int | None = None, expire_ms: int | None = None,
+                 group: bytes | str | None = None, after: Iterable | None = None, on_fail: str | None = None) -> list:
     """QPUSH's arguments.  ``None`` leaves an option to the daemon's default;
     the daemon checks the values and answers errors for bad ones."""
     _check_payload(payload)
     args = ["QPUSH", queue, payload]
     if key is not None:
         args += ["KEY", key]
-    return args + _push_options(priority, delay_ms, at_ms, key is not None, key_scope, max_deliveries, expire_ms)
+    args += _push_options(priority, delay_ms, at_ms, key is not None, key_scope, replace, max_deliveries, expire_ms,
+                          after, on_fail)
+    return args + (["GROUP", group] if group is not None else [])
 
 
 def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes | str] | None = None,
-                      key_scope: str | None = None, priority: int | None = None, delay_ms: int | None = None,
-                      at_ms: int | None = None, max_deliveries: int | None = None,
-                      expire_ms: int | None = None) -> list:
+                      key_scope: str | None = None, replace: bool = False, priority: int | None = None,
+                      delay_ms: int | None = None, at_ms: int | None = None, max_deliveries: int | None = None,
+                      expire_ms: int | None = None, group: bytes | str | None = None,
+                      groups: list[bytes | str] | None = None, after: Iterable | None = None,
+                      on_fail: str | None = None) -> list:
     """QPUSHMANY's arguments: one job per payload, ``keys`` one dedupe key
-    per payload, the other options for all of them."""
+    per payload, ``groups`` one group per payload (or ``group`` for all),
+    the other options for all of them."""
     for payload in payloads:
         _check_payload(payload)
     args = ["QPUSHMANY", queue, len(payloads), *payloads]
     if keys is not None:
-        if len(keys) != len(payloads):
-            raise ValueError(f"keys must hold one key per payload: {len(keys)} keys for {len(payloads)} payloads")
-        args += ["KEYS", *keys]
-    return args + _push_options(priority, delay_ms, at_ms, keys is not None, key_scope, max_deliveries, expire_ms)
+        args += ["KEYS", *_one_each(keys, payloads, "keys", "key")]
+    args += _push_options(priority, delay_ms, at_ms, keys is not None, key_scope, replace, max_deliveries, expire_ms,
+                          after, on_fail)
+    if group is not None and groups is not None:
+        raise ValueError("give group (for every job) or groups (one per payload), not both")
+    if group is not None:
+        args += ["GROUP", group]
+    elif groups is not None:
+        args += ["GROUPS", *_one_each(groups, payloads, "groups", "group")]
+    return args
 
 
-def _push_options(priority, delay_ms, at_ms, keyed: bool, key_scope, max_deliveries, expire_ms) -> list:
-    """The options QPUSH and QPUSHMANY share.  The two mistakes the daemon
-    would only call ``syntax error`` are named here instead."""
+def _one_each(values: list, payloads: list, name: str, one: str) -> list:
+    if len(values) != len(payloads):
+        raise ValueError(f"{name} must hold one {one} per payload: {len(values)} {name} for {len(payloads)} payloads")
+    return list(values)
+
+
+def _push_options(priority, delay_ms, at_ms, keyed: bool, key_scope, replace, max_deliveries, expire_ms,
+                  after, on_fail) -> list:
+    """The options QPUSH and QPUSHMANY share.  The mistakes the daemon would
+    only call ``syntax error`` are named here instead."""
     if delay_ms is not None and at_ms is not None:
         raise ValueError("give delay_ms or at_ms, not both")
     if key_scope is not None and not keyed:
         raise ValueError("key_scope applies to a dedupe key: give key (or keys) too")
+    if replace and not keyed:
+        raise ValueError("replace applies to a dedupe key: give key (or keys) too")
+    if on_fail is not None and after is None:
+        raise ValueError("on_fail applies to parents: give after too")
     options = {"WHILE": key_scope, "PRIORITY": priority, "DELAY": delay_ms, "AT": at_ms,
-               "MAXDELIVERIES": max_deliveries, "EXPIRE": expire_ms}
-    return [part for name, value in options.items() if value is not None for part in (name, value)]
+               "MAXDELIVERIES": max_deliveries, "EXPIRE": expire_ms, "ONFAIL": on_fail}
+    args = [part for name, value in options.items() if value is not None for part in (name, value)]
+    if replace:
+        args.append("REPLACE")
+    if after is not None:
+        parents = [_parent(p) for p in after]
+        if not parents:
+            raise ValueError("after needs at least one parent")
+        args += ["AFTER", len(parents), *(x for pair in parents for x in pair)]
+    return args
+
+
+def _parent(parent) -> tuple:
+    """A parent for AFTER: a ``Job`` (its queue and id) or a ``(queue, id)`` pair."""
+    if isinstance(parent, Job):
+        return parent.queue, parent.id
+    queue, job_id = parent
+    return queue, job_id
 
 
 def _check_payload(payload: object) -> None:
@@ -111,6 +155,60 @@ def _check_payload(payload: object) -> None:
 
 
 # -- claiming and completing ----------------------------------------------------------------------
+
+# -- queues and schedules --------------------------------------------------------------------------
+
+# queue option -> (QCREATE/QALTER token, how many values: pairs are given as (n, ms))
+QUEUE_OPTIONS = {"lease_ms": ("LEASE", 1), "max_deliveries": ("MAXDELIVERIES", 1), "dead_letter": ("DEADLETTER", 1),
+                 "backoff": ("BACKOFF", 3), "max_len": ("MAXLEN", 1), "expire_ms": ("EXPIRE", 1),
+                 "retain_completed_ms": ("RETAIN-COMPLETED", 1), "retain_dead_ms": ("RETAIN-DEAD", 1),
+                 "window_ms": ("WINDOW", 1), "durability": ("DURABILITY", 1), "rate": ("RATE", 2),
+                 "concurrency": ("CONCURRENCY", 1), "group_concurrency": ("GROUP-CONCURRENCY", 1),
+                 "group_rate": ("GROUP-RATE", 2)}
+
+
+def queue_command(command: str, queue: str, options: Mapping[str, Any]) -> list:
+    """QCREATE's or QALTER's arguments from keyword options (``rate=(10, 1000)``,
+    ``concurrency=4``, ``group_rate=None`` leaves it; ``0`` or ``"OFF"`` removes
+    a limit)."""
+    args = [command, queue]
+    for name, value in options.items():
+        if name not in QUEUE_OPTIONS:
+            raise TypeError(f"unknown queue option {name!r}: one of {', '.join(QUEUE_OPTIONS)}")
+        if value is None:
+            continue
+        token, width = QUEUE_OPTIONS[name]
+        values = [value] if width == 1 or value in (0, "OFF", "off") else list(value)
+        if width > 1 and len(values) not in (1, width):
+            raise ValueError(f"{name} takes {width} values, as ({', '.join(['n', 'ms'][:width])})")
+        args += [token, *values]
+    return args
+
+
+def pause_command(command: str, queue: str, group: bytes | str | None) -> list:
+    return [command, queue] + (["GROUP", group] if group is not None else [])
+
+
+def schedule_command(queue: str, name: str, payload: Payload, *, cron: str | None = None, tz: str | None = None,
+                     every_ms: int | None = None, priority: int | None = None, misfire: str | None = None,
+                     overlap: str | None = None) -> list:
+    """QSCHEDULE's arguments: ``cron`` (with ``tz``) or ``every_ms``."""
+    _check_payload(payload)
+    if (cron is None) == (every_ms is None):
+        raise ValueError("give cron or every_ms (one of them)")
+    args = ["QSCHEDULE", queue, name, payload] + (["CRON", cron] if cron is not None else ["EVERY", every_ms])
+    options = {"TZ": tz, "PRIORITY": priority, "MISFIRE": misfire, "OVERLAP": overlap}
+    return args + [part for key, value in options.items() if value is not None for part in (key, value)]
+
+
+def parse_schedules(reply: list) -> list[dict[str, Any]]:
+    """QSCHEDULES' reply: one dict per schedule, texts as str, the payload bytes."""
+    out = []
+    for item in reply:
+        fields = as_map(item)
+        out.append({k: v if k == "payload" or not isinstance(v, bytes) else _text(v) for k, v in fields.items()})
+    return out
+
 
 def claim_command(queue: str, consumer: str, count: int = 1, lease_ms: int | None = None,
                   block_ms: int | None = None) -> list:

@@ -58,14 +58,16 @@ class Queue:
     def push(self, payload: Payload, **options: Any) -> int:
         """Push one job and return its id (with ``key``, the id of the job
         already holding the key, if one does).  Options: ``priority``,
-        ``delay_ms`` or ``at_ms``, ``key`` and ``key_scope``,
-        ``max_deliveries``, ``expire_ms`` (docs/client.md)."""
+        ``delay_ms`` or ``at_ms``, ``key``, ``key_scope`` and ``replace``,
+        ``max_deliveries``, ``expire_ms``, ``group``, ``after`` (parents:
+        ``Job``s or ``(queue, id)`` pairs) and ``on_fail`` (docs/client.md)."""
         return self._execute(protocol.push_command(self.name, payload, **options))
 
     def push_many(self, payloads: Iterable[Payload], **options: Any) -> list[int]:
         """Push several jobs at once, all or none, and return their ids in
-        order.  ``keys`` gives one dedupe key per payload; the other options
-        are ``push``'s and apply to every job."""
+        order.  ``keys`` gives one dedupe key per payload and ``groups`` one
+        group per payload; the other options are ``push``'s and apply to
+        every job."""
         payloads = list(payloads)
         if not payloads:
             return []
@@ -105,17 +107,47 @@ class Queue:
         per job, in order."""
         return self._execute(protocol.extend_command(self.name, jobs, lease_ms))
 
-    # -- flow control ------------------------------------------------------------------------
+    # -- the queue's options and flow control ---------------------------------------------
 
-    def pause(self) -> None:
-        """QPAUSE: claims and work streams get nothing from the queue until
-        ``resume()``; pushes, acks, nacks and extends go on.  The pause lasts
-        across daemon restarts.  ``NoQueue`` if the queue does not exist."""
-        self._execute(["QPAUSE", self.name])
+    def create(self, **options: Any) -> None:
+        """QCREATE with keyword options (``lease_ms``, ``max_deliveries``,
+        ``dead_letter``, ``rate=(n, ms)``, ``concurrency``,
+        ``group_concurrency``, ``group_rate=(n, ms)``, ... docs/client.md).
+        Idempotent for the same options; ``LeaseqError`` (EXISTS) otherwise."""
+        self._execute(protocol.queue_command("QCREATE", self.name, options))
 
-    def resume(self) -> None:
-        """QRESUME: hand out jobs again; blocked claimers are served at once."""
-        self._execute(["QRESUME", self.name])
+    def alter(self, **options: Any) -> None:
+        """QALTER: change the options named (``0`` or ``"OFF"`` removes a limit)."""
+        self._execute(protocol.queue_command("QALTER", self.name, options))
+
+    def pause(self, group: bytes | str | None = None) -> None:
+        """QPAUSE: claims and work streams get nothing from the queue (or,
+        with ``group``, from that group) until ``resume()``; pushes, acks,
+        nacks and extends go on.  The pause lasts across daemon restarts.
+        ``NoQueue`` if the queue does not exist."""
+        self._execute(protocol.pause_command("QPAUSE", self.name, group))
+
+    def resume(self, group: bytes | str | None = None) -> None:
+        """QRESUME: hand out jobs again (of ``group``, or the queue's own
+        pause); blocked claimers are served at once."""
+        self._execute(protocol.pause_command("QRESUME", self.name, group))
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule(self, name: str, payload: Payload, **options: Any) -> int:
+        """QSCHEDULE: create or replace schedule ``name`` pushing ``payload``
+        at each tick: ``cron`` (with ``tz``) or ``every_ms``, and
+        ``priority``, ``misfire``, ``overlap``.  Returns the next tick (ms epoch)."""
+        return self._execute(protocol.schedule_command(self.name, name, payload, **options))
+
+    def unschedule(self, name: str) -> bool:
+        """QUNSCHEDULE: False when there was no such schedule."""
+        return self._execute(["QUNSCHEDULE", self.name, name]) == 1
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """QSCHEDULES: name, spec, next, last, fired, skipped, misfire,
+        overlap, priority and payload of each schedule."""
+        return protocol.parse_schedules(self._execute(["QSCHEDULES", self.name]))
 
     # -- looking ----------------------------------------------------------------------------
 

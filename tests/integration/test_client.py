@@ -82,6 +82,49 @@ def test_pause_and_resume(queue, daemon):
             missing.resume()
 
 
+def test_queue_options_groups_and_group_pauses(queue):
+    queue.create(rate=(100, 1000), concurrency=10, group_concurrency=1, group_rate=(5, 1000), lease_ms=20_000)
+    info = queue.info()
+    assert (info["rate"], info["rate_ms"], info["concurrency"], info["group_concurrency"], info["group_rate"],
+            info["group_rate_ms"], info["lease"]) == (100, 1000, 10, 1, 5, 1000, 20_000)
+    queue.create(rate=(100, 1000), concurrency=10, group_concurrency=1, group_rate=(5, 1000), lease_ms=20_000)
+    queue.alter(rate=0, group_rate="OFF")
+    assert (queue.info()["rate"], queue.info()["group_rate"]) == (0, 0)
+    queue.push_many(["a1", "a2", "b1"], groups=["acme", "acme", "beta"])
+    queue.push("c1", group="corp")
+    queue.pause(group="beta")
+    got = queue.claim("w", count=10)
+    assert sorted((j.group, j.payload) for j in got) == [(b"acme", b"a1"), (b"corp", b"c1")]
+    queue.resume(group="beta")
+    assert [j.group for j in queue.claim("w", count=10)] == [b"beta"]
+    with pytest.raises(ValueError, match="one group per payload"):
+        queue.push_many(["x", "y"], groups=["only-one"])
+    with pytest.raises(ValueError, match="not both"):
+        queue.push_many(["x"], group="g", groups=["g"])
+    with pytest.raises(TypeError, match="unknown queue option 'speed'"):
+        queue.alter(speed=3)
+
+
+def test_schedules_replace_and_parents(queue):
+    next_tick = queue.schedule("beat", "ping", every_ms=3_600_000, misfire="once")
+    assert [(s["name"], s["spec"], s["next"], s["misfire"]) for s in queue.schedules()] == [
+        ("beat", "EVERY 3600000", next_tick, "once")]
+    assert queue.unschedule("beat") is True and queue.unschedule("beat") is False
+    with pytest.raises(ValueError, match="cron or every_ms"):
+        queue.schedule("x", "p")
+    held = queue.push("v1", key="doc", delay_ms=60_000)
+    assert queue.push("v2", key="doc", replace=True, delay_ms=0) == held
+    parent = queue.claim("w")[0]
+    child = queue.push("after", after=[parent], on_fail="run")
+    assert queue.info()["waiting"] == 1
+    queue.ack(parent)
+    assert [j.id for j in queue.claim("w")] == [child]
+    with pytest.raises(ValueError, match="give key"):
+        queue.push("x", replace=True)
+    with pytest.raises(ValueError, match="give after"):
+        queue.push("x", on_fail="run")
+
+
 def test_push_options_reach_the_job(queue, r):
     soon = queue.push("later", delay_ms=60_000)
     at = queue.push("at", at_ms=int(time.time() * 1000) + 60_000)

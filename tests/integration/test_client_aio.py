@@ -49,6 +49,22 @@ def run(scenario, daemon, name: str, timeout: float = 20.0, **redis_kwargs):
 
 # -- Queue -------------------------------------------------------------------------------------
 
+def test_queue_options_group_pauses_and_schedules(daemon, q):
+    async def scenario(queue):
+        await queue.create(concurrency=3, group_concurrency=1)
+        assert (await queue.info())["group_concurrency"] == 1
+        await queue.alter(concurrency="OFF")
+        await queue.push_many(["a", "b"], group="acme")
+        await queue.pause(group="acme")
+        assert await queue.claim("w") == []
+        await queue.resume(group="acme")
+        assert [j.group for j in await queue.claim("w", count=5)] == [b"acme"]
+        tick = await queue.schedule("nightly", "x", cron="0 2 * * *", tz="Europe/Paris")
+        assert [(s["name"], s["next"]) for s in await queue.schedules()] == [("nightly", tick)]
+        assert await queue.unschedule("nightly") is True
+    run(scenario, daemon, q)
+
+
 def test_pause_and_resume(daemon, q):
     async def scenario(queue):
         await queue.push("held back")
