@@ -21,7 +21,15 @@ Which records become which events (docs/spark.md lists the columns):
 ========  ==============================================================
 record    event rows
 ========  ==============================================================
-PUSH      ``push``, one per job (priority, payload_bytes)
+PUSH      ``push``, one per job (priority, payload_bytes), and after it
+          ``wait`` for a job pushed with parents (AFTER)
+FIRE      ``push`` of each job a schedule's tick pushed (priority and
+          payload_bytes null: they are the schedule's), a ``fire`` row
+          for it (consumer: the schedule's name), and one ``skip`` row
+          (id null, consumer: the schedule's name, deliveries: how many
+          ticks pushed nothing) when ticks were skipped
+REPLACE   ``replace``, one per job KEY ... REPLACE changed (priority and
+          payload_bytes: the new ones)
 CLAIM     ``claim``, one per job (consumer; deliveries: this one included,
           null in records from before 0.2)
 EXPIRE    ``expire``: a lease that ran out, when the daemon noticed it
@@ -39,6 +47,12 @@ DEL       ``delete`` (QDEL)
 PURGE     ``purge`` (QPURGE), one per job
 DROP      ``purge``, one row with no id: QDROP, the queue and all its jobs
 ========  ==============================================================
+
+A waiting job's release when its last parent is acked is not a record of
+its own (it follows from the parent's ACK), so there is no row for it:
+join the child's ``wait`` row with its parents' ``ack`` rows (the parents
+are in the job's QGET, not in the log's rows).  SCHEDULE and UNSCHEDULE
+records (definitions) give no rows.
 
 Expiry is lazy: an ``expire`` row has the time the daemon noticed the
 lease had run out (a claim or an inspection looked), not its deadline.
@@ -169,13 +183,27 @@ def _ts(ms: int) -> datetime:
 
 def _rows(rtype: int, f: tuple, names: dict):
     """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows."""
-    if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK):
+    if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE):
         return
     qid, ts = f[0], _ts(f[1])
     queue = names.get(qid, f"#{qid}")
     if rtype == records.PUSH:
         for job in f[2]:
             yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None
+            if job.after is not None:
+                yield ts, queue, "wait", job.id, None, None, job.priority, len(job.payload), None
+    elif rtype == records.FIRE:
+        _q, _t, name, _next, skipped, pairs = f
+        schedule = name.decode(errors="replace")
+        for jid, _tick in pairs:
+            yield ts, queue, "push", jid, None, None, None, None, None
+            yield ts, queue, "fire", jid, None, schedule, None, None, None
+        if skipped:
+            yield ts, queue, "skip", None, skipped, schedule, None, None, None
+    elif rtype == records.REPLACE:
+        _q, _t, _visible, priority, pairs = f
+        for jid, payload in pairs:
+            yield ts, queue, "replace", jid, None, None, priority, len(payload), None
     elif rtype == records.CLAIM:
         consumer = f[4].decode(errors="replace")
         deliveries = f[6] or (None,) * len(f[5])          # None: a record from before they were written

@@ -25,7 +25,14 @@ What it covers:
   own dead jobs back in place; a dead-letter queue's jobs back to their
   sources as new jobs);
 * dedupe keys (QPUSH ... KEY k WHILE queued | active | exists);
-* SESSION leases released when their connection ends (RESET or close).
+* SESSION leases released when their connection ends (RESET or close);
+* flow control (§3.7, §3.8): RATE and GROUP-RATE as lists of hand-out
+  moments, CONCURRENCY, GROUP-CONCURRENCY (slots: in flight + waiting for a
+  retry), QPAUSE of the queue or of a group, ``throttled``; groups take turns
+  (each group a turn number; the best (head band, turn) gives its head and
+  goes to the back; a group with no live job is forgotten);
+* KEY ... REPLACE (§3.2) and AFTER / ONFAIL (§3.10): waiting jobs, released
+  when their parents are acked, dead-lettered (parent-failed) when one dies.
 
 Time is a number the test moves (the daemon's frozen DEBUG clock).  The
 model folds eagerly (at every operation); the daemon folds lazily when
@@ -42,9 +49,11 @@ DELAYED = "delayed"
 READY = "ready"
 IN_FLIGHT = "in_flight"
 DEAD = "dead"
+WAITING = "waiting"
+LIVE = (READY, DELAYED, IN_FLIGHT, WAITING)
 # dedupe scopes (docs/semantics.md §3.2): the states in which a job holding the key counts
-SCOPES = {b"queued": (DELAYED, READY), b"active": (DELAYED, READY, IN_FLIGHT),
-          b"exists": (DELAYED, READY, IN_FLIGHT, DEAD)}
+SCOPES = {b"queued": (DELAYED, READY, WAITING), b"active": (DELAYED, READY, WAITING, IN_FLIGHT),
+          b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD)}
 
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
 DELAY_CAP = 86_400_000          # BACKOFF never waits longer than a day
@@ -78,9 +87,21 @@ class RefJob:
     retain_until: int = 0
     key: bytes | None = None
     origin: tuple | None = None   # (source queue, id there, deliveries, reason) of a dead-lettered copy
+    group: bytes = b""
+    waiting_for: set | None = None   # AFTER: ids of this queue's parents still held
+    onfail_run: bool = False
+    after_delay: int = 0
+    failed_parent: tuple | None = None   # the provenance of the parent whose death dooms it
 
     def order_key(self) -> tuple:
         return (-self.priority, 0 if self.requeued else 1, self.id)
+
+    def band(self) -> int:
+        return (9 - self.priority) * 2 + (0 if self.requeued else 1)
+
+    def holds_slot(self) -> bool:
+        """In flight, or waiting for a retry (nacked with a delay)."""
+        return self.state == IN_FLIGHT or (self.state == DELAYED and self.requeued)
 
 
 def clamp_lease(ms: int) -> int:
@@ -105,6 +126,17 @@ class RefQueue:
         self.removed: list[int] = []          # ids once handed out that are gone now
         self.issued: set[bytes] = set()       # every token ever handed out
         self.pushed = self.acked = self.nacked = self.lease_expired = self.dead_lettered = self.duplicates = 0
+        # flow control (§3.7, §3.8)
+        self.rate = (0, 0)
+        self.concurrency = 0
+        self.paused = False
+        self.group_concurrency = 0
+        self.group_rate = (0, 0)
+        self.paused_groups: set = set()
+        self.handed: list[int] = []           # moments of hand-outs while RATE was set
+        self.group_handed: dict = {}          # group -> moments, while GROUP-RATE was set
+        self.turn: dict = {}                  # group -> turn, for every group with a live job
+        self.next_turn = 0
 
     # -- time and lazy expiry -------------------------------------------------------
 
@@ -126,10 +158,104 @@ class RefQueue:
                 self.lease_expired += 1
             elif job.state == DEAD and job.retain_until <= now:
                 self._remove(job)
+        self._tidy()
 
     def _remove(self, job: RefJob) -> None:
         del self.jobs[job.id]
         self.removed.append(job.id)
+        self._tidy()
+
+    # -- groups and flow control ------------------------------------------------------
+
+    def _touch(self, group: bytes) -> None:
+        if group not in self.turn:
+            self.turn[group] = self.next_turn
+            self.next_turn += 1
+
+    def _tidy(self) -> None:
+        """Groups with no live job leave the turns."""
+        live = {j.group for j in self.jobs.values() if j.state in LIVE}
+        for g in [g for g in self.turn if g not in live]:
+            del self.turn[g]
+
+    def _used(self, moments: list, span: int) -> int:
+        return sum(1 for t in moments if t > self.now - span)
+
+    def allowance(self) -> int | None:
+        """The queue's own rules: how many it may hand out now (None: no rule)."""
+        rules = self._rules()
+        return min(n for _r, n in rules) if rules else None
+
+    def _rules(self) -> list:
+        rules = []
+        if self.paused:
+            rules.append(("pause", 0))
+        if self.concurrency:
+            in_flight = sum(1 for j in self.jobs.values() if j.state == IN_FLIGHT)
+            rules.append(("concurrency", max(0, self.concurrency - in_flight)))
+        n, span = self.rate
+        if n:
+            rules.append(("rate", max(0, n - self._used(self.handed, span))))
+        return rules
+
+    def _group_rules(self, g: bytes) -> list:
+        rules = []
+        if g in self.paused_groups:
+            rules.append(("group-pause", 0))
+        if self.group_concurrency:
+            held = sum(1 for j in self.jobs.values() if j.group == g and j.holds_slot())
+            rules.append(("group-concurrency", max(0, self.group_concurrency - held)))
+        n, span = self.group_rate
+        if n:
+            rules.append(("group-rate", max(0, n - self._used(self.group_handed.get(g, []), span))))
+        return rules
+
+    def _next_job(self) -> RefJob | None:
+        """The job a claim takes next: among the groups that may hand out one,
+        the best (head band, turn); its head."""
+        best = None
+        for g in self.turn:
+            ready = [j for j in self.jobs.values() if j.group == g and j.state == READY]
+            if not ready or any(n == 0 for _r, n in self._group_rules(g)):
+                continue
+            head = min(ready, key=RefJob.order_key)
+            rank = (head.band(), self.turn[g])
+            if best is None or rank < best[0]:
+                best = (rank, head)
+        return None if best is None else best[1]
+
+    def throttled(self) -> int:
+        self.fold()
+        free = 0
+        for g in {j.group for j in self.jobs.values() if j.state == READY}:
+            ready = sum(1 for j in self.jobs.values() if j.group == g and j.state == READY)
+            rules = self._group_rules(g)
+            free += min([ready] + [n for _r, n in rules])
+        rules = self._rules()
+        held = sum(1 for j in self.jobs.values() if j.state == READY) - free
+        if rules:
+            held += max(0, free - min(n for _r, n in rules))
+        return held
+
+    def group_count(self) -> int:
+        return len({j.group for j in self.jobs.values() if j.state in LIVE})
+
+    def set_rules(self, rate=None, concurrency=None, group_concurrency=None, group_rate=None) -> None:
+        if rate is not None:
+            self.rate = rate
+        if concurrency is not None:
+            self.concurrency = concurrency
+        if group_concurrency is not None:
+            self.group_concurrency = group_concurrency
+        if group_rate is not None:
+            if not group_rate[0] or not self.group_rate[0]:
+                self.group_handed = {}         # a GROUP-RATE newly set or removed starts afresh
+            self.group_rate = group_rate
+
+    def forget_windows(self) -> None:
+        """A restart's rate windows start empty once the test has let them run out."""
+        self.handed = []
+        self.group_handed = {}
 
     # -- views ------------------------------------------------------------------------
 
@@ -139,7 +265,7 @@ class RefQueue:
 
     def counts(self) -> dict:
         self.fold()
-        c = {DELAYED: 0, READY: 0, IN_FLIGHT: 0, DEAD: 0}
+        c = {DELAYED: 0, READY: 0, IN_FLIGHT: 0, DEAD: 0, WAITING: 0}
         for j in self.jobs.values():
             c[j.state] += 1
         return c
@@ -175,43 +301,83 @@ class RefQueue:
     # -- producing --------------------------------------------------------------------
 
     def push(self, ids: list[int], payloads: list[bytes], priority: int = 5, delay: int | None = None,
-             at: int | None = None, max_deliveries: int = 0) -> None:
-        """New jobs with the ids the daemon gave them (checked by ``check_new_ids``)."""
+             at: int | None = None, max_deliveries: int = 0, group: bytes = b"", after: list | None = None,
+             onfail_run: bool = False) -> list[RefJob]:
+        """New jobs with the ids the daemon gave them (checked by ``check_new_ids``);
+        ``after``: ids of parents in this queue (AFTER)."""
         self.check_new_ids(ids, len(payloads))
-        if at is not None:
-            visible_at = max(at, self.now)
-        elif delay:
-            visible_at = self.now + delay
-        else:
-            visible_at = self.now
+        self.fold()
+        visible_at = self._visible_at(delay, at)
+        pending, failed = set(), None
+        for pid in after or ():
+            parent = self.jobs.get(pid)
+            if parent is None:
+                continue                             # no longer held: done
+            if parent.state == DEAD:
+                if not onfail_run:
+                    pending.add(pid)
+                    failed = failed or parent
+                continue
+            pending.add(pid)
+        new = []
         for jid, payload in zip(ids, payloads):
-            state = DELAYED if visible_at > self.now else READY
-            self.jobs[jid] = RefJob(jid, payload, priority, self.now, visible_at, state, max_deliveries)
+            state = WAITING if pending else DELAYED if visible_at > self.now else READY
+            job = RefJob(jid, payload, priority, self.now, visible_at, state, max_deliveries, group=group,
+                         waiting_for=set(pending) if pending else None, onfail_run=onfail_run,
+                         after_delay=delay or 0)
+            self.jobs[jid] = job
+            new.append(job)
+            self._touch(group)
         self.pushed += len(ids)
         self.max_id_seen = ids[-1]
         self.next_id = ids[-1] + 1
+        if failed is not None:
+            for job in new:
+                self._die_for(job, failed)
+        return new
 
-    def push_keyed(self, reply: int, payload: bytes, priority: int, key: bytes, scope: bytes, **kw) -> None:
-        """QPUSH ... KEY ``key`` WHILE ``scope``: the newest job holding the key
-        in the scope answers (nothing is created), else a new job holds it."""
+    def _visible_at(self, delay: int | None, at: int | None) -> int:
+        if at is not None:
+            return max(at, self.now)
+        if delay:
+            return self.now + delay
+        return self.now
+
+    def push_keyed(self, reply: int, payload: bytes, priority: int, key: bytes, scope: bytes,
+                   replace: bool = False, **kw) -> bool:
+        """QPUSH ... KEY ``key`` WHILE ``scope`` [REPLACE]: the newest job holding
+        the key in the scope answers (nothing is created; with REPLACE a ready
+        or delayed holder takes the payload, priority and, with DELAY/AT, the
+        ready time), else a new job holds it.  True when a holder was replaced."""
         self.fold()
         holders = [j for j in self.jobs.values() if j.key == key and j.state in SCOPES[scope]]
         if holders:
-            newest = max(j.id for j in holders)
-            assert reply == newest, f"KEY {key!r} WHILE {scope!r}: daemon {reply}, model the holder {newest}"
+            newest = max(holders, key=lambda j: j.id)
+            assert reply == newest.id, f"KEY {key!r} WHILE {scope!r}: daemon {reply}, model the holder {newest.id}"
             self.duplicates += 1
-            return
+            if replace and newest.state in (READY, DELAYED):
+                newest.payload = payload
+                newest.priority = priority
+                if kw.get("delay") is not None or kw.get("at") is not None:
+                    visible_at = self._visible_at(kw.get("delay"), kw.get("at"))
+                    newest.visible_at = visible_at
+                    newest.state = DELAYED if visible_at > self.now else READY
+                return True
+            return False
         self.push([reply], [payload], priority, **kw)
         self.jobs[reply].key = key
+        return False
 
     def receive(self, job: RefJob, source: bytes, reason: str) -> RefJob:
         """A dead job of another queue arrives as a new ready job (docs/semantics.md
         §1.8 "Where the job goes"): the next id here, deliveries 0, the same payload,
         priority and last_error, enqueued now, with provenance; no key, no limits."""
         jid = self.take_id()
+        origin = job.failed_parent if reason == "parent-failed" else (source, job.id, job.deliveries, reason)
         copy = RefJob(jid, job.payload, job.priority, self.now, self.now, READY, last_error=job.last_error,
-                      origin=(source, job.id, job.deliveries, reason))
+                      origin=origin, group=job.group)
         self.jobs[jid] = copy
+        self._touch(job.group)
         return copy
 
     def take_id(self) -> int:
@@ -240,26 +406,37 @@ class RefQueue:
         return None
 
     def claim(self, count: int, lease_ms: int | None, consumer: bytes) -> list[RefJob]:
-        """Lease up to ``count`` jobs in claim order; a job that would be delivered
-        one time too many is dead-lettered on the way and the next one taken.
-        The jobs get pending tokens: call ``bind_tokens`` with the daemon's."""
+        """Lease up to ``count`` jobs, as the queue's rules allow, taking turns
+        among the groups; a job that would be delivered one time too many is
+        dead-lettered on the way and the next one taken.  The jobs get pending
+        tokens: call ``bind_tokens`` with the daemon's."""
         lease_ms = self.lease if lease_ms is None else clamp_lease(lease_ms)
+        self.fold()
+        allowed = self.allowance()
+        if allowed is not None:
+            count = min(count, allowed)
         taken: list[RefJob] = []
-        for job in self.ready_order():
-            if len(taken) == count:
+        deadline = self.now + lease_ms
+        while len(taken) < count:
+            job = self._next_job()
+            if job is None:
                 break
             reason = self.death_reason(job)
             if reason is not None:
                 self._bury(job, reason)
                 continue
-            taken.append(job)
-        deadline = self.now + lease_ms
-        for job in taken:
             job.state = IN_FLIGHT
             job.token = _Pending()             # the old token (if any) is stale from now on
             job.deadline = deadline
             job.consumer = consumer
             job.deliveries += 1
+            self.turn[job.group] = self.next_turn
+            self.next_turn += 1
+            if self.rate[0]:
+                self.handed.append(self.now)
+            if self.group_rate[0]:
+                self.group_handed.setdefault(job.group, []).append(self.now)
+            taken.append(job)
         return taken
 
     def bind_tokens(self, jobs: list[RefJob], tokens: list[bytes]) -> None:
@@ -286,7 +463,28 @@ class RefQueue:
         for job in jobs:
             self._remove(job)
             self.acked += 1
+            self._parent_done(job.id)
         return len(jobs)
+
+    def _children(self, parent_id: int) -> list[RefJob]:
+        return [j for j in sorted(self.jobs.values(), key=lambda j: j.id)
+                if j.state == WAITING and j.waiting_for and parent_id in j.waiting_for]
+
+    def _parent_done(self, parent_id: int) -> None:
+        for child in self._children(parent_id):
+            self._drop_parent(child, parent_id)
+
+    def _drop_parent(self, child: RefJob, parent_id: int) -> None:
+        child.waiting_for.discard(parent_id)
+        if not child.waiting_for and child.failed_parent is None:
+            visible_at = self.now + child.after_delay if child.after_delay else max(child.visible_at, self.now)
+            child.visible_at = visible_at
+            child.state = DELAYED if visible_at > self.now else READY
+
+    def _die_for(self, child: RefJob, parent: RefJob) -> None:
+        """A child whose parent died (or was dead when it was pushed)."""
+        child.failed_parent = (self.name, parent.id, parent.deliveries, "parent-failed")
+        self._bury(child, "parent-failed")
 
     def backoff_delay(self, job: RefJob) -> int:
         base, exponent, _jitter = self.backoff
@@ -306,6 +504,24 @@ class RefQueue:
         self.nacked += 1
 
     def _bury(self, job: RefJob, reason: str) -> None:
+        """Dead-letter ``job``; its waiting children die too (parent-failed),
+        level by level, or count it as done with ONFAIL run."""
+        self._bury_one(job, reason)
+        level = [job]
+        while level:
+            doomed = []
+            for parent in level:
+                for child in self._children(parent.id):
+                    if child.onfail_run:
+                        self._drop_parent(child, parent.id)
+                    elif child.failed_parent is None:
+                        child.failed_parent = (self.name, parent.id, parent.deliveries, "parent-failed")
+                        doomed.append(child)
+            for child in doomed:
+                self._bury_one(child, "parent-failed")
+            level = doomed
+
+    def _bury_one(self, job: RefJob, reason: str) -> None:
         job.token = None
         job.deadline = 0
         self.dead_lettered += 1
@@ -316,6 +532,9 @@ class RefQueue:
         job.state = DEAD
         job.dead_reason = reason
         job.retain_until = self.now + self.retain_dead
+        if job.failed_parent is not None:
+            job.origin = job.failed_parent
+        self._tidy()
 
     def redrive(self, sources: dict) -> int:
         """QREDRIVE (docs/semantics.md §3.5): this queue's dead jobs back to ready
@@ -331,13 +550,15 @@ class RefQueue:
             job.retain_until = 0
             job.enqueued_at = self.now
             job.requeued = True
+            self._touch(job.group)
         back = [j for j in self.ready_order() if j.origin is not None]
         for job in back:
             self._remove(job)
             source = sources[job.origin[0]]
             jid = source.take_id()
             source.jobs[jid] = RefJob(jid, job.payload, job.priority, self.now, self.now, READY,
-                                      last_error=job.last_error, requeued=True)
+                                      last_error=job.last_error, requeued=True, group=job.group)
+            source._touch(job.group)
         return len(dead) + len(back)
 
     def release_session(self, tokens: list[bytes]) -> None:

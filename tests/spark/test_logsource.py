@@ -143,3 +143,32 @@ def test_expiry_deliveries_and_purge_are_events(spark, tmp_path):
                        ("p", "purge", p1, None, None), ("p", "purge", p2, None, None)]
     finally:
         d.stop()
+
+
+def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
+    """A schedule's ticks (``push`` + ``fire``, and ``skip``), a job pushed with
+    parents (``push`` + ``wait``) and a KEY ... REPLACE (``replace``)."""
+    d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    try:
+        c = d.client()
+        c.execute_command("DEBUG", "CLOCK", "FREEZE")
+        c.execute_command("QSCHEDULE", "s", "beat", "x", "EVERY", 1000, "MISFIRE", "skip")
+        c.execute_command("DEBUG", "CLOCK", "ADVANCE", 1000)             # one tick in time: job 1
+        c.execute_command("DEBUG", "CLOCK", "ADVANCE", 3000)             # 2000 missed, 3000 and 4000 in time
+        parent = c.execute_command("QPUSH", "w", "p")
+        child = c.execute_command("QPUSH", "w", "c", "AFTER", 1, "w", parent)
+        held = c.execute_command("QPUSH", "r", "v1", "KEY", "k")
+        c.execute_command("QPUSH", "r", "v22", "KEY", "k", "REPLACE", "PRIORITY", 8)
+        got = [(r.queue, r.event, r.id, r.deliveries, r.consumer, r.priority, r.payload_bytes)
+               for r in read(spark, d.data_dir).collect()]
+        assert got == [
+            ("s", "push", 1, None, None, None, None), ("s", "fire", 1, None, "beat", None, None),
+            ("s", "push", 2, None, None, None, None), ("s", "fire", 2, None, "beat", None, None),
+            ("s", "push", 3, None, None, None, None), ("s", "fire", 3, None, "beat", None, None),
+            ("s", "skip", None, 1, "beat", None, None),
+            ("w", "push", parent, None, None, 5, 1),
+            ("w", "push", child, None, None, 5, 1), ("w", "wait", child, None, None, 5, 1),
+            ("r", "push", held, None, None, 5, 2), ("r", "replace", held, None, None, 8, 3),
+        ]
+    finally:
+        d.stop()
