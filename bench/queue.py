@@ -651,9 +651,10 @@ def w1(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
             **common_figures(jobs, span, acct, outs)}
 
 
-def preload(conn: Conn, wire, jobs: int) -> float:
+def preload(conn: Conn, wire, jobs: int, groups: int = 0) -> float:
     """Push ``jobs`` over one connection, PRELOAD_WINDOW commands of
-    PRELOAD_CHUNK jobs in flight; return the seconds taken."""
+    PRELOAD_CHUNK jobs in flight (with ``groups``, job i in group i mod
+    ``groups``, leaseq only); return the seconds taken."""
     t0 = time.monotonic()
     full, full_n = wire.push_batch(PRELOAD_CHUNK)
     done = 0
@@ -663,42 +664,28 @@ def preload(conn: Conn, wire, jobs: int) -> float:
             k = min(PRELOAD_CHUNK, jobs - done)
             if k <= 0:
                 break
-            d, n = (full, full_n) if k == PRELOAD_CHUNK else wire.push_batch(k)
+            if groups:
+                names = [b"g%d" % ((done + i) % groups) for i in range(k)]
+                d, n = pack("QPUSHMANY", wire.key, k, *[payload()] * k, "GROUPS", *names), 1
+            else:
+                d, n = (full, full_n) if k == PRELOAD_CHUNK else wire.push_batch(k)
             data, replies, done = data + d, replies + n, done + k
         conn.call(data, replies)
     return time.monotonic() - t0
 
 
 def w2(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
-    loaded = preload(conn, wire, s.jobs)
-    outs, acct = run_load([("consume_batches", {"consumer": f"c{i}", "limit": s.limit}) for i in range(CONNS)],
-                               ep, kind, s.load_cpus, s.limit)
-    jobs = sum(o["jobs"] for o in outs)
-    span = span_seconds(outs)
-    live = wire.live(conn)
-    return {"jobs": jobs, "jobs_per_s": jobs / span, "preload_s": loaded,
-            **ms_percentiles(gather(outs, "calls_ns"), (50, 99)),
-            "check": "ok" if live == 0 and jobs == s.jobs else f"{live} jobs left, {jobs} of {s.jobs} acked",
-            **common_figures(jobs, span, acct, outs)}
+    return consume(conn, ep, wire, kind, s, preload(conn, wire, s.jobs))
 
 
 def w2g(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
     """W2 on a queue with GROUP-CONCURRENCY 1 whose jobs are spread over GROUPS groups."""
     conn.call(pack("QALTER", wire.key, "GROUP-CONCURRENCY", 1))
-    t0 = time.monotonic()
-    done = 0
-    while done < s.jobs:
-        data, replies = b"", 0
-        for _ in range(PRELOAD_WINDOW):
-            k = min(PRELOAD_CHUNK, s.jobs - done)
-            if k <= 0:
-                break
-            groups = [b"g%d" % ((done + i) % GROUPS) for i in range(k)]
-            data += pack("QPUSHMANY", wire.key, k, *[payload()] * k, "GROUPS", *groups)
-            replies += 1
-            done += k
-        conn.call(data, replies)
-    loaded = time.monotonic() - t0
+    return consume(conn, ep, wire, kind, s, preload(conn, wire, s.jobs, GROUPS))
+
+
+def consume(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings, loaded: float) -> dict:
+    """W2's timed part: CONNS connections claim BATCH → ack until a claim finds nothing."""
     outs, acct = run_load([("consume_batches", {"consumer": f"c{i}", "limit": s.limit}) for i in range(CONNS)],
                           ep, kind, s.load_cpus, s.limit)
     jobs = sum(o["jobs"] for o in outs)

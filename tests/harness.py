@@ -385,6 +385,13 @@ def bgsave(c) -> None:
         time.sleep(0.02)
 
 
+def most_in_window(moments: list[int], span: int) -> int:
+    """The most of ``moments`` (ms) inside any window of ``span`` ms that
+    starts at one of them: what a sliding-window rate limit bounds."""
+    times = sorted(moments)
+    return max((sum(1 for m in times[i:] if m < start + span) for i, start in enumerate(times)), default=0)
+
+
 def wait_blocked(c, q, n: int) -> None:
     """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
     wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")

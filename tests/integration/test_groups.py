@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from harness import (BlockedClaim, CheckedThread, Daemon, bgsave, claim, error_text, http_daemon, http_get, qget,
-                     qinfo, unique, wait_blocked)
+from harness import (BlockedClaim, CheckedThread, Daemon, bgsave, claim, error_text, http_daemon, http_get,
+                     most_in_window, qget, qinfo, unique, wait_blocked)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
@@ -304,7 +304,7 @@ def test_the_daemons_timer_serves_group_windows_and_no_group_window_holds_more_t
         assert not t.is_alive() and t.failure is None, t.failure
     for group, times in moments.items():
         times.sort()
-        worst = max(sum(1 for m in times[i:] if m < start + 200) for i, start in enumerate(times))
+        worst = most_in_window(times, 200)
         assert worst <= 2, (group, times)
         assert len(times) >= 6, (group, times)        # served all along, not once per BLOCK timeout
 
