@@ -175,20 +175,17 @@ class Queue:
         groups hear of the hand-outs (``Groups.claimed``)."""
         ready = self.indexes.ready
         self.indexes.groups.claimed(jobs, ts)
-        for job, token in zip(jobs, tokens):
-            if job.token is not None:         # an expired lease, now replaced
-                end_lease(job)
+        for job in jobs:
             ready.remove(band(job), job.id)
-            job.state = IN_FLIGHT
-            job.token = token
-            job.deadline = deadline
-            job.consumer = consumer
-            job.deliveries += 1
-        self.indexes.leases.add_many(deadline, [job.id for job in jobs])
+        self._leased(jobs, tokens, deadline, consumer)
 
     def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
         """``lease`` for jobs that are exactly the first ``len(jobs)`` ready ones."""
         self.indexes.ready.pop_first(len(jobs))
+        self._leased(jobs, tokens, deadline, consumer)
+
+    def _leased(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
+        """Jobs just taken out of ``ready``: in flight under their new tokens."""
         for job, token in zip(jobs, tokens):
             if job.token is not None:         # an expired lease, now replaced
                 end_lease(job)

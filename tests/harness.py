@@ -214,6 +214,17 @@ class CheckedThread(threading.Thread):
             self.failure = traceback.format_exc()
 
 
+def run_threads(target, n: int, timeout: float = 30.0) -> None:
+    """Run ``target`` in ``n`` CheckedThreads at once; fail with the first
+    thread's failure, or if one is still running after ``timeout``."""
+    threads = [CheckedThread(target=target) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        assert not t.is_alive() and t.failure is None, t.failure
+
+
 class Peak:
     """How many handlers run at once (``with peak:`` around the work), and
     the most that ever did (``most``); for threads and asyncio tasks alike."""

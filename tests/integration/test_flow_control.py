@@ -16,8 +16,8 @@ import time
 import pytest
 import redis
 
-from harness import (BlockedClaim, CheckedThread, Daemon, RespSocket, as_map, claim, error_text, most_in_window, qinfo,
-                     unique, wait_blocked, wait_for)
+from harness import (BlockedClaim, Daemon, RespSocket, as_map, claim, error_text, most_in_window, qinfo,
+                     run_threads, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
@@ -126,12 +126,7 @@ def test_the_daemons_timer_serves_blocked_claimers_and_no_window_holds_more_than
             moments.extend(j[b"deadline"] - LEASE for j in jobs)
         c.close()
 
-    threads = [CheckedThread(target=claimer) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive() and t.failure is None, t.failure
+    run_threads(claimer, 3)
     moments.sort()
     worst = most_in_window(moments, 200)
     print(f"\nRATE 4 200 over {moments[-1] - moments[0]} ms: {len(moments)} jobs, "

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from harness import (BlockedClaim, CheckedThread, Daemon, bgsave, claim, error_text, http_daemon, http_get,
-                     most_in_window, qget, qinfo, unique, wait_blocked)
+                     most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
@@ -296,12 +296,7 @@ def test_the_daemons_timer_serves_group_windows_and_no_group_window_holds_more_t
                     moments[j[b"group"]].append(j[b"deadline"] - LEASE)
         w.close()
 
-    threads = [CheckedThread(target=claimer) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive() and t.failure is None, t.failure
+    run_threads(claimer, 3)
     for group, times in moments.items():
         times.sort()
         worst = most_in_window(times, 200)
