@@ -152,10 +152,10 @@ def docs(check, docs_dir) -> None:
 @click.option("--bucket", default="1m", show_default=True, help="Throughput bucket: 30s, 1m, 1h or seconds.")
 def report(dirs, out, bucket) -> None:
     """Analytics over data directories / archive dirs: throughput, wait and processing
-    percentiles, retry and dead-letter rates, top errors (Parquet), and an HTML page with
+    percentiles, retry and dead-letter rates, top errors, schedules (Parquet), and an HTML page with
     charts.  Runs Spark locally (the spark extra)."""
     try:
-        from leaseq.pipeline.report import ReportError, build_report, parse_bucket
+        from leaseq.pipeline.report import TABLES, ReportError, build_report, parse_bucket
     except ImportError as e:
         raise click.ClickException(f"{e}: install the spark extra (pip install 'leaseq[spark]')") from None
     try:
@@ -183,7 +183,7 @@ def report(dirs, out, bucket) -> None:
         sys.exit(1)
     finally:
         spark.stop()
-    click.echo(f"wrote {summary['html']}, Parquet tables throughput, latency, rates, errors under {out}: "
+    click.echo(f"wrote {summary['html']}, Parquet tables {', '.join(TABLES)} under {out}: "
                f"{summary['events']} events, {summary['queues']} queues")
 
 

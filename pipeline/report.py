@@ -2,7 +2,7 @@
 
 ``build_report(spark, dirs, out, bucket_seconds)`` reads the events of one
 or more data directories / archive dirs (as ``leaseq-log``'s comma-separated
-paths) and writes, per queue, four Parquet tables under ``out`` and one
+paths) and writes, per queue, five Parquet tables under ``out`` and one
 self-contained ``out/report.html`` (plotly charts, the JS inline):
 
 ``throughput``  queue, bucket_start, push, claim, ack, nack, dead: events
@@ -15,6 +15,10 @@ self-contained ``out/report.html`` (plotly charts, the JS inline):
                 dead_letter_rate
 ``errors``      queue, rank, kind (``nack`` | ``dead``), error, count: the
                 10 most frequent nack errors and dead reasons per queue
+``schedules``   queue, schedule, fired, skipped, first_fire, last_fire,
+                max_gap_ms: per schedule, the jobs its ticks pushed
+                (``fire`` rows), the ticks skipped (``skip`` rows), when it
+                fired first and last, and the longest time between two fires
 
 Everything is computed with DataFrame operations on the executors; only the
 aggregated tables come to the driver, for the HTML.
@@ -51,7 +55,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-TABLES = ("throughput", "latency", "rates", "errors")
+TABLES = ("throughput", "latency", "rates", "errors", "schedules")
 COUNTED = ("push", "claim", "ack", "nack", "dead")
 LEASE_ENDS = ("claim", "ack", "nack", "release", "dead", "expire")
 TOP_ERRORS = 10
@@ -92,6 +96,7 @@ def build_report(spark, dirs, out: str, bucket_seconds: int = 60) -> dict:
             "throughput": _throughput(events, bucket_ms),
             **_per_job_tables(events),
             "errors": _errors(events),
+            "schedules": _schedules(events),
         }
         for name in TABLES:
             tables[name].write.mode("overwrite").parquet(os.path.join(out, name))
@@ -204,12 +209,35 @@ def _errors(events):
                    .select("queue", "rank", "kind", "error", "count").orderBy("queue", "rank"))
 
 
+def _schedules(events):
+    """Per (queue, schedule): fires, skipped ticks, first and last fire, the
+    longest time between two fires."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    fires = events.filter(F.col("event").isin("fire", "skip")).withColumnRenamed("consumer", "schedule")
+    by_schedule = Window.partitionBy("queue", "schedule").orderBy("ms", "seq")
+    gaps = (fires.filter(F.col("event") == "fire")
+                 .withColumn("gap", F.col("ms") - F.lag("ms").over(by_schedule)))
+    fired = gaps.groupBy("queue", "schedule").agg(F.count(F.lit(1)).alias("fired"),
+                                                  F.min("ts").alias("first_fire"), F.max("ts").alias("last_fire"),
+                                                  F.max("gap").alias("max_gap_ms"))
+    skipped = (fires.filter(F.col("event") == "skip").groupBy("queue", "schedule")
+                    .agg(F.sum("deliveries").cast("long").alias("skipped")))
+    return (fired.join(skipped, ["queue", "schedule"], "full").na.fill(0, ["fired", "skipped"])
+                 .select("queue", "schedule", "fired", "skipped", "first_fire", "last_fire", "max_gap_ms")
+                 .orderBy("queue", "schedule"))
+
+
 def _collectable(df, name: str):
     from pyspark.sql import functions as F
     if name == "throughput":         # epoch ms: the page shows UTC whatever the session's time zone
         df = df.withColumn("bucket_start", F.unix_millis("bucket_start"))
+    if name == "schedules":
+        df = df.withColumn("first_fire", F.unix_millis("first_fire")).withColumn("last_fire",
+                                                                                 F.unix_millis("last_fire"))
     order = {"throughput": ["queue", "bucket_start"], "latency": ["queue", "measure"], "rates": ["queue"],
-             "errors": ["queue", "rank"]}[name]
+             "errors": ["queue", "rank"], "schedules": ["queue", "schedule"]}[name]
     return df.orderBy(*order)
 
 
@@ -262,7 +290,7 @@ def _table(header: list, rows: list, numeric: set) -> str:
 
 
 def render_html(summary: dict, data: dict) -> str:
-    """The page: header facts, then throughput, latency, rates and errors."""
+    """The page: header facts, then throughput, latency, rates, errors and schedules."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -358,6 +386,19 @@ def render_html(summary: dict, data: dict) -> str:
         chart = "<p>No nack errors and no dead jobs.</p>"
     sections.append(("errors", "Top errors",
                      f"The {TOP_ERRORS} most frequent nack errors and dead reasons per queue.", chart))
+
+    # schedules
+    if data["schedules"]:
+        chart = _table(["queue", "schedule", "fired", "skipped", "first fire", "last fire", "longest gap"],
+                       [[r["queue"], r["schedule"], r["fired"], r["skipped"], _fmt_time(_utc(r["first_fire"])),
+                         _fmt_time(_utc(r["last_fire"])),
+                         "-" if r["max_gap_ms"] is None else f"{r['max_gap_ms'] / 1000:,.1f} s"]
+                        for r in data["schedules"]], {"fired", "skipped", "longest gap"})
+    else:
+        chart = "<p>No schedule fired.</p>"
+    sections.append(("schedules", "Schedules",
+                     "Jobs each schedule's ticks pushed, ticks that pushed none (missed and skipped, or OVERLAP "
+                     "skip), and the longest time between two fires.", chart))
 
     facts = [("directories", "<br>".join(e(d) for d in summary["dirs"])),
              ("time range", f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}"),

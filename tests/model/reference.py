@@ -551,7 +551,8 @@ class RefQueue:
             job.enqueued_at = self.now
             job.requeued = True
             self._touch(job.group)
-        back = [j for j in self.ready_order() if j.origin is not None]
+        # provenance naming this queue itself (a child dead in place with its parent here) stays
+        back = [j for j in self.ready_order() if j.origin is not None and j.origin[0] != self.name]
         for job in back:
             self._remove(job)
             source = sources[job.origin[0]]

@@ -171,3 +171,30 @@ def test_the_report_command_refuses_a_missing_directory(tmp_path):
     assert done.returncode == 1
     assert f"error: {tmp_path / 'nope'} is not a directory" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_the_schedules_table_counts_fires_skips_and_the_longest_gap(spark, tmp_path):
+    """EVERY 1000 on a frozen clock: three fires a second apart, then a jump
+    of 5 s (three ticks missed and skipped, two in time), so: fired 5,
+    skipped 3, and the longest gap between fires 5 s."""
+    d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+    try:
+        c = d.client()
+        c.execute_command("DEBUG", "CLOCK", "FREEZE")
+        c.execute_command("QSCHEDULE", "jobs", "beat", "x", "EVERY", 1000)
+        for _ in range(3):
+            c.execute_command("DEBUG", "CLOCK", "ADVANCE", 1000)
+        c.execute_command("DEBUG", "CLOCK", "ADVANCE", 5000)      # ticks 4000..8000: 4000-6000 missed
+        listed = as_map(c.execute_command("QSCHEDULES", "jobs")[0])
+        assert (listed[b"fired"], listed[b"skipped"]) == (5, 3)
+    finally:
+        d.stop()
+    out = str(tmp_path / "out")
+    build_report(spark, [d.data_dir], out, 60)
+    (row,) = table(spark, out, "schedules")
+    assert (row["queue"], row["schedule"], row["fired"], row["skipped"], row["max_gap_ms"]) == (
+        "jobs", "beat", 5, 3, 5000)
+    assert (row["last_fire"] - row["first_fire"]).total_seconds() == 7.0
+    with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+        page = f.read()
+    assert "<h2>Schedules</h2>" in page and "beat" in page
