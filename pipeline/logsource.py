@@ -30,6 +30,9 @@ FIRE      ``push`` of each job a schedule's tick pushed (priority and
           ticks pushed nothing) when ticks were skipped
 REPLACE   ``replace``, one per job KEY ... REPLACE changed (priority and
           payload_bytes: the new ones)
+RELEASE   ``unblock``: a job that waited for parents is ready now (its last
+          parent was acked, deleted or dropped); not ``release``, which
+          names a lease given back by a closed connection
 CLAIM     ``claim``, one per job (consumer; deliveries: this one included,
           null in records from before 0.2)
 EXPIRE    ``expire``: a lease that ran out, when the daemon noticed it
@@ -48,11 +51,7 @@ PURGE     ``purge`` (QPURGE), one per job
 DROP      ``purge``, one row with no id: QDROP, the queue and all its jobs
 ========  ==============================================================
 
-A waiting job's release when its last parent is acked is not a record of
-its own (it follows from the parent's ACK), so there is no row for it:
-join the child's ``wait`` row with its parents' ``ack`` rows (the parents
-are in the job's QGET, not in the log's rows).  SCHEDULE and UNSCHEDULE
-records (definitions) give no rows.
+SCHEDULE and UNSCHEDULE records (definitions) give no rows.
 
 Expiry is lazy: an ``expire`` row has the time the daemon noticed the
 lease had run out (a claim or an inspection looked), not its deadline.
@@ -174,7 +173,7 @@ def events(path: str, names: dict, newest: bool):
 
 
 EVENTS = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete", records.PURGE: "purge",
-          records.EXPIRE: "expire"}
+          records.EXPIRE: "expire", records.RELEASE: "unblock"}
 
 
 def _ts(ms: int) -> datetime:

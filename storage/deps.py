@@ -11,7 +11,9 @@ it, kept in memory and rebuilt from the waiting jobs after a snapshot loads
   leaves each child's ``waiting_for``; a child with none left is released:
   ready, or delayed by its DELAY counted from now (``Queue.wake_waiting``).
   This follows from the parent's ACK (or DEL, PURGE, DROP) record, both live
-  and in replay, so it is as crash-atomic as the ack.
+  and in replay, so it is as crash-atomic as the ack.  The store also
+  writes a RELEASE record naming the children, in the same transaction, for
+  readers of the log; replay derives the release and skips that record.
 * A parent **dead** (dead-lettered, expired): each child pushed with
   ``ONFAIL run`` counts it as done; the others must die with reason
   ``parent-failed`` and the parent as provenance.  ``failed`` marks them
@@ -33,6 +35,12 @@ class Deps:
     def __init__(self, store) -> None:
         self.store = store
         self.children: dict[tuple, list] = {}     # (qid, id) parent -> [(qid, id) child]
+        self.released: dict = {}                  # queue -> ids released by the transition under way
+
+    def take_released(self) -> dict:
+        """The children released since the last call, by queue (and forget them)."""
+        released, self.released = self.released, {}
+        return released
 
     def add(self, q, jobs: list[Job]) -> None:
         """Jobs just pushed onto ``q``: register the waiting ones with their parents."""
@@ -105,3 +113,5 @@ class Deps:
         if not waiting and child.extra.failed_parent is None:
             cq.wake_waiting(child, ts)
             self.store.wake(cq)
+            if self.store.journal.logs_jobs_of(cq):      # (not in replay, nor for a memory queue)
+                self.released.setdefault(cq, []).append(child.id)

@@ -190,12 +190,11 @@ class Groups:
 
     def reconfigure(self, config, now: int) -> None:
         """New queue options: every group's place is computed again (a GROUP-RATE
-        newly set starts with empty windows; one removed forgets them)."""
-        old_limit = self.config.group_rate[0]
+        set, changed or removed starts with empty windows)."""
+        if config.group_rate != self.config.group_rate:
+            self.windows = {}                      # a GROUP-RATE set or changed starts with empty windows
         self.config = config
         limit, span = config.group_rate
-        if not limit or not old_limit:
-            self.windows = {}
         for g in self.members.values():
             window = self.windows.get(g.name)
             g.room_at = (window.next_room(now, limit, span) or 0) if window is not None else 0

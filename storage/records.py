@@ -108,6 +108,11 @@ not repeated in every record); ``ts`` is when the change happened.
            ``tick`` (payload and priority the schedule's, ``enqueued_at``
            ``ts``), ``skipped`` ticks that pushed none, and the schedule's
            next tick.  One record, so a crash keeps both or neither.
+28 RELEASE ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): jobs of
+           this queue that waited for parents (AFTER) and are ready now, in
+           the transaction of the record that finished their last parent.
+           For readers of the log: replay derives the release from that
+           record and skips this one.
 27 REPLACE ``qid u32, ts u64, visible_at u64, priority u8, count u32`` then
            ``count`` x ``(id u64, payload_len u32, payload)``: KEY ...
            REPLACE found these ready or delayed jobs: each gets the payload,
@@ -137,11 +142,12 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
-SCHEDULE, UNSCHEDULE, FIRE, REPLACE = 18, 19, 26, 27      # (20-25: snapshot records, storage.snapformat)
+SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE = 18, 19, 26, 27, 28   # (20-25: snapshot records, storage.snapformat)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
-         SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE"}
+         SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE",
+         RELEASE: "RELEASE"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed"}
@@ -324,6 +330,10 @@ def delete(qid: int, ts: int, ids) -> bytes:
 
 
 def expire(qid: int, ts: int, ids) -> bytes:
+    return ack(qid, ts, ids)          # same layout as ACK
+
+
+def release(qid: int, ts: int, ids) -> bytes:
     return ack(qid, ts, ids)          # same layout as ACK
 
 
@@ -577,7 +587,7 @@ _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
              PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
-             REPLACE: _d_replace}
+             REPLACE: _d_replace, RELEASE: _d_ack}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

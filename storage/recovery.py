@@ -275,6 +275,8 @@ class Replayer:
             store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
         elif rtype == records.DROP:
             store.drop_queue(q, fields[1])
+        elif rtype == records.RELEASE:
+            pass                    # for readers of the log: the record before it released them here
         elif rtype == records.REPLACE:
             _qid, ts, visible_at, priority, pairs = fields
             store.replace(q, [(q.jobs[i], p) for i, p in pairs if i in q.jobs], priority, visible_at, ts)

@@ -105,6 +105,8 @@ class Store:
     def set_config(self, q: Queue, config: QueueConfig, ts: int) -> None:
         """QALTER, QPAUSE, QRESUME: new options (a limit or a pause lifted may
         let blocked claimers take jobs now)."""
+        if config.rate != q.config.rate:
+            q.rate_window = flow.RateWindow()      # a RATE set or changed starts with an empty window
         q.config = config
         _set_durability(q)
         if q.indexes.groups is not None:
@@ -122,9 +124,11 @@ class Store:
         self.dropped_marks[q.name] = max(q.next_id, q.id_mark)
         self._woken.discard(q)
         self.timetable.queue_dropped(q)
-        self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
-        if self.deps.children:
-            self.deps.finished(q, list(q.jobs.values()), ts)
+        with self.journal.transaction():
+            self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
+            if self.deps.children:
+                self.deps.finished(q, list(q.jobs.values()), ts)
+                self._log_released(ts)
         return q.remove_all()
 
     def take_ids(self, q: Queue, n: int) -> int:
@@ -192,8 +196,12 @@ class Store:
     def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
         q.complete_many(jobs, ts)
         if self.deps.children:
-            self.deps.finished(q, jobs, ts)
-        self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+            with self.journal.transaction():
+                self.deps.finished(q, jobs, ts)
+                self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+                self._log_released(ts)
+        else:
+            self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
         if flow.has_slots(q):
             self._woken.add(q)       # a slot is free: a blocked claimer may take it
 
@@ -262,6 +270,13 @@ class Store:
                 q, jobs, reason = work.pop()
                 doomed = self._dead_letter(q, jobs, reason, ts)
                 work += [(cq, children, b"parent-failed") for cq, children in doomed]
+            self._log_released(ts)                # children with ONFAIL run
+
+    def _log_released(self, ts: int) -> None:
+        """RELEASE records for the children the transition under way released
+        (storage/deps.py), for readers of the log."""
+        for cq, ids in self.deps.take_released().items():
+            self.journal.job_record(cq, records.RELEASE, records.release(cq.qid, ts, ids))
 
     def _dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> list:
         target = None
@@ -346,10 +361,12 @@ class Store:
         leases become stale."""
         for job in jobs:
             q.remove(job)
-        if self.deps.children:
-            self.deps.finished(q, jobs, ts)
-        self.journal.job_record(q, records.PURGE if purge else records.DEL,
-                                records.delete(q.qid, ts, [j.id for j in jobs]))
+        with self.journal.transaction():
+            if self.deps.children:
+                self.deps.finished(q, jobs, ts)
+            self.journal.job_record(q, records.PURGE if purge else records.DEL,
+                                    records.delete(q.qid, ts, [j.id for j in jobs]))
+            self._log_released(ts)
         if flow.has_slots(q):
             self._woken.add(q)       # a deleted job in flight frees its slot
 

@@ -242,14 +242,16 @@ class RefQueue:
 
     def set_rules(self, rate=None, concurrency=None, group_concurrency=None, group_rate=None) -> None:
         if rate is not None:
+            if rate != self.rate:
+                self.handed = []               # a RATE set or changed starts with an empty window
             self.rate = rate
         if concurrency is not None:
             self.concurrency = concurrency
         if group_concurrency is not None:
             self.group_concurrency = group_concurrency
         if group_rate is not None:
-            if not group_rate[0] or not self.group_rate[0]:
-                self.group_handed = {}         # a GROUP-RATE newly set or removed starts afresh
+            if group_rate != self.group_rate:
+                self.group_handed = {}         # and so does a GROUP-RATE
             self.group_rate = group_rate
 
     def forget_windows(self) -> None:

@@ -147,7 +147,8 @@ def test_expiry_deliveries_and_purge_are_events(spark, tmp_path):
 
 def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
     """A schedule's ticks (``push`` + ``fire``, and ``skip``), a job pushed with
-    parents (``push`` + ``wait``) and a KEY ... REPLACE (``replace``)."""
+    parents (``push`` + ``wait``, and ``unblock`` with its parent's ack) and a
+    KEY ... REPLACE (``replace``)."""
     d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
     try:
         c = d.client()
@@ -157,6 +158,7 @@ def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
         c.execute_command("DEBUG", "CLOCK", "ADVANCE", 3000)             # 2000 missed, 3000 and 4000 in time
         parent = c.execute_command("QPUSH", "w", "p")
         child = c.execute_command("QPUSH", "w", "c", "AFTER", 1, "w", parent)
+        c.execute_command("QACK", "w", token(c.execute_command("QCLAIM", "w", "x", "LEASE", 60_000)))
         held = c.execute_command("QPUSH", "r", "v1", "KEY", "k")
         c.execute_command("QPUSH", "r", "v22", "KEY", "k", "REPLACE", "PRIORITY", 8)
         got = [(r.queue, r.event, r.id, r.deliveries, r.consumer, r.priority, r.payload_bytes)
@@ -168,6 +170,8 @@ def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
             ("s", "skip", None, 1, "beat", None, None),
             ("w", "push", parent, None, None, 5, 1),
             ("w", "push", child, None, None, 5, 1), ("w", "wait", child, None, None, 5, 1),
+            ("w", "claim", parent, 1, "x", None, None), ("w", "ack", parent, None, None, None, None),
+            ("w", "unblock", child, None, None, None, None),
             ("r", "push", held, None, None, 5, 2), ("r", "replace", held, None, None, 8, 3),
         ]
     finally:

@@ -170,8 +170,8 @@ def test_record_type_numbers_are_the_documented_ones():
     assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
             records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
-    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE) == (18, 19, 26, 27)
-    assert set(records.NAMES) == set(range(1, 20)) | {26, 27}
+    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE, records.RELEASE) == (18, 19, 26, 27, 28)
+    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28}
 
 
 # -- malformed bodies ---------------------------------------------------------------------
