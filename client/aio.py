@@ -80,6 +80,10 @@ class Queue:
                    dead: bool = False) -> bool:
         return await self._execute(protocol.nack_command(self.name, job, error, delay_ms, dead)) == 1
 
+    async def progress(self, job: Job | str, value: Payload) -> bool:
+        """QPROGRESS (``leaseq.client.Queue.progress``)."""
+        return await self._execute(["QPROGRESS", self.name, protocol.token_of(job), value]) == 1
+
     async def extend(self, job: Job | str, lease_ms: int | None = None) -> int | None:
         return (await self.extend_many([job], lease_ms))[0]
 

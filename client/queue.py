@@ -97,6 +97,11 @@ class Queue:
         with ``dead``, dead-lettered now.  False: the token is stale."""
         return self._execute(protocol.nack_command(self.name, job, error, delay_ms, dead)) == 1
 
+    def progress(self, job: Job | str, value: Payload) -> bool:
+        """QPROGRESS: the job's latest progress (bytes or str, up to 64 KiB),
+        shown by QGET; it does not extend the lease.  False: the token is stale."""
+        return self._execute(["QPROGRESS", self.name, protocol.token_of(job), value]) == 1
+
     def extend(self, job: Job | str, lease_ms: int | None = None) -> int | None:
         """Set the lease's deadline to now + ``lease_ms`` (the queue's LEASE
         by default) and return it; None when the lease was lost."""

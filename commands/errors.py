@@ -208,6 +208,10 @@ def bad_schedule_name(limit: int) -> Error:
     return err(f"schedule name must be 1 to {limit} bytes")
 
 
+def progress_too_long(size: int, limit: int) -> Error:
+    return err(f"progress of {size} bytes is more than {limit}")
+
+
 def group_too_long(limit: int) -> Error:
     return err(f"GROUP is longer than {limit} bytes")
 

@@ -42,6 +42,8 @@ def inspect_reply(job: Job, store=None) -> Map:
         items.append((b"retained_until", job.retain_until))
     if job.state is WAITING and store is not None:
         items.append((b"waiting_for", _parents(store, job)))
+    if job.progress is not None:
+        items.append((b"progress", job.progress))
     return Map(items + _optional_items(job))
 
 

@@ -509,6 +509,24 @@ def qnack(client, args):
     return len(jobs)
 
 
+MAX_PROGRESS = 65536      # QPROGRESS: a progress report, not a payload
+
+
+def qprogress(client, args):
+    """QPROGRESS queue token value: the lease holder's latest progress; 1, or
+    0 when the token is stale.  It does not extend the lease."""
+    server = client.server
+    q = lookup(server, queue_name(args[1]))
+    value = args[3]
+    if len(value) > MAX_PROGRESS:
+        raise errors.progress_too_long(len(value), MAX_PROGRESS)
+    job = q.job_for_token(args[2])
+    if job is None:
+        return 0
+    server.store.progress(q, job, value, server.now_ms())
+    return 1
+
+
 def qextend(client, args):
     server = client.server
     q = lookup(server, queue_name(args[1]))

@@ -282,6 +282,11 @@ _COMMANDS = [
        reply="integer: jobs released (or, with DEAD, dead-lettered)",
        notes="Without DELAY the queue's BACKOFF applies; DELAY 0 makes them ready at once; DEAD dead-letters "
              "them now (reason nack)."),
+    _c("qprogress", jobs.qprogress, 4, "write fast", "job", "Report a leased job's progress",
+       (QUEUE, Arg("token"), Arg("value")),
+       reply="integer: 1, or 0 when the token is stale",
+       notes="QGET, QPEEK and QSCAN show the latest value as progress; it does not extend the lease. "
+             "At most 64 KiB."),
     _c("qextend", jobs.qextend, -3, "write fast", "job", "Set a new lease deadline: now + LEASE",
        (QUEUE, TOKENS, opt("LEASE", "ms")), "O(M log N)",
        reply="array: per token, the new deadline (ms epoch) or nil if the token is stale"),

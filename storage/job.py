@@ -38,7 +38,7 @@ class JobExtra:
 
     __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
                  "dead_reason", "holder", "group", "schedule", "tick", "waiting_for", "after_delay", "onfail_run",
-                 "failed_parent")
+                 "failed_parent", "progress")
 
     def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
         self.key = key
@@ -57,6 +57,7 @@ class JobExtra:
         self.after_delay = 0      # its DELAY, counted from the moment the last parent is done
         self.onfail_run = False   # ONFAIL run: a parent that dies counts as done
         self.failed_parent = None # Provenance of the parent whose death dooms it (while it is dead-lettered)
+        self.progress = None      # QPROGRESS: the holder's latest report (bytes)
 
 
 def _extra_field(name: str, default):
@@ -113,6 +114,7 @@ class Job:
     after_delay = _extra_field("after_delay", 0)
     onfail_run = _extra_field("onfail_run", False)
     failed_parent = _extra_field("failed_parent", None)
+    progress = _extra_field("progress", None)
 
 
 def end_lease(job: Job) -> None:

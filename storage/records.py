@@ -113,6 +113,9 @@ not repeated in every record); ``ts`` is when the change happened.
            the transaction of the record that finished their last parent.
            For readers of the log: replay derives the release from that
            record and skips this one.
+29 PROGRESS ``qid u32, ts u64, id u64, length u32, value``: the holder of
+           the job's lease reported its progress (QPROGRESS); written as a
+           lease record (``lease-durability``).
 27 REPLACE ``qid u32, ts u64, visible_at u64, priority u8, count u32`` then
            ``count`` x ``(id u64, payload_len u32, payload)``: KEY ...
            REPLACE found these ready or delayed jobs: each gets the payload,
@@ -142,12 +145,12 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
-SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE = 18, 19, 26, 27, 28   # (20-25: snapshot records, storage.snapformat)
+SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE, PROGRESS = 18, 19, 26, 27, 28, 29   # (20-25: snapshot records)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
          SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE",
-         RELEASE: "RELEASE"}
+         RELEASE: "RELEASE", PROGRESS: "PROGRESS"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed"}
@@ -172,6 +175,7 @@ _TS = struct.Struct("<IQ")
 _FIRE = struct.Struct("<IQQIH")
 _REPLACE = struct.Struct("<IQQBI")
 _REPLACED = struct.Struct("<QI")
+_PROGRESS = struct.Struct("<IQQI")
 _U16 = struct.Struct("<H")
 _AFTER = struct.Struct("<QBI")
 _PARENT = struct.Struct("<IQ")
@@ -335,6 +339,10 @@ def expire(qid: int, ts: int, ids) -> bytes:
 
 def release(qid: int, ts: int, ids) -> bytes:
     return ack(qid, ts, ids)          # same layout as ACK
+
+
+def progress(qid: int, ts: int, jid: int, value: bytes) -> bytes:
+    return _PROGRESS.pack(qid, ts, jid, len(value)) + value
 
 
 def clock(offset: int, frozen: bool, frozen_at: int) -> bytes:
@@ -583,11 +591,19 @@ def _d_replace(b):
     return qid, ts, visible_at, priority, pairs
 
 
+def _d_progress(b):
+    """``(qid, ts, id, value)``"""
+    qid, ts, jid, n = _PROGRESS.unpack_from(b)
+    if _PROGRESS.size + n != len(b):
+        raise FormatError("PROGRESS record length does not match its value")
+    return qid, ts, jid, b[_PROGRESS.size:]
+
+
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
              PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
-             REPLACE: _d_replace, RELEASE: _d_ack}
+             REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

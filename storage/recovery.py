@@ -275,6 +275,10 @@ class Replayer:
             store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
         elif rtype == records.DROP:
             store.drop_queue(q, fields[1])
+        elif rtype == records.PROGRESS:
+            _qid, ts, jid, value = fields
+            if jid in q.jobs:
+                store.progress(q, q.jobs[jid], value, ts)
         elif rtype == records.RELEASE:
             pass                    # for readers of the log: the record before it released them here
         elif rtype == records.REPLACE:

@@ -42,7 +42,9 @@ then frames exactly like a segment's, of these types:
                ``group_len u16, group`` (after the provenance), 64 TICK:
                then ``tick u64, name_len u16, name``, the schedule tick
                that pushed the job (after the group), 128 AFTER: then the
-               parents it waits for, as in PUSH (after the tick).  ``token`` is
+               parents it waits for, as in PUSH (after the tick).
+               ``flags`` bits 0-1 are the dedupe scope; bit 7 says that
+               ``length u32, progress`` (QPROGRESS) follows the rest.  ``token`` is
                the job's current lease token (empty: none); an expired
                lease keeps it until the job is claimed again.  A queue's
                jobs may span several SNAP_JOBS frames; memory queues have
@@ -76,6 +78,8 @@ _SNAP_JOB = struct.Struct("<QQQQQQIIBBBBHBHII")
 _SNAP_ORIGIN = struct.Struct("<QIBB")
 _SNAP_END = struct.Struct("<IQ")
 SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK, SNAP_AFTER = 1, 2, 4, 32, 64, 128
+FLAG_PROGRESS = 128           # in a SNAP_JOBS job's flags byte
+_U32 = struct.Struct("<I")
 _TICK = struct.Struct("<QH")
 _SNAP_GROUPS = struct.Struct("<IQI")
 _SNAP_TURN = struct.Struct("<QH")
@@ -157,7 +161,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
     consumer = job.consumer or b""
     error = job.last_error or b""
     head = _SNAP_JOB.pack(job.id, job.enqueued_at, job.visible_at, job.deadline, job.retain_until, job.expire_ms,
-                          job.max_deliveries, job.deliveries, job.priority, job.flags, state,
+                          job.max_deliveries, job.deliveries, job.priority,
+                          job.flags | (FLAG_PROGRESS if job.progress is not None else 0), state,
                           bits | (dead_code << 3), len(key), len(token), len(consumer), len(error),
                           len(job.payload))
     parts = [head, key, token, consumer, error, job.payload]
@@ -171,6 +176,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
         parts.append(_TICK.pack(job.tick, len(job.schedule)) + job.schedule)
     if bits & SNAP_AFTER:
         parts.append(parents(job.after_delay, job.onfail_run, job.waiting_for))
+    if job.progress is not None:
+        parts.append(_U32.pack(len(job.progress)) + job.progress)
     return b"".join(parts)
 
 
@@ -232,10 +239,16 @@ def _snap_jobs(b: bytes, count: int):
             after = None
             if bits & SNAP_AFTER:
                 after, off = read_parents(b, off)
+            progress = None
+            if flags & FLAG_PROGRESS:
+                (plen,) = _U32.unpack_from(b, off)
+                progress = b[off + 4:off + 4 + plen]
+                off += 4 + plen
+                flags &= ~FLAG_PROGRESS
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
             yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-                   key, token, consumer, error, payload, origin, group, scheduled, after)
+                   key, token, consumer, error, payload, origin, group, scheduled, after, progress)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
     if off != end:

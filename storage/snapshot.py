@@ -241,7 +241,7 @@ def _jobs(rows) -> list[Job]:
     share = times.setdefault
     requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
-         key, token, consumer, error, payload, origin, group, scheduled, after) in rows:
+         key, token, consumer, error, payload, origin, group, scheduled, after, progress) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
@@ -269,6 +269,8 @@ def _jobs(rows) -> list[Job]:
                 job.schedule, job.tick = scheduled
             if after is not None:
                 job.after_delay, job.onfail_run, job.waiting_for = after
+        if progress is not None:                  # (in the flags byte, not in bits)
+            job.progress = progress
         if retain:
             job.retain_until = retain
         append(job)

@@ -214,6 +214,11 @@ class Store:
                   lease=True)
         self._woken.add(q)
 
+    def progress(self, q: Queue, job: Job, value: bytes, ts: int) -> None:
+        """QPROGRESS: the job's latest progress (a lease record: it does not extend the lease)."""
+        job.progress = value
+        self.journal.job_record(q, records.PROGRESS, records.progress(q.qid, ts, job.id, value), lease=True)
+
     def extend(self, q: Queue, jobs: list[Job], deadline: int, ts: int) -> None:
         for job in jobs:
             q.extend(job, deadline)

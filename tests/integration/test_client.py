@@ -119,6 +119,8 @@ def test_schedules_replace_and_parents(queue):
     assert queue.info()["waiting"] == 1
     queue.ack(parent)
     assert [j.id for j in queue.claim("w")] == [child]
+    held = queue.claim("w")
+    assert held == [] or queue.progress(held[0], "half") is True
     with pytest.raises(ValueError, match="give key"):
         queue.push("x", replace=True)
     with pytest.raises(ValueError, match="give after"):

@@ -79,6 +79,11 @@ def test_schedule_unschedule_and_fire_round_trip():
     assert records.decode(records.FIRE, records.fire(4, 5, b"beat", 1200, 9, [])) == (4, 5, b"beat", 1200, 9, [])
 
 
+def test_progress_round_trip():
+    assert records.decode(records.PROGRESS, records.progress(1, 2, U64, b"50%")) == (1, 2, U64, b"50%")
+    assert records.decode(records.PROGRESS, records.progress(1, 2, 3, b"")) == (1, 2, 3, b"")
+
+
 def test_replace_round_trip():
     pairs = [(3, b"new"), (U64, b""), (9, bytes(range(256)))]
     assert records.decode(records.REPLACE, records.replace(1, 2, 0, 9, pairs)) == (1, 2, 0, 9, pairs)
@@ -170,8 +175,9 @@ def test_record_type_numbers_are_the_documented_ones():
     assert (records.BOOT, records.QUEUE, records.DROP, records.PUSH, records.CLAIM, records.ACK,
             records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
-    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE, records.RELEASE) == (18, 19, 26, 27, 28)
-    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28}
+    assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE, records.RELEASE,
+            records.PROGRESS) == (18, 19, 26, 27, 28, 29)
+    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28, 29}
 
 
 # -- malformed bodies ---------------------------------------------------------------------
@@ -213,6 +219,8 @@ def test_unknown_record_type_is_format_error(rtype):
     (records.UNSCHEDULE, records.unschedule(1, 2, b"name") + b"\x00"),
     (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)])[:-1]),
     (records.REPLACE, records.replace(1, 2, 3, 4, [(5, b"abc")])[:-1]),
+    (records.PROGRESS, records.progress(1, 2, 3, b"abc")[:-1]),
+    (records.PROGRESS, records.progress(1, 2, 3, b"abc") + b"\x00"),
     (records.REPLACE, records.replace(1, 2, 3, 4, [(5, b"abc")]) + b"\x00"),
     (records.FIRE, records.fire(1, 2, b"s", 3, 0, [(1, 2)]) + b"\x00"),
     (records.TXN, b"\x01\x00"),
