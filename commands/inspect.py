@@ -175,8 +175,8 @@ def qredrive(client, args):
     moved = len(dead)
     with store.journal.transaction():
         if dead:
-            store.redrive(q, dead, now)
+            store.deaths.redrive(q, dead, now)
         for name, jobs in by_source.items():
-            store.move_back(q, jobs, sources[name], now)
+            store.deaths.move_back(q, jobs, sources[name], now)
             moved += len(jobs)
     return moved

@@ -189,7 +189,7 @@ def _push_after(client, q: Queue, fresh: list, keys, groups, opts: PushOptions, 
     with store.journal.transaction():
         first = _create(store, q, fresh, keys, groups, opts, now, pending)
         if failed and fresh:
-            store.dead_letter(q, [q.jobs[first + i] for i in range(len(fresh))], b"parent-failed", now)
+            store.deaths.dead_letter(q, [q.jobs[first + i] for i in range(len(fresh))], b"parent-failed", now)
     if resolved is None:
         return list(range(first, first + len(fresh)))
     q.counters.duplicates += count - len(fresh)
@@ -497,7 +497,7 @@ def qnack(client, args):
         if dead:
             # release with the error (so last_error is logged), then dead-letter: one record
             store.nack(q, jobs, now, error, now)
-            store.dead_letter(q, jobs, b"nack", now)
+            store.deaths.dead_letter(q, jobs, b"nack", now)
         elif delay is not None:
             store.nack(q, jobs, now + delay, error, now)
         else:

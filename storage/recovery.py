@@ -261,15 +261,15 @@ class Replayer:
         elif rtype == records.DEAD:
             _qid, ts, reason, target_qid, pairs = fields
             self._moved(q, target_qid, pairs,
-                        lambda target, kept: store.apply_dead(q, ts, records.REASONS[reason], target, kept,
+                        lambda target, kept: store.deaths.apply_dead(q, ts, records.REASONS[reason], target, kept,
                                                               _survives(target)))
         elif rtype == records.REDRIVE:
             _qid, ts, ids = fields
-            store.redrive(q, _jobs(q, ids), ts)
+            store.deaths.redrive(q, _jobs(q, ids), ts)
         elif rtype == records.MOVE:
             _qid, ts, target_qid, pairs = fields
             self._moved(q, target_qid, pairs,
-                        lambda source, kept: store.apply_move(q, ts, source, kept, _survives(source)))
+                        lambda source, kept: store.deaths.apply_move(q, ts, source, kept, _survives(source)))
         elif rtype in (records.DEL, records.PURGE):
             _qid, ts, ids = fields
             store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)

@@ -2,9 +2,11 @@
 
 Commands decide *what* happens (which jobs a claim gets, what a nack's delay
 is) and then call a transition here: ``push``, ``claim``, ``ack``, ``nack``,
-``extend``, ``fold``, ``dead_letter``, ``redrive``, ``move_back``, ``delete``,
-``create_queue``, ``set_config``, ``drop_queue``, ``take_ids``,
-``set_clock``.  Each transition changes the in-memory state and hands the
+``extend``, ``fold``, ``delete``, ``create_queue``, ``set_config``,
+``drop_queue``, ``take_ids``, ``set_clock``; the transitions of jobs that
+end without an ack (dead letters, and the ways back from them) are
+``store.deaths``' (``storage.deaths``), schedules ``store.timetable``'s and
+dependencies ``store.deps``'.  Each transition changes the in-memory state and hands the
 matching log record to the store's ``Journal`` (``storage.journal``: which
 records are written and which replies wait for fsync).  Recovery
 (``storage.recovery``) decodes the same records and calls the same
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 from . import flow, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
-from .job import READY, Job, Provenance
+from .job import READY, Job
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
+from .deaths import Deaths
 from .deps import Deps
 from .schedules import Timetable
 
@@ -53,6 +56,7 @@ class Store:
         self._woken: set[Queue] = set()         # queues whose ready jobs or next due moment changed
         self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
         self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
+        self.deaths = Deaths(self)              # dead letters and the ways back (storage/deaths.py)
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -128,7 +132,7 @@ class Store:
             self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
             if self.deps.children:
                 self.deps.finished(q, list(q.jobs.values()), ts)
-                self._log_released(ts)
+                self.log_released(ts)
         return q.remove_all()
 
     def take_ids(self, q: Queue, n: int) -> int:
@@ -199,7 +203,7 @@ class Store:
             with self.journal.transaction():
                 self.deps.finished(q, jobs, ts)
                 self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
-                self._log_released(ts)
+                self.log_released(ts)
         else:
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
         if flow.has_slots(q):
@@ -226,7 +230,7 @@ class Store:
                   lease=True)
         self._woken.add(q)   # a shortened lease moves the moment blocked claimers wake
 
-    # -- dead jobs, redrive, deletion ----------------------------------------------------
+    # -- expiry, deletion ----------------------------------------------------
 
     def fold(self, q: Queue, now: int) -> None:
         """Lazy expiry (``Queue.fold``); the leases found run out are logged
@@ -262,104 +266,13 @@ class Store:
                 groups.setdefault(reason, []).append(job)
             with self.journal.transaction():
                 for reason, group in groups.items():
-                    self.dead_letter(q, group, reason, now)
+                    self.deaths.dead_letter(q, group, reason, now)
 
-    def dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> None:
-        """Jobs that must not be delivered again: to the DEADLETTER queue (created
-        with defaults if missing) with provenance, or dead in their own queue.
-        Children waiting on them (AFTER) die too, with reason parent-failed,
-        each queue's in a DEAD record of its own, in one transaction."""
-        with self.journal.transaction():
-            work = [(q, jobs, reason)]
-            while work:
-                q, jobs, reason = work.pop()
-                doomed = self._dead_letter(q, jobs, reason, ts)
-                work += [(cq, children, b"parent-failed") for cq, children in doomed]
-            self._log_released(ts)                # children with ONFAIL run
-
-    def _log_released(self, ts: int) -> None:
+    def log_released(self, ts: int) -> None:
         """RELEASE records for the children the transition under way released
         (storage/deps.py), for readers of the log."""
         for cq, ids in self.deps.take_released().items():
             self.journal.job_record(cq, records.RELEASE, records.release(cq.qid, ts, ids))
-
-    def _dead_letter(self, q: Queue, jobs: list[Job], reason: bytes, ts: int) -> list:
-        target = None
-        if q.config.deadletter:
-            name = q.config.deadletter.encode()
-            target = self.queues.get(name) or self.create_queue(name, self.default_config, ts)
-            first = self.take_ids(target, len(jobs))
-            pairs = [(job.id, first + i) for i, job in enumerate(jobs)]
-        else:
-            pairs = [(job.id, 0) for job in jobs]
-        doomed = self.apply_dead(q, ts, reason, target, pairs)
-        self.journal.job_record(q, records.DEAD, records.dead(q.qid, ts, records.REASON_CODES[reason],
-                                                target.qid if target else 0, pairs))
-        if flow.has_slots(q):
-            self._woken.add(q)       # a job that held a slot may have died
-        return doomed
-
-    def apply_dead(self, q: Queue, ts: int, reason: bytes, target: Queue | None, pairs,
-                   copies: bool = True) -> None:
-        """The state change of a DEAD record: ``pairs`` (id, new id) leave ``q``
-        for ``target``, or die in place when it is None.  ``copies`` False:
-        the target does not get them (replay into a memory queue).  Returns
-        the children (AFTER) that must die with them (``Deps.failed``)."""
-        jobs = q.jobs
-        dying = [jobs[jid] for jid, _ in pairs]
-        doomed = self.deps.failed(q, dying, ts) if self.deps.children else []
-        if reason == b"parent-failed":
-            for job in dying:
-                job.failed_parent = self.deps.failed_parent(job)
-        if target is None:
-            for job in dying:
-                if job.failed_parent is not None:
-                    job.origin = job.failed_parent
-                q.bury(job, reason, ts)
-            return doomed
-        moved = []
-        for job, (_jid, new_id) in zip(dying, pairs):
-            copy = Job(new_id, job.payload, job.priority, ts, ts)
-            copy.last_error = job.last_error
-            _carry(job, copy)
-            copy.origin = job.failed_parent or Provenance(q.name, job.id, job.deliveries, reason)
-            moved.append(copy)
-            q.remove(job)
-            q.counters.dead_lettered += 1
-        if copies:
-            target.add_many(moved, ts)
-            self._woken.add(target)
-        return doomed
-
-    def redrive(self, q: Queue, jobs: list[Job], ts: int) -> None:
-        """Dead jobs of ``q`` back to ready, deliveries reset to 0."""
-        for job in jobs:
-            q.revive(job, ts)
-        self.journal.job_record(q, records.REDRIVE, records.redrive(q.qid, ts, [j.id for j in jobs]))
-        self._woken.add(q)
-
-    def move_back(self, q: Queue, jobs: list[Job], source: Queue, ts: int) -> None:
-        """Ready jobs of dead-letter queue ``q`` back to ``source`` as new ready jobs."""
-        first = self.take_ids(source, len(jobs))
-        pairs = [(job.id, first + i) for i, job in enumerate(jobs)]
-        self.apply_move(q, ts, source, pairs)
-        self.journal.job_record(q, records.MOVE, records.move(q.qid, ts, source.qid, pairs))
-
-    def apply_move(self, q: Queue, ts: int, source: Queue, pairs, copies: bool = True) -> None:
-        """The state change of a MOVE record (``copies`` as in ``apply_dead``)."""
-        jobs = q.jobs
-        back = []
-        for jid, new_id in pairs:
-            job = jobs[jid]
-            copy = Job(new_id, job.payload, job.priority, ts, ts)
-            copy.last_error = job.last_error
-            _carry(job, copy)
-            copy.requeued = True
-            back.append(copy)
-            q.remove(job)
-        if copies:
-            source.add_many(back, ts)
-            self._woken.add(source)
 
     def delete(self, q: Queue, jobs: list[Job], ts: int, purge: bool = False) -> None:
         """Jobs removed whatever their state (QDEL; QPURGE with ``purge``);
@@ -371,7 +284,7 @@ class Store:
                 self.deps.finished(q, jobs, ts)
             self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                     records.delete(q.qid, ts, [j.id for j in jobs]))
-            self._log_released(ts)
+            self.log_released(ts)
         if flow.has_slots(q):
             self._woken.add(q)       # a deleted job in flight frees its slot
 
@@ -384,13 +297,3 @@ class Store:
 def _set_durability(q: Queue) -> None:
     d = q.config.durability
     q.durability = FSYNC if d == FSYNC else ASYNC if d == ASYNC else MEMORY
-
-
-def _carry(job: Job, copy: Job) -> None:
-    """What a dead-letter copy, or a job moved back, keeps of the job: its
-    group, and the schedule tick that pushed it."""
-    extra = job.extra
-    if extra is not None:
-        copy.group = extra.group
-        copy.schedule = extra.schedule
-        copy.tick = extra.tick
