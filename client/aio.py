@@ -25,6 +25,7 @@ import redis.asyncio
 
 from . import errors, protocol, work
 from .protocol import Job, Payload
+from .schedules import AsyncSchedules
 from .work import HeldLeases, Outcome, WorkerStats
 
 __all__ = ["Queue", "Worker", "WorkerStats", "Job"]
@@ -53,6 +54,7 @@ class Queue:
         self.client = client
         self.name = name
         self._owns_client = owns_client
+        self.schedules = AsyncSchedules(self)  # QSCHEDULE, QUNSCHEDULE, QSCHEDULES (client/schedules.py)
         self._claimers: dict[float | None, redis.asyncio.Redis] = {}
 
     def __repr__(self) -> str:
@@ -105,16 +107,6 @@ class Queue:
     async def resume(self, group: bytes | str | None = None) -> None:
         """QRESUME (``leaseq.client.Queue.resume``)."""
         await self._execute(protocol.pause_command("QRESUME", self.name, group))
-
-    async def schedule(self, name: str, payload: Payload, **options: Any) -> int:
-        """QSCHEDULE (``leaseq.client.Queue.schedule``)."""
-        return await self._execute(protocol.schedule_command(self.name, name, payload, **options))
-
-    async def unschedule(self, name: str) -> bool:
-        return await self._execute(["QUNSCHEDULE", self.name, name]) == 1
-
-    async def schedules(self) -> list[dict[str, Any]]:
-        return protocol.parse_schedules(await self._execute(["QSCHEDULES", self.name]))
 
     async def info(self) -> dict[str, Any]:
         return protocol.parse_info(await self._execute(["QINFO", self.name]))

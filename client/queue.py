@@ -18,6 +18,7 @@ import redis
 
 from . import errors, protocol
 from .protocol import Job, Payload
+from .schedules import Schedules
 
 
 class Queue:
@@ -47,6 +48,7 @@ class Queue:
         self.client = client
         self.name = name
         self._owns_client = owns_client
+        self.schedules = Schedules(self)  # QSCHEDULE, QUNSCHEDULE, QSCHEDULES (client/schedules.py)
         self._claimers: dict[float | None, redis.Redis] = {}
         self._claimers_lock = threading.Lock()
 
@@ -136,23 +138,6 @@ class Queue:
         """QRESUME: hand out jobs again (of ``group``, or the queue's own
         pause); blocked claimers are served at once."""
         self._execute(protocol.pause_command("QRESUME", self.name, group))
-
-    # -- schedules ---------------------------------------------------------------------------
-
-    def schedule(self, name: str, payload: Payload, **options: Any) -> int:
-        """QSCHEDULE: create or replace schedule ``name`` pushing ``payload``
-        at each tick: ``cron`` (with ``tz``) or ``every_ms``, and
-        ``priority``, ``misfire``, ``overlap``.  Returns the next tick (ms epoch)."""
-        return self._execute(protocol.schedule_command(self.name, name, payload, **options))
-
-    def unschedule(self, name: str) -> bool:
-        """QUNSCHEDULE: False when there was no such schedule."""
-        return self._execute(["QUNSCHEDULE", self.name, name]) == 1
-
-    def schedules(self) -> list[dict[str, Any]]:
-        """QSCHEDULES: name, spec, next, last, fired, skipped, misfire,
-        overlap, priority and payload of each schedule."""
-        return protocol.parse_schedules(self._execute(["QSCHEDULES", self.name]))
 
     # -- looking ----------------------------------------------------------------------------
 

@@ -106,12 +106,12 @@ def test_queue_options_groups_and_group_pauses(queue):
 
 
 def test_schedules_replace_and_parents(queue):
-    next_tick = queue.schedule("beat", "ping", every_ms=3_600_000, misfire="once")
-    assert [(s["name"], s["spec"], s["next"], s["misfire"]) for s in queue.schedules()] == [
+    next_tick = queue.schedules.add("beat", "ping", every_ms=3_600_000, misfire="once")
+    assert [(s["name"], s["spec"], s["next"], s["misfire"]) for s in queue.schedules.list()] == [
         ("beat", "EVERY 3600000", next_tick, "once")]
-    assert queue.unschedule("beat") is True and queue.unschedule("beat") is False
+    assert queue.schedules.remove("beat") is True and queue.schedules.remove("beat") is False
     with pytest.raises(ValueError, match="cron or every_ms"):
-        queue.schedule("x", "p")
+        queue.schedules.add("x", "p")
     held = queue.push("v1", key="doc", delay_ms=60_000)
     assert queue.push("v2", key="doc", replace=True, delay_ms=0) == held
     parent = queue.claim("w")[0]

@@ -59,9 +59,9 @@ def test_queue_options_group_pauses_and_schedules(daemon, q):
         assert await queue.claim("w") == []
         await queue.resume(group="acme")
         assert [j.group for j in await queue.claim("w", count=5)] == [b"acme"]
-        tick = await queue.schedule("nightly", "x", cron="0 2 * * *", tz="Europe/Paris")
-        assert [(s["name"], s["next"]) for s in await queue.schedules()] == [("nightly", tick)]
-        assert await queue.unschedule("nightly") is True
+        tick = await queue.schedules.add("nightly", "x", cron="0 2 * * *", tz="Europe/Paris")
+        assert [(s["name"], s["next"]) for s in await queue.schedules.list()] == [("nightly", tick)]
+        assert await queue.schedules.remove("nightly") is True
     run(scenario, daemon, q)
 
 
