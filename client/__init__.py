@@ -10,10 +10,11 @@
 docs/client.md is the reference.
 """
 
-from .errors import Closed, Full, LeaseqError, NoQueue, TooBig
+from .errors import Closed, Full, JobDead, LeaseqError, NoJob, NoQueue, TooBig
 from .protocol import Job
 from .queue import Queue
 from .work import WorkerStats
 from .worker import Worker
 
-__all__ = ["Queue", "Worker", "WorkerStats", "Job", "LeaseqError", "NoQueue", "Full", "TooBig", "Closed"]
+__all__ = ["Queue", "Worker", "WorkerStats", "Job", "LeaseqError", "NoQueue", "Full", "TooBig", "Closed", "NoJob",
+           "JobDead"]

@@ -68,10 +68,25 @@ class Closed(LeaseqError):
     code = "CLOSED"
 
 
-CLASSES: dict[str, type[LeaseqError]] = {cls.code: cls for cls in (NoQueue, Full, TooBig, Closed)}
+class NoJob(LeaseqError):
+    """QRESULT: the queue does not know the job, its result expired, or it
+    was acked without a result."""
+
+    code = "NOJOB"
+
+
+class JobDead(LeaseqError):
+    """QRESULT: the job died or was cancelled; ``message`` is the reason
+    (``max-deliveries``, ``nack``, ``expired``, ``parent-failed``, ``cancelled``)."""
+
+    code = "DEAD"
+
+
+CLASSES: dict[str, type[LeaseqError]] = {cls.code: cls for cls in (NoQueue, Full, TooBig, Closed, NoJob, JobDead)}
 
 # leaseq's codes that redis-py leaves at the start of the message
-OWN_CODES = frozenset({"NOQUEUE", "EXISTS", "FULL", "TOOBIG", "NOTEMPTY", "CLOSED", "MISCONF", "NOPROTO", "DENIED"})
+OWN_CODES = frozenset({"NOQUEUE", "EXISTS", "FULL", "TOOBIG", "NOTEMPTY", "CLOSED", "MISCONF", "NOPROTO", "DENIED",
+                       "NOJOB", "DEAD"})
 
 # redis-py's classes for codes whose word it removes from the message
 _REDIS_CLASS_CODES = {"OutOfMemoryError": "OOM", "NoPermissionError": "NOPERM", "ExecAbortError": "EXECABORT",

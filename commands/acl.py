@@ -59,7 +59,7 @@ CATEGORIES = {
     "admin": "administration: configuration, snapshots, shutdown, debugging",
     "fast": "O(1) or O(log n)",
     "slow": "every command that is not fast",
-    "blocking": "may wait (QCLAIM BLOCK)",
+    "blocking": "may wait (QCLAIM BLOCK, QRESULT BLOCK)",
     "dangerous": "admin commands and those that delete many jobs or reveal other clients",
     "connection": "about the connection itself",
     "transaction": "MULTI, EXEC, DISCARD, WATCH",

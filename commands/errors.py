@@ -31,6 +31,8 @@ CODES = {
     "LOADING": "the daemon is still recovering its data directory; retry shortly",
     "MISCONF": "the log cannot be written (disk full or failing): changes are refused, reads go on",
     "DENIED": "protected mode: no password is set, so only loopback clients are served",
+    "NOJOB": "QRESULT of a job the queue does not know, whose result expired, or that was acked without one",
+    "DEAD": "QRESULT of a job that died or was cancelled; the reason follows",
 }
 
 
@@ -170,7 +172,7 @@ def config_immutable(name: str) -> Error:
 SHUTTING_DOWN = err("leaseq is shutting down")
 DELAY_AND_DEAD = err("DELAY and DEAD cannot be combined")
 BAD_SCOPE = err("WHILE must be queued, active or exists")
-BAD_STATE = err("STATE must be delayed, ready, in_flight, dead, completed or waiting")
+BAD_STATE = err("STATE must be delayed, ready, in_flight, dead, completed, waiting or cancelled")
 BAD_DURABILITY = err("DURABILITY must be fsync, async or memory")
 BACKOFF_EXPONENT = err("BACKOFF exponent must be between 0 and 10")
 INVALID_CURSOR = err("invalid cursor")
@@ -208,6 +210,9 @@ def bad_schedule_name(limit: int) -> Error:
     return err(f"schedule name must be 1 to {limit} bytes")
 
 
+RESULT_ONE_TOKEN = err("RESULT goes with exactly one token")
+
+
 def progress_too_long(size: int, limit: int) -> Error:
     return err(f"progress of {size} bytes is more than {limit}")
 
@@ -221,6 +226,14 @@ def bad_consumer(limit: int) -> Error:
 
 
 # -- leaseq's own codes ------------------------------------------------------
+
+def no_job(name: bytes, jid: int, why: str = "is unknown or its result expired") -> Error:
+    return Error("NOJOB", f"job {jid} of queue '{_show(name)}' {why}")
+
+
+def job_dead(reason: bytes) -> Error:
+    return Error("DEAD", reason.decode(errors="replace"))
+
 
 def no_queue(name: bytes) -> Error:
     return Error("NOQUEUE", f"no such queue '{_show(name)}'")

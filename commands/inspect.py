@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leaseq.storage import queries
-from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 from leaseq.storage.queue import Queue
 
 from . import errors
@@ -14,7 +14,7 @@ from .queues import get_or_create, lookup
 from .replies import Map
 
 STATES = {b"delayed": DELAYED, b"ready": READY, b"in_flight": IN_FLIGHT, b"dead": DEAD, b"completed": COMPLETED,
-          b"waiting": WAITING}
+          b"waiting": WAITING, b"cancelled": CANCELLED}
 ID_MAX = (1 << 63) - 1
 
 
@@ -64,9 +64,23 @@ def _queue(client, args) -> Queue:
 
 
 def qget(client, args):
+    """The job as it stands, with its ``result`` if it was acked with one;
+    an acked job that has left the queue but whose result is still kept
+    (RESULT-TTL) shows as ``id``, ``state`` completed, ``result`` and
+    ``result_until``.  (A dead or cancelled job that has left shows as nil,
+    as before; QRESULT still says how it ended.)"""
     q = _queue(client, args)
-    job = q.jobs.get(in_range(args[2], "id", 0, ID_MAX))
-    return None if job is None else inspect_reply(job, client.server.store)
+    jid = in_range(args[2], "id", 0, ID_MAX)
+    job = q.jobs.get(jid)
+    ending = q.results.get(jid)
+    if job is None:
+        if ending is None or ending.value is None:
+            return None
+        return Map([(b"id", jid), (b"state", COMPLETED), (b"result", ending.value), (b"result_until", ending.until)])
+    reply = inspect_reply(job, client.server.store)
+    if ending is not None and ending.value is not None and job.state is COMPLETED:
+        reply.items.append((b"result", ending.value))
+    return reply
 
 
 def qpeek(client, args):
@@ -118,11 +132,12 @@ def qdel(client, args):
 
 
 PURGE_STATES = {b"READY": (READY,), b"DELAYED": (DELAYED,), b"DEAD": (DEAD,), b"COMPLETED": (COMPLETED,),
-                b"WAITING": (WAITING,), b"ALL": (READY, DELAYED, DEAD, COMPLETED, IN_FLIGHT, WAITING)}
+                b"WAITING": (WAITING,), b"CANCELLED": (CANCELLED,),
+                b"ALL": (READY, DELAYED, DEAD, COMPLETED, IN_FLIGHT, WAITING, CANCELLED)}
 
 
 def qpurge(client, args):
-    """QPURGE queue [READY] [DELAYED] [DEAD] [COMPLETED] [ALL]; no state
+    """QPURGE queue [READY] [DELAYED] [DEAD] [COMPLETED] [WAITING] [CANCELLED] [ALL]; no state
     named means READY and DELAYED.  In-flight jobs go only with ALL."""
     server = client.server
     q = _queue(client, args)

@@ -20,6 +20,7 @@ MAX_COUNT = 1000
 NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
 U32 = (1 << 32) - 1
 EXTEND_KEYWORDS = (b"LEASE",)
+ACK_KEYWORDS = (b"RESULT",)
 MAX_CONSUMER = 200
 MAX_PARENTS = 100_000    # AFTER count
 ID_MAX = (1 << 63) - 1
@@ -453,11 +454,23 @@ def _split_tokens(args: list, keywords: tuple) -> int:
 
 
 def qack(client, args):
+    """QACK queue token [token ...] [RESULT value]: RESULT (one token only)
+    completes the job with a result, kept for the queue's RESULT-TTL."""
     server = client.server
     q = lookup(server, queue_name(args[1]))
-    jobs = q.jobs_for_tokens(args[2:])
+    end = _split_tokens(args, ACK_KEYWORDS)
+    result = None
+    if end < len(args):
+        if end + 2 != len(args):
+            raise errors.SYNTAX
+        if end != 3:
+            raise errors.RESULT_ONE_TOKEN
+        result = args[end + 1]
+        if len(result) > server.settings.max_payload:
+            raise errors.too_big(len(result), server.settings.max_payload)
+    jobs = q.jobs_for_tokens(args[2:end])
     if jobs:
-        server.store.ack(q, jobs, server.now_ms())
+        server.store.ack(q, jobs, server.now_ms(), result)
     return len(jobs)
 
 

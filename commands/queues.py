@@ -74,6 +74,8 @@ def parse_config(args: list, start: int, name: bytes, base: QueueConfig) -> Queu
             changes["retain_completed"] = r.int_in("RETAIN-COMPLETED", 0, MS_MAX)
         elif kw == b"RETAIN-DEAD":
             changes["retain_dead"] = r.int_in("RETAIN-DEAD", 0, MS_MAX)
+        elif kw == b"RESULT-TTL":
+            changes["result_ttl"] = r.int_in("RESULT-TTL", 0, MS_MAX)
         elif kw == b"WINDOW":
             changes["window"] = r.int_in("WINDOW", 0, 60_000)
         elif kw == b"RATE":
@@ -201,6 +203,7 @@ def config_items(config: QueueConfig) -> list:
         (b"expire", config.expire),
         (b"retain_completed", config.retain_completed),
         (b"retain_dead", config.retain_dead),
+        (b"result_ttl", config.result_ttl),
         (b"window", config.window),
         (b"durability", config.durability.encode()),
         (b"rate", config.rate[0]),

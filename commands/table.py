@@ -10,7 +10,7 @@ name, ``-N`` at least N.  Flags:
 ``write``     changes queues or jobs
 ``readonly``  only reads queues or jobs
 ``denyoom``   refused with -OOM when maxmemory is exceeded
-``blocking``  may wait (QCLAIM BLOCK)
+``blocking``  may wait (QCLAIM BLOCK, QRESULT BLOCK)
 ``fast``      O(1) or O(log n) in the number of jobs
 ``admin``     server administration
 ``noauth``    allowed before authentication
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, schedules, server
+from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, results, schedules, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -155,6 +155,7 @@ QUEUE_OPTIONS = (
     opt("EXPIRE", "ms"),
     opt("RETAIN-COMPLETED", "ms"),
     opt("RETAIN-DEAD", "ms"),
+    opt("RESULT-TTL", "ms"),
     opt("WINDOW", "ms"),
     Arg("durability", "oneof", token="DURABILITY", optional=True,
         args=(Arg("fsync", "pure-token", token="fsync"), Arg("async", "pure-token", token="async"),
@@ -276,7 +277,10 @@ _COMMANDS = [
        (Arg("channel", optional=True, multiple=True),), "O(M log N)",
        reply='per channel ["unsubscribe", channel, streams left]'),
     _c("qack", jobs.qack, -3, "write fast", "job", "Complete jobs by their lease tokens",
-       (QUEUE, TOKENS), "O(M log N)", reply="integer: jobs completed; stale tokens are skipped"),
+       (QUEUE, TOKENS, opt("RESULT", "value", "string")), "O(M log N)",
+       reply="integer: jobs completed; stale tokens are skipped",
+       notes="RESULT (with exactly one token) keeps the value as the job's result for the queue's RESULT-TTL "
+             "(default one hour), for QRESULT and QGET; written in the ack's transaction."),
     _c("qnack", jobs.qnack, -3, "write", "job", "Release jobs back to the queue, after a delay",
        (QUEUE, TOKENS, opt("DELAY", "ms"), opt("ERROR", "message", "string"), opt("DEAD")), "O(M log N)",
        reply="integer: jobs released (or, with DEAD, dead-lettered)",
@@ -287,12 +291,27 @@ _COMMANDS = [
        reply="integer: 1, or 0 when the token is stale",
        notes="QGET, QPEEK and QSCAN show the latest value as progress; it does not extend the lease. "
              "At most 64 KiB."),
+    _c("qresult", results.qresult, -3, "readonly blocking", "job", "A job's result, or why it died",
+       (QUEUE, Arg("id", "integer"), opt("BLOCK", "ms")),
+       reply="bulk string: the result; nil while the job has not ended (BLOCK ms waits for its end, 0 for "
+             "ever, then nil); -DEAD reason if it died or was cancelled; -NOJOB if unknown, expired, or acked "
+             "without a result",
+       notes="Results and deaths are kept for the queue's RESULT-TTL; a blocked QRESULT is answered in the "
+             "event-loop turn after the ack."),
+    _c("qcancel", results.qcancel, -3, "write", "job", "End jobs now, in state cancelled",
+       (QUEUE, Arg("id", "integer", multiple=True)), "O(M log N)",
+       reply="integer: jobs cancelled (ready, delayed, waiting or in flight); ended and unknown ids count 0",
+       notes="A lease on a cancelled job is over: QEXTEND answers nil, QACK counts 0. Cancelled jobs are kept "
+             "like dead ones (RETAIN-DEAD); jobs waiting on them (AFTER) die with reason parent-failed unless "
+             "ONFAIL run."),
     _c("qextend", jobs.qextend, -3, "write fast", "job", "Set a new lease deadline: now + LEASE",
        (QUEUE, TOKENS, opt("LEASE", "ms")), "O(M log N)",
        reply="array: per token, the new deadline (ms epoch) or nil if the token is stale"),
     # -- inspection and repair ---------------------------------------------------------------------
     _c("qget", inspect.qget, 3, "readonly fast", "inspect", "Inspect one job by id", (QUEUE, Arg("id", "integer")),
-       reply="job map with state (delayed, ready, in_flight, dead, completed), or nil"),
+       reply="job map with state (delayed, ready, in_flight, dead, completed, waiting, cancelled) and, when "
+             "acked with RESULT, result; an acked job gone whose result is still kept: id, state, result, "
+             "result_until; else nil"),
     _c("qpeek", inspect.qpeek, -2, "readonly", "inspect", "The next ready jobs in claim order, not leased",
        (QUEUE, opt("COUNT", "n")), "O(M log N)", reply="array of job maps (COUNT default 1, max 1000)"),
     _c("qscan", inspect.qscan, -3, "readonly", "inspect", "Iterate over every job, SCAN style",
@@ -304,7 +323,8 @@ _COMMANDS = [
        (QUEUE, Arg("id", "integer", multiple=True)), "O(M log N)",
        reply="integer: jobs removed (their leases become stale)"),
     _c("qpurge", inspect.qpurge, -2, "write", "inspect", "Remove the jobs in the given states",
-       (QUEUE, opt("READY"), opt("DELAYED"), opt("DEAD"), opt("COMPLETED"), opt("ALL")), "O(N)",
+       (QUEUE, opt("READY"), opt("DELAYED"), opt("DEAD"), opt("COMPLETED"), opt("WAITING"), opt("CANCELLED"),
+        opt("ALL")), "O(N)",
        reply="integer: jobs removed", notes="No state means READY and DELAYED; in-flight jobs only with ALL.",
        categories="dangerous"),
     _c("qredrive", inspect.qredrive, -2, "write", "inspect",

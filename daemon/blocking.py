@@ -35,6 +35,8 @@ from leaseq.commands.replies import Push
 from leaseq.storage import flow
 from leaseq.storage.job import IN_FLIGHT
 
+from .resultwaits import ResultWaits
+
 log = logging.getLogger(__name__)
 
 
@@ -137,11 +139,12 @@ class Blocking:
         self.timers: dict = {}       # Queue -> (due_ms, TimerHandle)
         self.cohorts: dict = {}      # Queue -> TimerHandle of the open WINDOW
         self._woken: set = set()     # queues a worker's freed slot asks to serve
+        self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
 
     def count(self, queue=None) -> int:
         if queue is not None:
             return len(self.by_queue.get(queue, ()))
-        return sum(len(w) for w in self.by_queue.values())
+        return sum(len(w) for w in self.by_queue.values()) + len(self.results)
 
     # -- waiters ----------------------------------------------------------------------------
 
@@ -156,7 +159,12 @@ class Blocking:
             self.cohorts[queue] = self.loop.call_later(queue.config.window / 1000.0, self._window_closed, queue)
         self._arm(queue)
 
-    def cancel(self, w: Waiter) -> None:
+    def cancel(self, w) -> None:
+        """A parked command is given up (its connection closed): a QCLAIM's
+        ``Waiter``, or a QRESULT's (``self.results``)."""
+        if type(w) is not Waiter:
+            self.results.cancel(w)
+            return
         if w.timer is not None:
             w.timer.cancel()
             w.timer = None
@@ -276,6 +284,7 @@ class Blocking:
             self.serve(queue)
 
     def queue_dropped(self, queue) -> None:
+        self.results.queue_dropped(queue)
         waiters = self.by_queue.pop(queue, [])
         for worker in self.workers.pop(queue, []):
             worker.held = {}
@@ -291,6 +300,7 @@ class Blocking:
         waiter with ``error``, close every QWORK stream (its client reconnects
         and asks again), and forget every timer; nothing here may keep a
         reference into the old store."""
+        self.results.fail_all(error)
         for queue in list(self.by_queue):
             for w in list(self.by_queue.get(queue, [])):
                 self.cancel(w)
@@ -311,6 +321,7 @@ class Blocking:
 
     def release_all(self) -> None:
         """Shutdown: answer every waiter as if its BLOCK timed out."""
+        self.results.release_all()
         for queue in list(self.by_queue):
             for w in list(self.by_queue.get(queue, [])):
                 self.cancel(w)

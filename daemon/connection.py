@@ -31,6 +31,7 @@ import asyncio
 
 from leaseq.commands import errors
 from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.results import ResultWait
 from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
@@ -134,14 +135,18 @@ class Connection(asyncio.Protocol):
             pending.clear()
         while pending and self.waiting is None and not self.quitting and not self.closed:
             reply, ticket = execute(self, pending.popleft())
-            if type(reply) is ClaimWait:
+            kind = type(reply)
+            if kind is ClaimWait or kind is ResultWait:
                 if server.stopping:
                     reply = reply.expired()
                 else:
                     if ticket is not None:
                         self.outbox.hold_place(ticket)   # its reply comes later, behind this
                         server.committer.wait(self)
-                    server.blocking.park(self, reply)
+                    if kind is ClaimWait:
+                        server.blocking.park(self, reply)
+                    else:
+                        server.blocking.results.park(self, reply)
                     break
             self.answer(reply, ticket)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:

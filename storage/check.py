@@ -53,6 +53,7 @@ class QueueCounts:
     dead: int
     completed: int
     waiting: int = 0
+    cancelled: int = 0
 
 
 @dataclass
@@ -124,7 +125,7 @@ class CheckReport:
                                    f"jobs and expired leases moved to ready, as QINFO shows them)"))
         for q in self.queues:
             out.append(_line("queue", f"{q.name} ready={q.ready} delayed={q.delayed} in_flight={q.in_flight} "
-                                      f"dead={q.dead} completed={q.completed} waiting={q.waiting} "
+                                      f"dead={q.dead} completed={q.completed} waiting={q.waiting} cancelled={q.cancelled} "
                                       f"durability={q.durability}"))
         if self.still_refused:
             out.append(_line("result", f"repaired what --repair can, but the daemon still refuses to start "

@@ -22,6 +22,7 @@ class QueueConfig:
     expire: int = 0
     retain_completed: int = 0
     retain_dead: int = 604_800_000
+    result_ttl: int = 3_600_000   # RESULT-TTL: how long a job's result (QACK ... RESULT) is kept; 0: none
     window: int = 0
     durability: str = FSYNC
     rate: tuple = (0, 0)          # (n, ms): at most n jobs handed out in any ms; (0, 0): no limit

@@ -30,13 +30,18 @@ class Deaths:
         with defaults if missing) with provenance, or dead in their own queue.
         Children waiting on them (AFTER) die too, with reason parent-failed,
         each queue's in a DEAD record of its own, in one transaction."""
+        dead = []
         with self.store.journal.transaction():
             work = [(q, jobs, reason)]
             while work:
                 q, jobs, reason = work.pop()
+                dead.append((q, jobs))
                 doomed = self._dead_letter(q, jobs, reason, ts)
                 work += [(cq, children, b"parent-failed") for cq, children in doomed]
             self.store.log_released(ts)                # children with ONFAIL run
+        if self.store.watched:
+            for dq, djobs in dead:
+                self.store.ended(dq, djobs)
 
     def _dead_letter(self, q, jobs: list[Job], reason: bytes, ts: int) -> list:
         target = None
@@ -64,6 +69,7 @@ class Deaths:
         jobs = q.jobs
         dying = [jobs[jid] for jid, _ in pairs]
         doomed = self.store.deps.failed(q, dying, ts) if self.store.deps.children else []
+        self._remember(q, dying, reason, ts)
         if reason == b"parent-failed":
             for job in dying:
                 job.failed_parent = self.store.deps.failed_parent(job)
@@ -86,6 +92,40 @@ class Deaths:
             target.add_many(moved, ts)
             self.store.wake(target)
         return doomed
+
+    def cancel(self, q, jobs: list[Job], ts: int) -> None:
+        """QCANCEL: ``jobs`` (ready, delayed, waiting or in flight) end now in
+        state cancelled; a lease held on one is over (its token stale).
+        Children waiting on them die as for a death (``dead_letter``), in
+        the CANCEL record's transaction."""
+        store = self.store
+        with store.journal.transaction():
+            doomed = self.apply_cancel(q, jobs, ts)
+            store.journal.job_record(q, records.CANCEL, records.cancel(q.qid, ts, [j.id for j in jobs]))
+            for cq, children in doomed:
+                self.dead_letter(cq, children, b"parent-failed", ts)
+            store.log_released(ts)                # children with ONFAIL run
+        if store.watched:
+            store.ended(q, jobs)
+        store.wake(q)       # a cancelled job may have held a slot, or been a claimer's next
+
+    def apply_cancel(self, q, jobs: list[Job], ts: int) -> list:
+        """The state change of a CANCEL record; returns the children (AFTER)
+        that must die with them (``Deps.failed``)."""
+        deps = self.store.deps
+        doomed = deps.failed(q, jobs, ts) if deps.children else []
+        for job in jobs:
+            q.cancel(job, ts)
+        self._remember(q, jobs, b"cancelled", ts)
+        return doomed
+
+    def _remember(self, q, jobs: list[Job], reason: bytes, ts: int) -> None:
+        """For QRESULT: these jobs died (or were cancelled), kept for RESULT-TTL."""
+        ttl = q.config.result_ttl
+        if ttl:
+            results = q.results
+            for job in jobs:
+                results.put(job.id, ts + ttl, reason=reason)
 
     def redrive(self, q, jobs: list[Job], ts: int) -> None:
         """Dead jobs of ``q`` back to ready, deliveries reset to 0."""

@@ -14,7 +14,9 @@ id breaks ties; ``storage.index`` has the index types):
 * ``COMPLETED`` -> ``completed``, a ``TimeIndex`` of acked jobs kept by
   RETAIN-COMPLETED, by the moment they go;
 * ``WAITING``   -> ``waiting``, a ``TimeIndex`` of jobs waiting for their
-  parents (AFTER), by enqueued_at.
+  parents (AFTER), by enqueued_at;
+* ``CANCELLED`` -> ``cancelled``, a ``TimeIndex`` of jobs ended by QCANCEL,
+  by the moment RETAIN-DEAD lets them go.
 
 A job sits in exactly one index, the one its ``state`` names.  ``add``,
 ``remove`` and ``move`` (remove with the old key, change the fields, add
@@ -32,7 +34,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from .index import ReadyIndex, TimeIndex
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 
 
 def band(job: Job) -> int:
@@ -48,11 +50,12 @@ PLACES = {
     DEAD: ("dead", TimeIndex, attrgetter("retain_until")),
     COMPLETED: ("completed", TimeIndex, attrgetter("retain_until")),
     WAITING: ("waiting", TimeIndex, attrgetter("enqueued_at")),
+    CANCELLED: ("cancelled", TimeIndex, attrgetter("retain_until")),
 }
 
 
 class Indexes:
-    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "waiting", "_place", "groups")
+    __slots__ = ("ready", "delayed", "leases", "dead", "completed", "waiting", "cancelled", "_place", "groups")
 
     def __init__(self) -> None:
         self.groups = None          # storage.groups.Groups of a queue with groups

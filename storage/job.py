@@ -17,7 +17,8 @@ IN_FLIGHT = b"in_flight"
 DEAD = b"dead"
 COMPLETED = b"completed"
 WAITING = b"waiting"          # for parents (AFTER, docs/semantics.md §3.10)
-STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED, WAITING)
+CANCELLED = b"cancelled"      # QCANCEL (docs/semantics.md §3.11): ended, kept like dead jobs
+STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED, WAITING, CANCELLED)
 
 
 class Provenance:

@@ -40,7 +40,8 @@ from .config import QueueConfig
 from .indexes import Indexes, band
 from .flow import RateWindow
 from .groups import Groups
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease
+from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
 
@@ -71,6 +72,7 @@ class Queue:
         self.payload_bytes = 0    # sum of the payloads of ``jobs`` (sizes the live data for snapshots)
         self.rate_window = RateWindow()   # recent hand-outs, for RATE (storage/flow.py)
         self.schedules: dict = {}         # name -> storage.schedules.Schedule
+        self.results = Results()          # how ended jobs ended, for QRESULT (storage/results.py)
 
     def _forget_key(self, job: Job) -> None:
         """A job leaving: its dedupe key no longer points at it."""
@@ -273,6 +275,12 @@ class Queue:
                           deadline=0)
         self.counters.dead_lettered += 1
 
+    def cancel(self, job: Job, now: int) -> None:
+        """QCANCEL: ended where it stands (its lease, if any, is over), kept
+        like a dead job for RETAIN-DEAD."""
+        end_lease(job)
+        self.indexes.move(job, state=CANCELLED, retain_until=now + self.config.retain_dead, deadline=0)
+
     def revive(self, job: Job, now: int) -> None:
         """A dead job back to ready, its deliveries forgotten and its age
         restarted (QREDRIVE is a new enqueue: EXPIRE counts from now)."""
@@ -297,6 +305,7 @@ class Queue:
         self.jobs.clear()
         self.payload_bytes = 0
         self.indexes.clear()
+        self.results.clear()
         self.keys.clear()
         self.order.clear()
         return n
@@ -304,8 +313,9 @@ class Queue:
     # -- lazy expiry -----------------------------------------------------------------------
 
     def fold(self, now: int) -> list[int]:
-        """Move due delayed jobs and expired leases to ready; let go of dead and
-        completed jobs whose retention is over.  Returns the ids whose leases
+        """Move due delayed jobs and expired leases to ready; let go of dead,
+        cancelled and completed jobs whose retention is over, and of results
+        whose RESULT-TTL is.  Returns the ids whose leases
         ran out (``Store.fold`` logs them)."""
         jobs = self.jobs
         indexes = self.indexes
@@ -326,7 +336,7 @@ class Queue:
         if leases and leases.first() <= now:
             expired = leases.pop_due(now)
             self._expired(expired)
-        for index in (indexes.dead, indexes.completed):
+        for index in (indexes.dead, indexes.completed, indexes.cancelled):
             if index and index.first() <= now:
                 for jid in index.pop_due(now):
                     job = jobs[jid]
@@ -334,6 +344,7 @@ class Queue:
                     self.remove(job)
         if groups is not None:
             groups.fold(now)
+        self.results.fold(now)
         return expired
 
     def _expired(self, ids) -> None:

@@ -120,6 +120,12 @@ not repeated in every record); ``ts`` is when the change happened.
            ``count`` x ``(id u64, payload_len u32, payload)``: KEY ...
            REPLACE found these ready or delayed jobs: each gets the payload,
            the priority and, unless ``visible_at`` is 0, that ready time.
+30 RESULT  ``qid u32, ts u64, id u64, until u64, length u32, value``: the
+           job was acked with this result (QACK ... RESULT), kept until
+           ``until``; in the ACK's transaction.
+31 CANCEL  ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): QCANCEL
+           ended these jobs (state cancelled); children waiting on them die
+           in DEAD records of the same transaction.
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -145,12 +151,13 @@ _LEN_TYPE = struct.Struct("<IB")
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
-SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE, PROGRESS = 18, 19, 26, 27, 28, 29   # (20-25: snapshot records)
+SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE, PROGRESS, RESULT, CANCEL = 18, 19, 26, 27, 28, 29, 30, 31
+# (20-25 and 32: snapshot records)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
          SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE",
-         RELEASE: "RELEASE", PROGRESS: "PROGRESS"}
+         RELEASE: "RELEASE", PROGRESS: "PROGRESS", RESULT: "RESULT", CANCEL: "CANCEL"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed"}
@@ -176,6 +183,7 @@ _FIRE = struct.Struct("<IQQIH")
 _REPLACE = struct.Struct("<IQQBI")
 _REPLACED = struct.Struct("<QI")
 _PROGRESS = struct.Struct("<IQQI")
+_RESULT = struct.Struct("<IQQQI")
 _U16 = struct.Struct("<H")
 _AFTER = struct.Struct("<QBI")
 _PARENT = struct.Struct("<IQ")
@@ -343,6 +351,14 @@ def release(qid: int, ts: int, ids) -> bytes:
 
 def progress(qid: int, ts: int, jid: int, value: bytes) -> bytes:
     return _PROGRESS.pack(qid, ts, jid, len(value)) + value
+
+
+def result(qid: int, ts: int, jid: int, until: int, value: bytes) -> bytes:
+    return _RESULT.pack(qid, ts, jid, until, len(value)) + value
+
+
+def cancel(qid: int, ts: int, ids) -> bytes:
+    return ack(qid, ts, ids)          # same layout as ACK
 
 
 def clock(offset: int, frozen: bool, frozen_at: int) -> bytes:
@@ -599,11 +615,19 @@ def _d_progress(b):
     return qid, ts, jid, b[_PROGRESS.size:]
 
 
+def _d_result(b):
+    """``(qid, ts, id, until, value)``"""
+    qid, ts, jid, until, n = _RESULT.unpack_from(b)
+    if _RESULT.size + n != len(b):
+        raise FormatError("RESULT record length does not match its value")
+    return qid, ts, jid, until, b[_RESULT.size:]
+
+
 _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM: _d_claim,
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
              PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
-             REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress}
+             REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress, RESULT: _d_result, CANCEL: _d_ack}
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

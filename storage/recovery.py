@@ -279,6 +279,12 @@ class Replayer:
             _qid, ts, jid, value = fields
             if jid in q.jobs:
                 store.progress(q, q.jobs[jid], value, ts)
+        elif rtype == records.RESULT:
+            _qid, _ts, jid, until, value = fields
+            store.apply_result(q, jid, until, value)
+        elif rtype == records.CANCEL:
+            _qid, ts, ids = fields
+            store.deaths.apply_cancel(q, _jobs(q, ids), ts)    # its children's DEAD records follow
         elif rtype == records.RELEASE:
             pass                    # for readers of the log: the record before it released them here
         elif rtype == records.REPLACE:

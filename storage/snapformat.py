@@ -35,7 +35,7 @@ then frames exactly like a segment's, of these types:
                payload``; when ``bits`` has ORIGIN, then ``src_id u64,
                deliveries u32, reason u8, source_len u8, source``.
                ``state``: 1 delayed, 2 ready, 3 in_flight, 4 dead,
-               5 completed, 6 waiting.  ``bits``: 1 requeued (became ready again),
+               5 completed, 6 waiting, 7 cancelled.  ``bits``: 1 requeued (became ready again),
                2 has an error (``error`` may be empty), 4 ORIGIN
                (dead-letter provenance), bits 3-4 the reason a job dead in
                its own queue died (0 none, else as DEAD), 32 GROUP: then
@@ -56,6 +56,12 @@ then frames exactly like a segment's, of these types:
                each group of a queue with groups (after its SNAP_JOBS).
 25 SNAP_SCHEDULES ``qid u32`` then a UTF-8 JSON list of the queue's
                schedules, each as in a SCHEDULE record (after SNAP_QUEUE).
+32 SNAP_RESULTS ``qid u32, count u32`` then ``count`` x ``(id u64, until
+               u64, kind u8, length u32, bytes)``: how ended jobs ended
+               (``storage.results``); kind 0: ``bytes`` is the result of an
+               ack, else the job died or was cancelled and ``bytes`` is the
+               reason (after the queue's SNAP_JOBS; the number skips the
+               log's record types 26-31).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ from crc32c import crc32c
 from .records import REASON_CODES, REASONS, VERSION, FormatError, parents, read_parents
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
+SNAP_RESULTS = 32
 
 SNAPSHOT_MAGIC = b"LEASEQSN"
 SNAPSHOT_HEADER = struct.Struct("<8sHHQQ")
@@ -84,6 +91,7 @@ _TICK = struct.Struct("<QH")
 _SNAP_GROUPS = struct.Struct("<IQI")
 _SNAP_TURN = struct.Struct("<QH")
 _U16 = struct.Struct("<H")
+_SNAP_RESULT = struct.Struct("<QQBI")
 
 
 def snapshot_header(covers: int, ts: int) -> bytes:
@@ -306,3 +314,31 @@ def decode_snap_end(b: bytes) -> tuple:
     if len(b) != _SNAP_END.size:
         raise FormatError("SNAP_END record has the wrong size")
     return _SNAP_END.unpack(b)
+
+
+def snap_results(qid: int, entries: dict) -> bytes:
+    """A SNAP_RESULTS body from a queue's ``Results.entries``."""
+    parts = [struct.pack("<II", qid, len(entries))]
+    for jid, e in entries.items():
+        data = e.value if e.value is not None else e.reason
+        parts.append(_SNAP_RESULT.pack(jid, e.until, 0 if e.value is not None else 1, len(data)) + data)
+    return b"".join(parts)
+
+
+def decode_snap_results(b: bytes) -> tuple:
+    """``(qid, [(id, until, value, reason)])``, one of value and reason None."""
+    rows = []
+    try:
+        qid, count = struct.unpack_from("<II", b)
+        off = 8
+        for _ in range(count):
+            jid, until, kind, n = _SNAP_RESULT.unpack_from(b, off)
+            off += _SNAP_RESULT.size
+            data = b[off:off + n]
+            off += n
+            rows.append((jid, until, data, None) if kind == 0 else (jid, until, None, data))
+    except struct.error as e:
+        raise FormatError(f"SNAP_RESULTS record does not decode: {e}") from None
+    if off != len(b):
+        raise FormatError("SNAP_RESULTS record length does not match its entries")
+    return qid, rows

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from . import records, snapformat
 from .config import MEMORY, QueueConfig
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance
 from .queue import Counters
 from .schedules import Schedule
 from .store import Store
@@ -36,7 +36,7 @@ PREFIX = "snap-"
 SUFFIX = ".snap"
 TEMPORARY = ".tmp"
 
-STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5, WAITING: 6}
+STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5, WAITING: 6, CANCELLED: 7}
 STATES = {code: state for state, code in STATE_CODES.items()}
 FRAME_JOBS = 1000          # at most this many jobs per SNAP_JOBS frame ...
 FRAME_BYTES = 1 << 20      # ... and about this many bytes
@@ -117,6 +117,8 @@ def frames(store: Store, tally: list):
         if batch:
             yield records.frame(snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, batch))
             jobs += len(batch)
+        if q.results:
+            yield records.frame(snapformat.SNAP_RESULTS, snapformat.snap_results(q.qid, q.results.entries))
         groups = q.indexes.groups
         if groups is not None:
             yield records.frame(snapformat.SNAP_GROUPS, snapformat.snap_groups(q.qid, groups.next_turn,
@@ -198,6 +200,13 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_SCHEDULES for unknown queue {qid}")
                 store.timetable.restore(store.by_qid[qid], [Schedule.from_json(d) for d in listed])
+            elif rtype == snapformat.SNAP_RESULTS:
+                qid, rows = snapformat.decode_snap_results(body)
+                if qid not in store.by_qid:
+                    raise records.FormatError(f"SNAP_RESULTS for unknown queue {qid}")
+                results = store.by_qid[qid].results
+                for jid, until, value, reason in rows:
+                    results.put(jid, until, value, reason)
             elif rtype == snapformat.SNAP_GROUPS:
                 qid, next_turn, table = snapformat.decode_snap_groups(body)
                 if qid not in store.by_qid:

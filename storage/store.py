@@ -57,6 +57,8 @@ class Store:
         self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
         self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
         self.deaths = Deaths(self)              # dead letters and the ways back (storage/deaths.py)
+        self.watched: set = set()               # (qid, id) of jobs whose end someone waits for (QRESULT BLOCK) ...
+        self.on_watched_end = None              # ... told to this callable(q, id) when one ends
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -197,17 +199,38 @@ class Store:
                                 lease=True)
         flow.handed_out(q, ts, len(jobs))
 
-    def ack(self, q: Queue, jobs: list[Job], ts: int) -> None:
+    def ack(self, q: Queue, jobs: list[Job], ts: int, result: bytes | None = None) -> None:
+        """Completed; ``result``: the one job's result (QACK ... RESULT), kept
+        for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
         q.complete_many(jobs, ts)
-        if self.deps.children:
+        if self.deps.children or result is not None:
             with self.journal.transaction():
-                self.deps.finished(q, jobs, ts)
+                if self.deps.children:
+                    self.deps.finished(q, jobs, ts)
                 self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+                if result is not None and q.config.result_ttl:
+                    until = ts + q.config.result_ttl
+                    self.apply_result(q, jobs[0].id, until, result)
+                    self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
                 self.log_released(ts)
         else:
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+        if self.watched:
+            self.ended(q, jobs)
         if flow.has_slots(q):
             self._woken.add(q)       # a slot is free: a blocked claimer may take it
+
+    def apply_result(self, q: Queue, jid: int, until: int, value: bytes) -> None:
+        """The state change of a RESULT record: job ``jid``'s result, kept until ``until``."""
+        q.results.put(jid, until, value=value)
+
+    def ended(self, q: Queue, jobs: list[Job]) -> None:
+        """``jobs`` of ``q`` ended (acked, dead, cancelled, deleted): tell
+        whoever waits for one of them (``watched``, ``on_watched_end``)."""
+        watched = self.watched
+        for job in jobs:
+            if (q.qid, job.id) in watched:
+                self.on_watched_end(q, job.id)
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
              closed: bool = False) -> None:
@@ -285,6 +308,8 @@ class Store:
             self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                     records.delete(q.qid, ts, [j.id for j in jobs]))
             self.log_released(ts)
+        if self.watched:
+            self.ended(q, jobs)
         if flow.has_slots(q):
             self._woken.add(q)       # a deleted job in flight frees its slot
 

@@ -113,6 +113,6 @@ def test_metrics_show_throttled_jobs_by_the_rule_that_holds_them(web):
     lines.send("INFO", "queues")
     info = lines.read().decode().split("\r\n")
     lines.sock.close()
-    assert "capped:ready=2,delayed=0,in_flight=1,dead=0,completed=0,waiting=0,durability=fsync,paused=0,throttled=2" in info
-    assert "held:ready=1,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,durability=fsync,paused=1,throttled=1" in info
-    assert "free:ready=1,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,durability=fsync" in info
+    assert "capped:ready=2,delayed=0,in_flight=1,dead=0,completed=0,waiting=0,cancelled=0,durability=fsync,paused=0,throttled=2" in info
+    assert "held:ready=1,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,cancelled=0,durability=fsync,paused=1,throttled=1" in info
+    assert "free:ready=1,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,cancelled=0,durability=fsync" in info

@@ -704,8 +704,8 @@ def test_info_queues_has_one_line_per_queue(fresh_r):
     r.execute_command("QCREATE", "beta", "DURABILITY", "memory")
     lines = info_text(r, "queues").strip().split("\r\n")
     assert lines[0] == "# Queues"
-    assert lines[1:] == ["alpha:ready=1,delayed=1,in_flight=0,dead=0,completed=0,waiting=0,durability=fsync",
-                         "beta:ready=0,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,durability=memory"]
+    assert lines[1:] == ["alpha:ready=1,delayed=1,in_flight=0,dead=0,completed=0,waiting=0,cancelled=0,durability=fsync",
+                         "beta:ready=0,delayed=0,in_flight=0,dead=0,completed=0,waiting=0,cancelled=0,durability=memory"]
 
 
 def test_info_clients_counts_connections(daemon, r):

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from leaseq.storage import job as job_module
 from leaseq.storage.index import ReadyIndex, TimeIndex
 from leaseq.storage.indexes import PLACES, Indexes, band
-from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, STATES, WAITING, Job
+from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, STATES, WAITING, Job
 
 KEY_FIELDS = {DELAYED: "visible_at", IN_FLIGHT: "deadline", DEAD: "retain_until", COMPLETED: "retain_until",
-              WAITING: "enqueued_at"}
+              WAITING: "enqueued_at", CANCELLED: "retain_until"}
 
 
 def entries(index) -> list[tuple[int, int]]:
@@ -91,7 +91,8 @@ def test_counts_name_every_state_in_the_order_info_shows_them():
     for n, state in enumerate(STATES, start=1):
         for i in range(n):
             indexes.add(a_job(10 * n + i, state, key=i))
-    assert list(indexes.counts()) == ["ready", "delayed", "in_flight", "dead", "completed", "waiting"]
+    assert list(indexes.counts()) == ["ready", "delayed", "in_flight", "dead", "completed", "waiting",
+                                     "cancelled"]
     assert indexes.counts() == {s.decode(): n for n, s in enumerate(STATES, start=1)}
 
 

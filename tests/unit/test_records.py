@@ -176,8 +176,8 @@ def test_record_type_numbers_are_the_documented_ones():
             records.NACK, records.EXTEND, records.IDMARK, records.TXN, records.DEAD, records.REDRIVE,
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
     assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE, records.RELEASE,
-            records.PROGRESS) == (18, 19, 26, 27, 28, 29)
-    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28, 29}
+            records.PROGRESS, records.RESULT, records.CANCEL) == (18, 19, 26, 27, 28, 29, 30, 31)
+    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28, 29, 30, 31}
 
 
 # -- malformed bodies ---------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""A queue's results: what QRESULT answers after a job has ended
+(docs/semantics.md §3.4, §3.11).
+
+``Results`` maps a job id to how the job ended, kept for the queue's
+RESULT-TTL from that moment: the value an ack gave with ``RESULT``, or the
+reason a job died or was cancelled (so that QRESULT can say ``-DEAD`` after
+the job itself has left its queue for a dead-letter queue, or its
+RETAIN-DEAD ran out).  An ack without RESULT keeps nothing.  Entries are let
+go by ``fold`` once their time is over, like retained jobs.
+
+Entries come from the transitions (an ACK with its RESULT record, a DEAD or
+CANCEL record), live and in replay alike, and from snapshots
+(SNAP_RESULTS); ``bytes`` is what the values hold, counted with the queue's
+payloads in its memory.
+"""
+
+from __future__ import annotations
+
+from .index import TimeIndex
+
+
+class Ending:
+    """How a job ended: ``value`` (bytes) when it was acked with a result,
+    else ``reason`` (why it died, or b"cancelled"); kept ``until`` (ms epoch)."""
+
+    __slots__ = ("until", "value", "reason")
+
+    def __init__(self, until: int, value: bytes | None, reason: bytes | None) -> None:
+        self.until = until
+        self.value = value
+        self.reason = reason
+
+
+class Results:
+    __slots__ = ("entries", "expiry", "bytes")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Ending] = {}
+        self.expiry = TimeIndex()     # (until, id)
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, jid: int) -> Ending | None:
+        return self.entries.get(jid)
+
+    def put(self, jid: int, until: int, value: bytes | None = None, reason: bytes | None = None) -> None:
+        """Keep how job ``jid`` ended until ``until`` (replacing what was kept)."""
+        old = self.entries.get(jid)
+        if old is not None:
+            self.expiry.remove(old.until, jid)
+            self.bytes -= len(old.value or b"")
+        self.entries[jid] = Ending(until, value, reason)
+        self.expiry.add(until, jid)
+        self.bytes += len(value or b"")
+
+    def fold(self, now: int) -> None:
+        """Let go of the entries whose time is over."""
+        expiry = self.expiry
+        if expiry and expiry.first() <= now:
+            entries = self.entries
+            for jid in expiry.pop_due(now):
+                self.bytes -= len(entries.pop(jid).value or b"")
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.expiry = TimeIndex()
+        self.bytes = 0
