@@ -22,6 +22,12 @@ then ``_recover``, a task:
 5. about once a second try ``DataDir.resume`` (a new segment and its BOOT
    record, fsynced); when it works, the committer takes the new log
    (``Server.replace_after_disk_fault(wal=...)``) and ``error`` is cleared.
+
+``entered`` counts the faults since start (step 1, once per fault, however
+long it lasts or however many writes it refuses): /metrics shows it as
+``leaseq_wal_write_errors_total``, so an alert sees a fault that came and
+went between two scrapes.  It lives here, not in the store, because the store
+is replaced in step 4.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class DiskFaults:
     def __init__(self, server) -> None:
         self.server = server
         self.error: OSError | None = None
+        self.entered = 0                      # faults since start (leaseq_wal_write_errors_total)
 
     def failed(self, error: OSError, fsync_failed: bool) -> None:
         """The log's write (``fsync_failed`` False) or fsync failed: steps
@@ -46,6 +53,7 @@ class DiskFaults:
         if self.error is not None:
             return
         self.error = error
+        self.entered += 1
         server = self.server
         log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
                   "reads go on", error)

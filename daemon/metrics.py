@@ -1,8 +1,9 @@
 """Prometheus metrics, in the text format prometheus-client writes.
 
 Most figures are read from the daemon's state when Prometheus scrapes
-(``Collector.collect``): queue counts and counters, connected clients, the
-log's size.  Nothing is kept per command for them, so serving pays nothing.
+(``Collector.collect``): queue counts and counters, the age of each queue's
+oldest ready job, connected clients, the log's size and whether it can be
+written.  Nothing is kept per command for them, so serving pays nothing.
 Two histograms are observed as things happen, with a fixed bucket list and
 plain integer counts (``Histogram.observe``: a bisect and two additions):
 command duration per command name, and the log's fsync duration.
@@ -19,6 +20,7 @@ leaseq_queue_throttled                     gauge   queue, reason (pause,
                                                    group-concurrency,
                                                    group-rate)
 leaseq_queue_groups                        gauge   queue
+leaseq_queue_oldest_ready_age_seconds      gauge   queue
 leaseq_schedule_fired_total                counter queue, schedule
 leaseq_schedule_skipped_total              counter queue, schedule
 leaseq_queue_pushed_total                  counter queue
@@ -29,6 +31,9 @@ leaseq_queue_lease_expired_total           counter queue
 leaseq_command_duration_seconds            hist.   command
 leaseq_wal_fsync_duration_seconds          hist.
 leaseq_wal_bytes                           gauge   (all segment files)
+leaseq_wal_writable                        gauge   (1, or 0 during a disk
+                                                   fault)
+leaseq_wal_write_errors_total              counter (disk faults since start)
 leaseq_connected_clients                   gauge
 =========================================  ======  ==========================
 """
@@ -94,6 +99,9 @@ class Metrics:
                                       "Ready jobs no claim could take now, by the rule holding them back.",
                                       labels=["queue", "reason"])
         groups = GaugeMetricFamily("leaseq_queue_groups", "Groups holding live jobs in a queue.", labels=["queue"])
+        oldest = GaugeMetricFamily("leaseq_queue_oldest_ready_age_seconds",
+                                   "Time the oldest ready job has waited since it was pushed (0 if none is ready).",
+                                   labels=["queue"])
         now = server.now_ms()
         for q in queues:
             name = q.name.decode(errors="replace")
@@ -102,11 +110,13 @@ class Metrics:
             for reason, n in flow.throttled_by(q, now).items():
                 throttled.add_metric([name, reason], n)
             groups.add_metric([name], queries.group_count(q))
+            oldest.add_metric([name], queries.oldest_ready_age(q, now) / 1000)   # on the daemon's clock, as QINFO
             for c in COUNTERS:
                 totals[c].add_metric([name], getattr(q.counters, c))
         yield jobs
         yield throttled
         yield groups
+        yield oldest
         fired = CounterMetricFamily("leaseq_schedule_fired", "Jobs a schedule pushed (docs/semantics.md 3.9).",
                                     labels=["queue", "schedule"])
         skipped = CounterMetricFamily("leaseq_schedule_skipped", "Ticks of a schedule that pushed no job.",
@@ -133,4 +143,10 @@ class Metrics:
         if server.datadir is not None:
             size = sum(os.path.getsize(p) for _n, p in list_segments(server.datadir.directory))
         yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
+        disk = server.disk
+        yield GaugeMetricFamily("leaseq_wal_writable", "1 while the log can be written, 0 during a disk fault "
+                                "(INFO's log_write_status).", value=0 if disk.error is not None else 1)
+        yield CounterMetricFamily("leaseq_wal_write_errors", "Disk faults since start: a write or fsync of the "
+                                  "log failed and writes stopped until the disk took them again.",
+                                  value=disk.entered)
         yield GaugeMetricFamily("leaseq_connected_clients", "Client connections open.", value=len(server.clients))
