@@ -75,8 +75,17 @@ class Queue:
         client = self.client if block_ms is None else self._claimer(block_ms)
         return protocol.parse_jobs(self.name, await self._execute(command, client))
 
-    async def ack(self, job: Job | str) -> bool:
-        return await self._execute(protocol.ack_command(self.name, job)) == 1
+    async def ack(self, job: Job | str, result: Any = None) -> bool:
+        return await self._execute(protocol.ack_command(self.name, job, result)) == 1
+
+    async def result(self, job_id: int, block_ms: int | None = None) -> bytes | None:
+        """QRESULT (``leaseq.client.Queue.result``)."""
+        client = self.client if block_ms is None else self._claimer(block_ms)
+        return await self._execute(protocol.result_command(self.name, job_id, block_ms), client)
+
+    async def cancel(self, *job_ids: int) -> int:
+        """QCANCEL (``leaseq.client.Queue.cancel``)."""
+        return await self._execute(["QCANCEL", self.name, *job_ids])
 
     async def nack(self, job: Job | str, error: str | None = None, delay_ms: int | None = None,
                    dead: bool = False) -> bool:
@@ -172,7 +181,7 @@ class Worker(work.WorkerBase):
         handlers are cancelled too and their leases run out."""
         try:
             with _stopping_on(stop_signals, self.stop), _handler_caller(self.handler, self.concurrency) as call:
-                async with _Heartbeat(self.queue, self.lease_ms) as leases:
+                async with _Heartbeat(self.queue, self.lease_ms, self.heartbeat_ms) as leases:
                     self._log_start()
                     outcomes = await self._work(burst, self._stop_requests, leases, call)
                     return self._log_done(WorkerStats.of(outcomes))
@@ -234,24 +243,45 @@ class Worker(work.WorkerBase):
         return asyncio.create_task(self._process(leases, call, job))
 
     async def _process(self, leases: HeldLeases, call: Callable[[Job], Awaitable], job: Job) -> Outcome:
-        failure = await _call_handler(call, job)
+        failure, value = await _call_handler(call, job, leases)
         if not leases.release(job):
             return work.lost_while_running(job)
         try:
-            landed = (await self.queue.ack(job) if failure is None
+            landed = (await self.queue.ack(job, value) if failure is None
                       else await self.queue.nack(job, error=work.failure_text(failure)))
         except redis.RedisError as e:
             return work.settle_failed(job, failure, e)
         return work.settled(job, failure, landed)
 
 
-async def _call_handler(call: Callable[[Job], Awaitable], job: Job) -> Exception | None:
-    """The exception the handler raised, or None."""
+async def _call_handler(call: Callable[[Job], Awaitable], job: Job,
+                        leases: HeldLeases) -> tuple[Exception | None, Any]:
+    """(the exception the handler raised, or None; what it returned).  The
+    handler runs as a task of its own, which a heartbeat that finds the
+    lease lost cancels (a plain function in a thread cannot be stopped: it
+    sees ``job.cancelled``); a handler cancelled that way counts as lost."""
+    handler = asyncio.ensure_future(call(job))
+    leases.on_lost(job, handler.cancel)
     try:
-        await call(job)
-    except Exception as e:
-        return work.handler_failed(job, e)
-    return None
+        await asyncio.wait({handler})
+    except asyncio.CancelledError:          # the run itself is cancelled
+        handler.cancel()
+        raise
+    if handler.cancelled():
+        return None, None
+    error = handler.exception()
+    if error is None:
+        value = handler.result()
+        try:
+            if value is not None:
+                protocol.result_value(value)
+        except TypeError as e:
+            error = e
+        else:
+            return None, value
+    if not isinstance(error, Exception):
+        raise error
+    return work.handler_failed(job, error), None
 
 
 def _split_done(tasks: set[asyncio.Task]) -> tuple[set[asyncio.Task], list[asyncio.Task]]:
@@ -284,9 +314,10 @@ class _Heartbeat:
     """A task that extends every held lease each ``lease_ms / 3``, all in one
     QEXTEND, from entering to leaving the ``async with`` block."""
 
-    def __init__(self, queue: Queue, lease_ms: int) -> None:
+    def __init__(self, queue: Queue, lease_ms: int, heartbeat_ms: int | None) -> None:
         self.queue = queue
         self.lease_ms = lease_ms
+        self.heartbeat_ms = heartbeat_ms
         self.leases = HeldLeases()
 
     async def __aenter__(self) -> HeldLeases:
@@ -300,7 +331,7 @@ class _Heartbeat:
 
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(work.heartbeat_seconds(self.lease_ms))
+            await asyncio.sleep(work.heartbeat_seconds(self.lease_ms, self.heartbeat_ms))
             await self._extend_held()
 
     async def _extend_held(self) -> None:

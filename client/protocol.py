@@ -15,6 +15,8 @@ into Python values:
 from __future__ import annotations
 
 import dataclasses
+import json
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
@@ -34,7 +36,9 @@ class Job:
     ``payload``, ``key`` and ``group`` are bytes, as pushed.  The
     ``dead_letter_*`` fields say where a dead-lettered job came from;
     ``schedule`` and ``tick`` which schedule's tick pushed it.  Fields a newer daemon
-    may add are kept in ``extra`` rather than refused.
+    may add are kept in ``extra`` rather than refused.  ``cancelled`` is a
+    ``threading.Event`` a ``Worker`` sets when the job's lease is lost
+    (cancelled with QCANCEL, deleted, or run out and claimed by another).
     """
 
     queue: str
@@ -55,6 +59,10 @@ class Job:
     schedule: str | None = None
     tick: int | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
+    # set by a Worker's heartbeat when the lease is found lost: QCANCEL, QDEL, or it ran out and
+    # another worker claimed the job; a long handler checks it (``job.cancelled.is_set()``) and gives up
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False, hash=False,
+                                                   repr=False)
 
 
 # how each field QCLAIM names (docs/semantics.md §2.1) becomes a Job attribute
@@ -240,8 +248,27 @@ def token_of(job: Job | str) -> str:
     return job.lease if isinstance(job, Job) else job
 
 
-def ack_command(queue: str, job: Job | str) -> list:
-    return ["QACK", queue, token_of(job)]
+def ack_command(queue: str, job: Job | str, result: Any = None) -> list:
+    """QACK; ``result`` (not None) is kept as the job's result (``result_value``)."""
+    args = ["QACK", queue, token_of(job)]
+    if result is not None:
+        args += ["RESULT", result_value(result)]
+    return args
+
+
+def result_value(value: Any) -> bytes | str:
+    """A result as sent: bytes and str as they are, anything else as JSON
+    (a handler may return a dict); ``TypeError`` if it is not JSON-able."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def result_command(queue: str, job_id: int, block_ms: int | None = None) -> list:
+    args = ["QRESULT", queue, job_id]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms]
+    return args
 
 
 def nack_command(queue: str, job: Job | str, error: str | None = None, delay_ms: int | None = None,

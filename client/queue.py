@@ -87,10 +87,12 @@ class Queue:
         client = self.client if block_ms is None else self._claimer(block_ms)
         return protocol.parse_jobs(self.name, self._execute(command, client))
 
-    def ack(self, job: Job | str) -> bool:
-        """Complete a job (a ``Job`` or its lease token).  False: the token
-        is stale (the lease was lost, or the job was acked already)."""
-        return self._execute(protocol.ack_command(self.name, job)) == 1
+    def ack(self, job: Job | str, result: Any = None) -> bool:
+        """Complete a job (a ``Job`` or its lease token), with ``result``
+        (bytes, str, or anything JSON-able) kept for the queue's RESULT-TTL.
+        False: the token is stale (the lease was lost, or the job was acked
+        already)."""
+        return self._execute(protocol.ack_command(self.name, job, result)) == 1
 
     def nack(self, job: Job | str, error: str | None = None, delay_ms: int | None = None,
              dead: bool = False) -> bool:
@@ -113,6 +115,20 @@ class Queue:
         """``extend`` for several leases in one command: a deadline or None
         per job, in order."""
         return self._execute(protocol.extend_command(self.name, jobs, lease_ms))
+
+    def result(self, job_id: int, block_ms: int | None = None) -> bytes | None:
+        """QRESULT: the job's result (bytes), or None while it has not ended;
+        ``block_ms`` waits for its end (0: for ever).  ``JobDead`` (its
+        ``message`` the reason) if it died or was cancelled; ``NoJob`` if the
+        queue does not know it, its result expired, or it was acked without one."""
+        client = self.client if block_ms is None else self._claimer(block_ms)
+        return self._execute(protocol.result_command(self.name, job_id, block_ms), client)
+
+    def cancel(self, *job_ids: int) -> int:
+        """QCANCEL: end these jobs now (ready, delayed, waiting or in
+        flight); returns how many were.  A worker holding one finds its lease
+        lost at its next heartbeat and sets ``job.cancelled``."""
+        return self._execute(["QCANCEL", self.name, *job_ids])
 
     # -- the queue's options and flow control ---------------------------------------------
 

@@ -64,8 +64,12 @@ class WorkerBase:
     the request for ``run()`` to find."""
 
     def __init__(self, queue: Any, handler: Callable[[Job], Any], *, concurrency: int = 1,
-                 lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000) -> None:
+                 lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000,
+                 heartbeat_ms: int | None = None) -> None:
         check_settings(concurrency, lease_ms, block_ms)
+        if heartbeat_ms is not None and heartbeat_ms < 10:
+            raise ValueError(f"heartbeat_ms must be at least 10, not {heartbeat_ms}")
+        self.heartbeat_ms = heartbeat_ms
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -111,11 +115,13 @@ def check_settings(concurrency: int, lease_ms: int, block_ms: int) -> None:
         raise ValueError(f"block_ms must be at least 1, not {block_ms}")
 
 
-def heartbeat_seconds(lease_ms: int) -> float:
+def heartbeat_seconds(lease_ms: int, heartbeat_ms: int | None = None) -> float:
     """Leases are extended every third of the lease, so a lease always has
     two thirds of its length left when the next beat comes, which leaves
-    room for one beat to fail or come late."""
-    return lease_ms / 3 / 1000
+    room for one beat to fail or come late; ``heartbeat_ms`` beats more
+    often (a beat is also when a cancelled job is noticed), never less."""
+    third = lease_ms / 3
+    return (third if heartbeat_ms is None else min(third, heartbeat_ms)) / 1000
 
 
 def default_consumer() -> str:
@@ -201,8 +207,8 @@ def extend_failed(queue: str, jobs: list[Job], error: Exception) -> None:
 
 def leases_lost(jobs: list[Job]) -> None:
     for job in jobs:
-        logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
-                       "but the job will not be acked", job.id, job.queue)
+        logger.warning("job %s of %s: lease lost (cancelled, deleted, or run out); job.cancelled is set "
+                       "and the job will not be acked", job.id, job.queue)
 
 
 class HeldLeases:
@@ -210,20 +216,28 @@ class HeldLeases:
 
     A job is held from its claim until its handler ends.  The heartbeat
     extends ``held()`` and hands the answers to ``extended``; a nil deadline
-    means the token is stale, the lease lost.  ``release`` ends the hold and
-    answers whether the lease was still the worker's, so the handler's
-    wrapper knows whether to ack.  Thread-safe (the heartbeat runs in a
-    thread of its own in the thread flavour).
+    means the token is stale, the lease lost (cancelled, deleted, or run out
+    and claimed by another): the job's ``cancelled`` event is set and its
+    ``on_lost`` called (the asyncio flavour cancels the handler's task).
+    ``release`` ends the hold and answers whether the lease was still the
+    worker's, so the handler's wrapper knows whether to ack.  Thread-safe
+    (the heartbeat runs in a thread of its own in the thread flavour).
     """
 
     def __init__(self) -> None:
         self._held: dict[str, Job] = {}
         self._lost: set[str] = set()
+        self._on_lost: dict[str, Callable[[], Any]] = {}
         self._lock = threading.Lock()
 
     def hold(self, job: Job) -> None:
         with self._lock:
             self._held[job.lease] = job
+
+    def on_lost(self, job: Job, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` if ``job``'s lease is found lost while held."""
+        with self._lock:
+            self._on_lost[job.lease] = callback
 
     def held(self) -> list[Job]:
         with self._lock:
@@ -235,12 +249,18 @@ class HeldLeases:
         with self._lock:
             lost = [job for job, deadline in zip(jobs, deadlines) if deadline is None and job.lease in self._held]
             self._lost.update(job.lease for job in lost)
-            return lost
+            callbacks = [self._on_lost.pop(job.lease, None) for job in lost]
+        for job, callback in zip(lost, callbacks):
+            job.cancelled.set()
+            if callback is not None:
+                callback()
+        return lost
 
     def release(self, job: Job) -> bool:
         """Stop holding ``job``; True when its lease was not found lost."""
         with self._lock:
             del self._held[job.lease]
+            self._on_lost.pop(job.lease, None)
             if job.lease in self._lost:
                 self._lost.discard(job.lease)
                 return False

@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from . import work
+from . import protocol, work
 from .protocol import Job
 from .queue import Queue
 from .work import HeldLeases, Outcome, WorkerStats
@@ -38,10 +38,13 @@ class Worker(work.WorkerBase):
     ``concurrency`` of them at a time, each in a thread of its own.
 
     A handler that returns gets its job
-    acked; one that raises gets it nacked with ``"<ExcType>: message"`` as
-    the job's ``last_error`` (the queue's BACKOFF decides when it comes
-    back).  Leases are claimed for ``lease_ms`` and extended every
-    ``lease_ms / 3`` while the handler runs.  ``block_ms`` is how long an
+    acked, with what it returned (unless None) as the job's result
+    (``Queue.result``); one that raises gets it nacked with ``"<ExcType>:
+    message"`` as the job's ``last_error`` (the queue's BACKOFF decides when
+    it comes back).  Leases are claimed for ``lease_ms`` and extended every
+    ``lease_ms / 3`` (or ``heartbeat_ms``, if shorter) while the handler
+    runs; a beat that finds a lease lost (QCANCEL, QDEL, run out) sets
+    ``job.cancelled``, which a long handler should check.  ``block_ms`` is how long an
     idle claim waits, and so also the longest a stop waits for the claim in
     progress.  ``consumer`` names the worker in QGET (``host:pid`` by
     default).
@@ -65,7 +68,7 @@ class Worker(work.WorkerBase):
         flight finish and are acked or nacked before it returns."""
         outcomes: list[Outcome] = []
         running: set[Future] = set()
-        with _stopping_on(stop_signals, self.stop), _Heartbeat(self.queue, self.lease_ms) as leases, \
+        with _stopping_on(stop_signals, self.stop), _Heartbeat(self.queue, self.lease_ms, self.heartbeat_ms) as leases, \
                 ThreadPoolExecutor(self.concurrency, thread_name_prefix="leaseq-handler") as pool:
             self._log_start()
             while not self._stop_requested(wait_s=None if len(running) >= self.concurrency else 0):
@@ -121,23 +124,25 @@ class Worker(work.WorkerBase):
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:
         """Run the handler on one job, then ack or nack it, unless its lease
         was lost meanwhile."""
-        failure = self._call_handler(job)
+        failure, value = self._call_handler(job)
         if not leases.release(job):
             return work.lost_while_running(job)
         try:
-            landed = (self.queue.ack(job) if failure is None
+            landed = (self.queue.ack(job, value) if failure is None
                       else self.queue.nack(job, error=work.failure_text(failure)))
         except redis.RedisError as e:
             return work.settle_failed(job, failure, e)
         return work.settled(job, failure, landed)
 
-    def _call_handler(self, job: Job) -> Exception | None:
-        """The exception the handler raised, or None."""
+    def _call_handler(self, job: Job) -> tuple[Exception | None, Any]:
+        """(the exception the handler raised, or None; what it returned)."""
         try:
-            self.handler(job)
+            value = self.handler(job)
+            if value is not None:
+                protocol.result_value(value)        # not JSON-able: a failure, reported as one
         except Exception as e:
-            return work.handler_failed(job, e)
-        return None
+            return work.handler_failed(job, e), None
+        return None, value
 
 
 def _split_done(futures: set[Future]) -> tuple[set[Future], list[Future]]:
@@ -150,9 +155,10 @@ class _Heartbeat:
     """A thread that extends every held lease each ``lease_ms / 3``, all in
     one QEXTEND, from entering to leaving the ``with`` block."""
 
-    def __init__(self, queue: Queue, lease_ms: int) -> None:
+    def __init__(self, queue: Queue, lease_ms: int, heartbeat_ms: int | None) -> None:
         self.queue = queue
         self.lease_ms = lease_ms
+        self.heartbeat_ms = heartbeat_ms
         self.leases = HeldLeases()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="leaseq-heartbeat", daemon=True)
@@ -166,7 +172,7 @@ class _Heartbeat:
         self._thread.join()
 
     def _beat(self) -> None:
-        while not self._stopped.wait(work.heartbeat_seconds(self.lease_ms)):
+        while not self._stopped.wait(work.heartbeat_seconds(self.lease_ms, self.heartbeat_ms)):
             self._extend_held()
 
     def _extend_held(self) -> None:

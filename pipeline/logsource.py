@@ -37,6 +37,8 @@ CLAIM     ``claim``, one per job (consumer; deliveries: this one included,
           null in records from before 0.2)
 EXPIRE    ``expire``: a lease that ran out, when the daemon noticed it
 ACK       ``ack``
+RESULT    ``result`` (payload_bytes: the result's size), after the ``ack``
+CANCEL    ``cancel``, one per job (QCANCEL)
 NACK      ``nack`` (error), or ``release`` when the holding connection
           closed (a SESSION or QWORK lease)
 EXTEND    ``extend``
@@ -51,7 +53,7 @@ PURGE     ``purge`` (QPURGE), one per job
 DROP      ``purge``, one row with no id: QDROP, the queue and all its jobs
 ========  ==============================================================
 
-SCHEDULE and UNSCHEDULE records (definitions) give no rows.
+SCHEDULE and UNSCHEDULE records (definitions) and PROGRESS records give no rows.
 
 Expiry is lazy: an ``expire`` row has the time the daemon noticed the
 lease had run out (a claim or an inspection looked), not its deadline.
@@ -173,7 +175,7 @@ def events(path: str, names: dict, newest: bool):
 
 
 EVENTS = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete", records.PURGE: "purge",
-          records.EXPIRE: "expire", records.RELEASE: "unblock"}
+          records.EXPIRE: "expire", records.RELEASE: "unblock", records.CANCEL: "cancel"}
 
 
 def _ts(ms: int) -> datetime:
@@ -234,3 +236,5 @@ def _rows(rtype: int, f: tuple, names: dict):
             yield ts, queue, event, jid, None, None, None, None, None
     elif rtype == records.DROP:
         yield ts, queue, "purge", None, None, None, None, None, None
+    elif rtype == records.RESULT:
+        yield ts, queue, "result", f[2], None, None, None, len(f[4]), None

@@ -145,10 +145,11 @@ def test_expiry_deliveries_and_purge_are_events(spark, tmp_path):
         d.stop()
 
 
-def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
+def test_schedules_parents_replacements_results_and_cancels_are_events(spark, tmp_path):
     """A schedule's ticks (``push`` + ``fire``, and ``skip``), a job pushed with
-    parents (``push`` + ``wait``, and ``unblock`` with its parent's ack) and a
-    KEY ... REPLACE (``replace``)."""
+    parents (``push`` + ``wait``, and ``unblock`` with its parent's ack), a
+    KEY ... REPLACE (``replace``), an ack with a RESULT (``ack`` + ``result``)
+    and a QCANCEL (``cancel``)."""
     d = Daemon(str(tmp_path / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
     try:
         c = d.client()
@@ -161,6 +162,10 @@ def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
         c.execute_command("QACK", "w", token(c.execute_command("QCLAIM", "w", "x", "LEASE", 60_000)))
         held = c.execute_command("QPUSH", "r", "v1", "KEY", "k")
         c.execute_command("QPUSH", "r", "v22", "KEY", "k", "REPLACE", "PRIORITY", 8)
+        answered = c.execute_command("QPUSH", "a", "question")
+        c.execute_command("QACK", "a", token(c.execute_command("QCLAIM", "a", "x", "LEASE", 60_000)),
+                          "RESULT", "forty-two")
+        c.execute_command("QCANCEL", "r", held)
         got = [(r.queue, r.event, r.id, r.deliveries, r.consumer, r.priority, r.payload_bytes)
                for r in read(spark, d.data_dir).collect()]
         assert got == [
@@ -173,6 +178,9 @@ def test_schedules_parents_and_replacements_are_events(spark, tmp_path):
             ("w", "claim", parent, 1, "x", None, None), ("w", "ack", parent, None, None, None, None),
             ("w", "unblock", child, None, None, None, None),
             ("r", "push", held, None, None, 5, 2), ("r", "replace", held, None, None, 8, 3),
+            ("a", "push", answered, None, None, 5, 8), ("a", "claim", answered, 1, "x", None, None),
+            ("a", "ack", answered, None, None, None, None), ("a", "result", answered, None, None, None, 9),
+            ("r", "cancel", held, None, None, None, None),
         ]
     finally:
         d.stop()
