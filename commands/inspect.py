@@ -157,22 +157,33 @@ def qpurge(client, args):
 
 def qredrive(client, args):
     """The dead jobs of the queue back to ready (deliveries 0); and, on a
-    dead-letter queue, its ready jobs back to their source queues."""
+    dead-letter queue, its ready jobs back to their source queues.  ``ID
+    id``: only that job (the status page's retry of one dead letter)."""
     server = client.server
     q = _queue(client, args)
-    limit = None
+    limit = only = None
     r = OptionReader(args, 2)
     for kw in r:
         r.once(kw)
-        if kw == b"COUNT":
+        if kw == b"COUNT" and only is None:
             limit = r.int_in("COUNT", 1, 1 << 62)
+        elif kw == b"ID" and limit is None:
+            only = in_range(r.value(), "id", 0, ID_MAX)
         else:
             r.unknown()
     store = server.store
     now = server.now_ms()
-    dead = [q.jobs[jid] for _, jid in q.indexes.dead][:limit]
-    left = None if limit is None else limit - len(dead)
     by_source: dict[bytes, list] = {}
+    if only is not None:
+        server.store.fold(q, now)
+        job = q.jobs.get(only)
+        dead = [job] if job is not None and job.state is DEAD else []
+        if job is not None and job.state is READY and job.origin is not None:
+            by_source[job.origin.source] = [job]
+        left = 0
+    else:
+        dead = [q.jobs[jid] for _, jid in q.indexes.dead][:limit]
+        left = None if limit is None else limit - len(dead)
     if left is None or left > 0:
         server.store.fold(q, now)
         for job in q.ready_head(len(q.indexes.ready)):

@@ -329,8 +329,10 @@ _COMMANDS = [
        categories="dangerous"),
     _c("qredrive", inspect.qredrive, -2, "write", "inspect",
        "Dead jobs back to ready; a dead-letter queue's jobs back to their source queues",
-       (QUEUE, opt("COUNT", "n")), "O(M log N)",
-       reply="integer: jobs moved (deliveries reset to 0)", notes="Without COUNT, all of them."),
+       (QUEUE, Arg("which", "oneof", optional=True, args=(Arg("n", "integer", token="COUNT"),
+                                                          Arg("id", "integer", token="ID")))), "O(M log N)",
+       reply="integer: jobs moved (deliveries reset to 0)",
+       notes="Without COUNT or ID, all of them; ID moves only that job (0 if it is not a dead letter)."),
     # -- Redis's keyspace commands, for the tools that walk it -------------------------------------
     _c("scan", keyspace.scan, -2, "readonly", "keyspace", "Iterate over queue names, as Redis's SCAN iterates keys",
        (Arg("cursor", "integer"), opt("MATCH", "pattern", "string"), opt("COUNT", "count"),

@@ -9,12 +9,20 @@ metrics and a status page on the daemon's own event loop.
                   written; 503 with the reason otherwise (loading, or the
                   disk refuses the log).
 ``GET /metrics``  Prometheus text format (``daemon.metrics``).
+``POST /action/<name>``  one of the status page's actions (``daemon.actions``:
+                  who may, the CSRF token, the command it runs); success
+                  answers 303 back to the page with a sentence to show, a
+                  refusal 4xx (or 503 during a disk fault) with a sentence.
+
+The status page needs HTTP Basic credentials of an ACL user whenever RESP
+connections need AUTH; the probes and /metrics never do (a probe or a
+scraper rarely carries a password, and they show no payloads).
 
 HEAD gets the same status and headers as GET, without the body.  A request
-is one line and headers; the answer closes the connection.  Anything else
-is 404 (path) or 405 (method).  The few lines of HTTP here are all the
-listener needs; a web framework would add a dependency and a second event
-loop's worth of machinery for four endpoints.
+is one line, headers and (for a POST) a small form body; the answer closes
+the connection.  Anything else is 404 (path) or 405 (method).  The few
+lines of HTTP here are all the listener needs; a web framework would add a
+dependency and a second event loop's worth of machinery for five endpoints.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import time
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from urllib.parse import parse_qs, quote
+
+from .actions import MAX_FORM, Access, HttpError, run_action
 from .status import RateSamples, read_status, render
 
 log = logging.getLogger(__name__)
@@ -39,6 +50,7 @@ class HttpListener:
     def __init__(self, server) -> None:
         self.server = server
         self.rates = RateSamples()          # what the status page's rates are computed from
+        self.access = Access(server)        # who may look and act, and the forms' CSRF tokens
         self._listener = None
         self._sampling: asyncio.Task | None = None
 
@@ -64,34 +76,75 @@ class HttpListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = None
+        extra: tuple = ()
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             request = request_line(head[:MAX_HEAD])
-            status, ctype, body = BAD_REQUEST if request is None else self.answer(*request)
+            peer = writer.get_extra_info("peername")
+            host = peer[0] if isinstance(peer, tuple) else None
+            if request is None:
+                status, ctype, body = BAD_REQUEST
+            elif request[0] == b"POST" and request[1].startswith(b"/action/"):
+                status, ctype, body, extra = await self._action(request[1], headers_of(head), reader, host)
+            else:
+                status, ctype, body = self.answer(*request)
+                if body == self.status_page:
+                    body = self._page_for(headers_of(head), host, request[2])
             if callable(body):               # made on demand: the page and the metrics
                 body = await body()
+        except HttpError as e:
+            status, ctype, body, extra = e.status, "text/plain; charset=utf-8", (e.message + "\n").encode(), e.headers
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
             status, ctype, body = BAD_REQUEST
         except Exception:                   # a bug in making a body: answer it, and keep serving
             log.exception("HTTP %s failed", request)
             status, ctype, body = "500 Internal Server Error", "text/plain", b"internal error: see the daemon's log\n"
         sent = b"" if request is not None and request[0] == b"HEAD" else body
+        more = "".join(f"{k}: {v}\r\n" for k, v in extra)
         try:
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                         f"Connection: close\r\n\r\n".encode() + sent)
+                         f"{more}Connection: close\r\n\r\n".encode() + sent)
             await writer.drain()
         except ConnectionError:
             pass
         finally:
             writer.close()
 
-    def answer(self, method: bytes, target: bytes) -> tuple:
+    async def _action(self, target: bytes, headers: dict, reader: asyncio.StreamReader, host: str | None) -> tuple:
+        """POST /action/<name>: read the form, run the action; 303 back to the page."""
+        try:
+            length = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            raise HttpError("400 Bad Request", "Content-Length is not a number") from None
+        if not 0 <= length <= MAX_FORM:
+            raise HttpError("413 Content Too Large", f"a form is at most {MAX_FORM} bytes")
+        body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
+        name = target[len(b"/action/"):].decode(errors="replace")
+        done = await run_action(self.server, self.access, name, headers, body, host)
+        return ("303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(),
+                (("Location", "/?done=" + quote(done)),))
+
+    def _page_for(self, headers: dict, host: str | None, query: bytes):
+        """The status page for whoever asks (401 without the credentials it
+        needs), its forms carrying their CSRF token, and the sentence an
+        action left in ``?done=``."""
+        user = self.access.viewer(headers, host)
+        token = self.access.token(user)
+        notice = parse_qs(query.decode("ascii", "replace")).get("done", [""])[0][:300]
+
+        async def page() -> bytes:
+            return await self.status_page(user, token, notice)
+        return page
+
+    def answer(self, method: bytes, target: bytes, query: bytes = b"") -> tuple:
         """(status line, content type, body): the body is bytes, or for the
         status page and /metrics the coroutine function that makes them."""
+        if target.startswith(b"/action/"):
+            return "405 Method Not Allowed", "text/plain", b"an action is a POST (a button of the status page)\n"
         if target not in PATHS:
             return "404 Not Found", "text/plain", b"not found: try /, /healthz, /readyz or /metrics\n"
         if method not in (b"GET", b"HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+            return "405 Method Not Allowed", "text/plain", b"only GET (actions are POST /action/<name>)\n"
         server = self.server
         if target == b"/":
             return "200 OK", HTML, self.status_page
@@ -106,10 +159,10 @@ class HttpListener:
             return "200 OK", "text/plain", b"ready\n"
         return "200 OK", CONTENT_TYPE_LATEST, self.metrics
 
-    async def status_page(self) -> bytes:
+    async def status_page(self, user: str = "default", token: str = "", notice: str = "") -> bytes:
         """The state is read on the loop (it is live); the HTML is written in
         a worker thread, like the metrics' text."""
-        status = read_status(self.server, self.rates)
+        status = read_status(self.server, self.rates, user=user, csrf=token, notice=notice)
         return await asyncio.get_running_loop().run_in_executor(None, _html, status)
 
     async def metrics(self) -> bytes:
@@ -119,13 +172,24 @@ class HttpListener:
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
 
 
-def request_line(head: bytes) -> tuple[bytes, bytes] | None:
-    """(method, path without its query) of a request's head; None when the
-    first line is not an HTTP request line."""
+def request_line(head: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(method, path, query) of a request's head; None when the first line
+    is not an HTTP request line."""
     parts = head.split(b"\r\n", 1)[0].split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
         return None
-    return parts[0], parts[1].split(b"?", 1)[0]
+    path, _, query = parts[1].partition(b"?")
+    return parts[0], path, query
+
+
+def headers_of(head: bytes) -> dict[bytes, bytes]:
+    """The header fields of a request's head, names lower-cased (the last of a repeated one)."""
+    fields = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            fields[name.strip().lower()] = value.strip()
+    return fields
 
 
 def _html(status) -> bytes:

@@ -1,8 +1,11 @@
 """The status page, ``GET /`` on the HTTP listener (docs/operations.md,
 "Status page"): queues with their counts, rates, oldest ready job and flow
 control (limits, pauses, groups, throttled jobs), the schedules, the latest
-dead letters with their errors, and the log and snapshots, in one HTML page
-that refreshes itself and loads nothing from anywhere else.
+dead letters with their errors, the jobs in flight with their progress, the
+next ready jobs, and the log and snapshots, in one HTML page that refreshes
+itself and loads nothing from anywhere else.  Its buttons are forms that
+POST the actions of ``daemon.actions`` (pause, resume, retry, delete,
+cancel), each carrying the viewer's CSRF token.
 
 Three parts, so that the page can be tested without a socket:
 
@@ -31,12 +34,14 @@ import html
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 
 from leaseq.storage import flow, queries
-from leaseq.storage.job import DEAD, Job
+from leaseq.storage.job import DEAD, IN_FLIGHT, Job
 from leaseq.storage.queue import Queue
 
 REFRESH_SECONDS = 2
+JOBS_PER_QUEUE = 5          # jobs in flight, and next ready, listed per queue
 MAX_QUEUES = 500            # rows in the queue table; the rest is counted in a note
 DEAD_PER_QUEUE = 5          # latest dead letters listed per queue
 DEAD_LOOK_AT = 50           # newest jobs of a dead-letter queue looked at for provenance
@@ -81,6 +86,21 @@ class QueueRow:
     ack_rate: float
     oldest_ready_ms: int    # 0 when nothing is ready
     flow: str = ""          # its limits, pauses, groups and throttled jobs, in a few words ("" when none)
+    paused: bool = False
+    dead_letters: bool = False  # it holds dead letters (dead jobs, or arrivals of a dead-letter queue)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job in flight (with its lease and progress) or ready (next in claim order)."""
+    queue: str
+    id: int
+    priority: int
+    deliveries: int
+    age_ms: int             # since enqueued
+    consumer: str = ""      # in flight: who holds it
+    lease_left_ms: int = 0
+    progress: str = ""      # QPROGRESS, cut to MAX_ERROR_BYTES
 
 
 @dataclass(frozen=True)
@@ -115,9 +135,14 @@ class Status:
     dead_letters: list      # DeadLetter, by queue name, newest first within a queue
     schedules: list = ()    # ScheduleRow of the queues shown, by queue and name
     now_ms: int = 0         # the daemon's clock (schedules are on it)
+    in_flight: list = ()    # JobRow, the first JOBS_PER_QUEUE by lease deadline of each queue shown
+    ready: list = ()        # JobRow, the next JOBS_PER_QUEUE in claim order of each queue shown
+    user: str = "default"   # who is looking (daemon.actions)
+    csrf: str = ""          # the token the page's forms carry
+    notice: str = ""        # what the last action did (the ?done= of its 303)
 
 
-def read_status(server, rates: RateSamples) -> Status:
+def read_status(server, rates: RateSamples, user: str = "default", csrf: str = "", notice: str = "") -> Status:
     """What the page shows, read from the daemon now (on the loop)."""
     sections = server.info_sections()
     info = {name: dict(fields) for name, fields in sections.items() if name != "queues"}
@@ -127,18 +152,37 @@ def read_status(server, rates: RateSamples) -> Status:
     moment = time.monotonic()
     targets = {q.config.deadletter.encode() for q in queues if q.config.deadletter}
     return Status(now=time.time(), info=info,
-                  queues=[queue_row(q, rates, now_ms, moment) for q in shown], queue_count=len(queues),
+                  queues=[queue_row(q, rates, now_ms, moment, q.name in targets) for q in shown],
+                  queue_count=len(queues),
                   dead_letters=[d for q in shown for d in latest_dead_letters(q, q.name in targets)],
                   schedules=[schedule_row(q, s) for q in shown
                              for s in sorted(q.schedules.values(), key=lambda s: s.name)],
-                  now_ms=now_ms)
+                  now_ms=now_ms,
+                  in_flight=[r for q in shown for r in jobs_in_flight(q, now_ms)],
+                  ready=[_job_row(q, job, now_ms) for q in shown for job in q.ready_head(JOBS_PER_QUEUE)],
+                  user=user, csrf=csrf, notice=notice)
 
 
-def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float) -> QueueRow:
+def jobs_in_flight(q: Queue, now_ms: int) -> list[JobRow]:
+    """The first ``JOBS_PER_QUEUE`` jobs in flight, by lease deadline."""
+    jobs = q.jobs
+    return [_job_row(q, jobs[jid], now_ms) for _, jid in islice(q.indexes.leases, JOBS_PER_QUEUE)]
+
+
+def _job_row(q: Queue, job: Job, now_ms: int) -> JobRow:
+    return JobRow(queue=_text(q.name), id=job.id, priority=job.priority, deliveries=job.deliveries,
+                  age_ms=max(0, now_ms - job.enqueued_at), consumer=_text(job.consumer or b""),
+                  lease_left_ms=max(0, job.deadline - now_ms) if job.state is IN_FLIGHT else 0,
+                  progress=_error(job.progress))
+
+
+def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float, is_target: bool = False) -> QueueRow:
     push_rate, ack_rate = rates.rates(q, moment)
-    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=q.indexes.counts(),
+    counts = q.indexes.counts()
+    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=counts,
                     push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=queries.oldest_ready_age(q, now_ms),
-                    flow=flow_summary(q, now_ms))
+                    flow=flow_summary(q, now_ms), paused=q.config.paused,
+                    dead_letters=bool(counts["dead"] or (is_target and counts["ready"])))
 
 
 def flow_summary(q: Queue, now_ms: int) -> str:
@@ -258,6 +302,13 @@ h3 { margin: 0 0 4px; font-size: 13px; }
 .note, footer { color: var(--muted); font-size: 12px; }
 .note { margin: 6px 0 0; }
 footer { padding: 10px 24px 14px; }
+form.act { display: inline; margin: 0 4px 0 0; }
+form.act button { font: inherit; font-size: 12px; padding: 1px 8px; border: 1px solid var(--line); border-radius: 5px;
+                  background: #fff; color: var(--fg); cursor: pointer; }
+form.act button:hover { background: var(--band); border-color: var(--faint); }
+form.act button.danger { color: var(--bad); }
+td.acts { white-space: nowrap; }
+td.progress { white-space: normal; overflow-wrap: anywhere; max-width: 40ch; }
 """
 
 
@@ -266,11 +317,12 @@ def render(status: Status) -> str:
     state, css_class, alert = _state(status.info)
     return "".join([
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">',
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}; url=/">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>leaseq: {_esc(state)}</title><style>{CSS}</style></head><body>",
         _header(status, state, css_class),
         f'<p class="alert {css_class}">{_esc(alert)}</p>' if alert else "",
+        f'<p class="alert ok" id="notice">{_esc(status.notice)}</p>' if status.notice else "",
         "<main>", _queues_and_dead_letters(status, state), _log_and_snapshots(status), "</main>",
         _footer(status),
         "</body></html>\n",
@@ -305,6 +357,7 @@ def _header(status: Status, state: str, css_class: str) -> str:
         ("memory", _bytes(memory["used_memory_rss"])),
         ("port", server["tcp_port"]),
         ("pid", server["process_id"]),
+        ("user", status.user),
     ]
     items = "".join(f"<li>{_esc(name)} <b>{_esc(value)}</b></li>" for name, value in facts)
     return (f'<header><h1>leaseq</h1><span class="state {css_class}">{_esc(state)}</span>'
@@ -317,7 +370,8 @@ QUEUE_COLUMNS = ("ready", "delayed", "waiting", "in_flight", "dead", "completed"
 def _queues_and_dead_letters(status: Status, state: str) -> str:
     if state == "loading":          # the server holds an empty stand-in until recovery is done
         return '<h2>Queues</h2><p class="note">Listed once the data directory is recovered.</p>'
-    return _queue_table(status) + _schedule_table(status) + _dead_letter_table(status)
+    return (_queue_table(status) + _schedule_table(status) + _dead_letter_table(status)
+            + _in_flight_table(status) + _ready_table(status))
 
 
 def _queue_table(status: Status) -> str:
@@ -325,24 +379,68 @@ def _queue_table(status: Status) -> str:
     if not status.queues:
         return title + '<p class="note">No queues yet.</p>'
     head = "".join(f'<th class="n">{_esc(c.replace("_", " "))}</th>' for c in QUEUE_COLUMNS)
-    rows = "".join(_queue_tr(row) for row in status.queues)
     note = ""
     if status.queue_count > len(status.queues):
         note = (f'<p class="note">The first {len(status.queues):,} of {status.queue_count:,} queues by name; '
                 "INFO and /metrics list them all.</p>")
+    rows = "".join(_queue_tr(row, status.csrf) for row in status.queues)
     return (f'{title}<table><thead><tr><th>queue</th><th>durability</th>{head}<th class="n">push/s</th>'
-            f'<th class="n">ack/s</th><th class="n">oldest ready</th><th>flow control</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>{note}")
+            f'<th class="n">ack/s</th><th class="n">oldest ready</th><th>flow control</th><th>actions</th>'
+            f"</tr></thead><tbody>{rows}</tbody></table>{note}")
 
 
-def _queue_tr(row: QueueRow) -> str:
+def _queue_tr(row: QueueRow, csrf: str) -> str:
     cells = "".join(_count_td(row.counts[c], c) for c in QUEUE_COLUMNS)
     oldest = _duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
+    acts = _form("resume", "Resume", row.name, csrf) if row.paused else _form("pause", "Pause", row.name, csrf)
+    if row.dead_letters:
+        acts += (_form("redrive", "Retry dead", row.name, csrf)
+                 + _form("purge-dead", "Delete dead", row.name, csrf, danger=True))
     return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
             f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
             f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td>'
             f'<td class="flow{" held" if "throttled" in row.flow or "paused" in row.flow else ""}">'
-            f'{_esc(row.flow) or "–"}</td></tr>')
+            f'{_esc(row.flow) or "–"}</td><td class="acts">{acts}</td></tr>')
+
+
+def _form(action: str, label: str, queue: str, csrf: str, jid: int | None = None, danger: bool = False) -> str:
+    """One button: a form that POSTs ``action`` (daemon.actions) for ``queue`` (and job ``jid``)."""
+    job = "" if jid is None else f'<input type="hidden" name="id" value="{jid}">'
+    what = f"job {jid} of {queue}" if jid is not None else queue
+    return (f'<form class="act" method="post" action="/action/{action}">'
+            f'<input type="hidden" name="queue" value="{_esc(queue)}">{job}'
+            f'<input type="hidden" name="csrf" value="{_esc(csrf)}">'
+            f'<button type="submit" name="do" value="{action}"{" class=danger" if danger else ""} '
+            f'title="{_esc(label)}: {_esc(what)}">{_esc(label)}</button></form>')
+
+
+def _in_flight_table(status: Status) -> str:
+    title = f'<h2>In flight<span class="count">the first {JOBS_PER_QUEUE} per queue by lease deadline</span></h2>'
+    if not status.in_flight:
+        return title + '<p class="note">None.</p>'
+    rows = "".join(
+        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="n">{r.id}</td><td class="mono">'
+        f'{_esc(r.consumer)}</td><td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(r.lease_left_ms))}</td>'
+        f'<td class="progress mono">{_esc(r.progress) or "–"}</td>'
+        f'<td class="acts">{_form("cancel", "Cancel", r.queue, status.csrf, r.id, danger=True)}</td></tr>'
+        for r in status.in_flight)
+    return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th>consumer</th>'
+            f'<th class="n">deliveries</th><th class="n">lease left</th><th>progress</th><th>actions</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _ready_table(status: Status) -> str:
+    title = f'<h2>Next ready<span class="count">the next {JOBS_PER_QUEUE} per queue in claim order</span></h2>'
+    if not status.ready:
+        return title + '<p class="note">None.</p>'
+    rows = "".join(
+        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="n">{r.id}</td><td class="n">{r.priority}</td>'
+        f'<td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(r.age_ms))}</td>'
+        f'<td class="acts">{_form("delete", "Delete", r.queue, status.csrf, r.id, danger=True)}</td></tr>'
+        for r in status.ready)
+    return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th class="n">priority</th>'
+            f'<th class="n">deliveries</th><th class="n">age</th><th>actions</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>")
 
 
 def _schedule_table(status: Status) -> str:
@@ -377,17 +475,18 @@ def _dead_letter_table(status: Status) -> str:
     title = f'<h2>Dead letters<span class="count">the latest {DEAD_PER_QUEUE} per queue</span></h2>'
     if not status.dead_letters:
         return title + '<p class="note">None.</p>'
-    rows = "".join(_dead_tr(d) for d in status.dead_letters)
+    rows = "".join(_dead_tr(d, status.csrf) for d in status.dead_letters)
     return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th>state</th><th>from</th>'
-            f'<th>reason</th><th class="n">deliveries</th><th>last error</th></tr></thead>'
+            f'<th>reason</th><th class="n">deliveries</th><th>last error</th><th>actions</th></tr></thead>'
             f"<tbody>{rows}</tbody></table>")
 
 
-def _dead_tr(d: DeadLetter) -> str:
+def _dead_tr(d: DeadLetter, csrf: str) -> str:
     source = f"{_esc(d.source)} #{d.source_id}" if d.source else "–"
+    acts = _form("redrive", "Retry", d.queue, csrf, d.id) + _form("delete", "Delete", d.queue, csrf, d.id, danger=True)
     return (f'<tr><td class="name mono">{_esc(d.queue)}</td><td class="n">{d.id}</td><td>{_esc(d.state)}</td>'
             f'<td class="mono">{source}</td><td>{_esc(d.reason)}</td><td class="n">{d.deliveries}</td>'
-            f'<td class="error mono">{_esc(d.last_error) or "–"}</td></tr>')
+            f'<td class="error mono">{_esc(d.last_error) or "–"}</td><td class="acts">{acts}</td></tr>')
 
 
 def _log_and_snapshots(status: Status) -> str:

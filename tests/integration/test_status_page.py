@@ -107,7 +107,7 @@ def test_the_page_shows_each_queues_counts_after_pushes_claims_acks_and_nacks(we
     assert row["oldest ready"] != "–"                  # two jobs wait: their age is shown
     (dead,) = dead_rows(page_of(web), q)
     assert dead == {"queue": q, "job": str(jobs[2][b"id"]), "state": "dead", "from": "–", "reason": "nack",
-                    "deliveries": "1", "last error": "ERROR: bad payload"}
+                    "deliveries": "1", "last error": "ERROR: bad payload", "actions": "RetryDelete"}
 
 
 def test_dead_letters_in_a_dead_letter_queue_show_where_they_came_from(web):
@@ -154,7 +154,7 @@ def test_queue_names_and_errors_are_escaped(web):
 def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself(web):
     web.client().execute_command("QPUSH", unique("plain"), "x")
     page = page_of(web)
-    assert '<meta http-equiv="refresh" content="2">' in page
+    assert '<meta http-equiv="refresh" content="2; url=/">' in page
     for reference in ("http://", "https://", "src=", "href=", "url(", "@import", "<link", "<script", "<img"):
         assert reference not in page, reference
 
