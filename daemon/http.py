@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from urllib.parse import parse_qs, quote
 
 from .actions import MAX_FORM, Access, HttpError, run_action
-from .status import RateSamples, read_status, render
+from .status import RateSamples, read_status, refusal_page, render
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,11 @@ class HttpListener:
             if callable(body):               # made on demand: the page and the metrics
                 body = await body()
         except HttpError as e:
-            status, ctype, body, extra = e.status, "text/plain; charset=utf-8", (e.message + "\n").encode(), e.headers
+            status, extra = e.status, e.headers
+            if b"text/html" in headers_of(head).get(b"accept", b""):        # a browser: a page with the way back
+                ctype, body = HTML, refusal_page(e.message).encode()
+            else:
+                ctype, body = "text/plain; charset=utf-8", (e.message + "\n").encode()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
             status, ctype, body = BAD_REQUEST
         except Exception:                   # a bug in making a body: answer it, and keep serving

@@ -329,6 +329,16 @@ def render(status: Status) -> str:
     ])
 
 
+def refusal_page(sentence: str) -> str:
+    """What a browser shows for a refused action or a page it may not see:
+    the sentence, and the way back."""
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>leaseq: refused</title><style>{CSS}</style></head><body>"
+            '<header><h1>leaseq</h1><span class="state bad">refused</span></header>'
+            f'<p class="alert bad" id="refusal">{_esc(sentence)}</p>'
+            '<main><p><a href="/">Back to the status page</a> (nothing was changed)</p></main></body></html>\n')
+
+
 def _esc(value) -> str:
     return html.escape(str(value), quote=True)
 
@@ -364,7 +374,7 @@ def _header(status: Status, state: str, css_class: str) -> str:
             f'<ul class="facts">{items}</ul></header>')
 
 
-QUEUE_COLUMNS = ("ready", "delayed", "waiting", "in_flight", "dead", "completed")
+QUEUE_COLUMNS = ("ready", "delayed", "waiting", "in_flight", "dead", "completed", "cancelled")
 
 
 def _queues_and_dead_letters(status: Status, state: str) -> str:
