@@ -13,7 +13,7 @@ from leaseq.storage.config import QueueConfig
 from leaseq.storage.queue import Queue
 
 NOW = 1_800_000_000.0
-COUNTS = {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "completed": 0, "waiting": 0}
+COUNTS = {"ready": 0, "delayed": 0, "in_flight": 0, "dead": 0, "completed": 0, "waiting": 0, "cancelled": 0}
 
 
 def info(**persistence) -> dict:
