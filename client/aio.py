@@ -258,10 +258,10 @@ async def _call_handler(call: Callable[[Job], Awaitable], job: Job,
                         leases: HeldLeases) -> tuple[Exception | None, Any]:
     """(the exception the handler raised, or None; what it returned).  The
     handler runs as a task of its own, which a heartbeat that finds the
-    lease lost cancels (a plain function in a thread cannot be stopped: it
-    sees ``job.cancelled``); a handler cancelled that way counts as lost."""
+    job cancelled cancels (a plain function in a thread cannot be stopped:
+    it sees ``job.cancelled``); a handler cancelled that way counts as lost."""
     handler = asyncio.ensure_future(call(job))
-    leases.on_lost(job, handler.cancel)
+    leases.on_cancel(job, handler.cancel)
     try:
         await asyncio.wait({handler})
     except asyncio.CancelledError:          # the run itself is cancelled
@@ -342,7 +342,18 @@ class _Heartbeat:
             deadlines = await self.queue.extend_many(jobs, self.lease_ms)
         except redis.RedisError as e:
             return work.extend_failed(self.queue.name, jobs, e)
-        work.leases_lost(self.leases.extended(jobs, deadlines))
+        lost = self.leases.extended(jobs, deadlines)
+        cancelled = work.cancelled_by_state(lost, [await self._state(job) for job in lost])
+        work.leases_lost(lost, cancelled)
+        for job in cancelled:
+            self.leases.cancel(job)
+
+    async def _state(self, job: Job):
+        """QGET of a job whose lease was lost (``leaseq.client.worker``)."""
+        try:
+            return await self.queue._execute(["QGET", self.queue.name, job.id])
+        except redis.RedisError:
+            return None
 
 
 @contextlib.contextmanager

@@ -37,8 +37,8 @@ class Job:
     ``dead_letter_*`` fields say where a dead-lettered job came from;
     ``schedule`` and ``tick`` which schedule's tick pushed it.  Fields a newer daemon
     may add are kept in ``extra`` rather than refused.  ``cancelled`` is a
-    ``threading.Event`` a ``Worker`` sets when the job's lease is lost
-    (cancelled with QCANCEL, deleted, or run out and claimed by another).
+    ``threading.Event`` a ``Worker`` sets when its heartbeat finds the job
+    cancelled (QCANCEL): its lease gone and its state ``cancelled``.
     """
 
     queue: str
@@ -59,8 +59,8 @@ class Job:
     schedule: str | None = None
     tick: int | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
-    # set by a Worker's heartbeat when the lease is found lost: QCANCEL, QDEL, or it ran out and
-    # another worker claimed the job; a long handler checks it (``job.cancelled.is_set()``) and gives up
+    # set by a Worker's heartbeat when the job is found cancelled (QCANCEL); a long handler
+    # checks it (``job.cancelled.is_set()``) and gives up
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False, hash=False,
                                                    repr=False)
 

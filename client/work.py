@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from . import errors
+from . import errors, protocol
 from .protocol import Job
 
 logger = logging.getLogger("leaseq.client")
@@ -205,10 +205,23 @@ def extend_failed(queue: str, jobs: list[Job], error: Exception) -> None:
     logger.warning("cannot extend %d leases on %s (%s); trying again next beat", len(jobs), queue, error)
 
 
-def leases_lost(jobs: list[Job]) -> None:
+def leases_lost(jobs: list[Job], cancelled: list[Job]) -> None:
     for job in jobs:
-        logger.warning("job %s of %s: lease lost (cancelled, deleted, or run out); job.cancelled is set "
-                       "and the job will not be acked", job.id, job.queue)
+        if job in cancelled:
+            logger.warning("job %s of %s: cancelled (QCANCEL); job.cancelled is set", job.id, job.queue)
+        else:
+            logger.warning("job %s of %s: lease lost (another worker may have it); the handler goes on, "
+                           "but the job will not be acked", job.id, job.queue)
+
+
+def cancelled_by_state(jobs: list[Job], states: list[Any]) -> list[Job]:
+    """The lost ``jobs`` whose QGET (``states``: one reply each, None when
+    it could not be asked) says ``cancelled``."""
+    out = []
+    for job, reply in zip(jobs, states):
+        if reply is not None and protocol.as_map(reply).get("state") == b"cancelled":
+            out.append(job)
+    return out
 
 
 class HeldLeases:
@@ -216,9 +229,11 @@ class HeldLeases:
 
     A job is held from its claim until its handler ends.  The heartbeat
     extends ``held()`` and hands the answers to ``extended``; a nil deadline
-    means the token is stale, the lease lost (cancelled, deleted, or run out
-    and claimed by another): the job's ``cancelled`` event is set and its
-    ``on_lost`` called (the asyncio flavour cancels the handler's task).
+    means the token is stale, the lease lost.  The heartbeat then asks the
+    job's state: a job in state ``cancelled`` (QCANCEL) is ``cancel``-ed
+    here, its ``cancelled`` event set and its ``on_cancel`` called (the
+    asyncio flavour cancels the handler's task); a lease lost otherwise (run
+    out and claimed by another, deleted) leaves the handler running.
     ``release`` ends the hold and answers whether the lease was still the
     worker's, so the handler's wrapper knows whether to ack.  Thread-safe
     (the heartbeat runs in a thread of its own in the thread flavour).
@@ -227,17 +242,17 @@ class HeldLeases:
     def __init__(self) -> None:
         self._held: dict[str, Job] = {}
         self._lost: set[str] = set()
-        self._on_lost: dict[str, Callable[[], Any]] = {}
+        self._on_cancel: dict[str, Callable[[], Any]] = {}
         self._lock = threading.Lock()
 
     def hold(self, job: Job) -> None:
         with self._lock:
             self._held[job.lease] = job
 
-    def on_lost(self, job: Job, callback: Callable[[], Any]) -> None:
-        """Call ``callback`` if ``job``'s lease is found lost while held."""
+    def on_cancel(self, job: Job, callback: Callable[[], Any]) -> None:
+        """Call ``callback`` if ``job`` is found cancelled while held."""
         with self._lock:
-            self._on_lost[job.lease] = callback
+            self._on_cancel[job.lease] = callback
 
     def held(self) -> list[Job]:
         with self._lock:
@@ -249,18 +264,21 @@ class HeldLeases:
         with self._lock:
             lost = [job for job, deadline in zip(jobs, deadlines) if deadline is None and job.lease in self._held]
             self._lost.update(job.lease for job in lost)
-            callbacks = [self._on_lost.pop(job.lease, None) for job in lost]
-        for job, callback in zip(lost, callbacks):
-            job.cancelled.set()
-            if callback is not None:
-                callback()
         return lost
+
+    def cancel(self, job: Job) -> None:
+        """``job`` was cancelled (QCANCEL): tell its handler."""
+        with self._lock:
+            callback = self._on_cancel.pop(job.lease, None)
+        job.cancelled.set()
+        if callback is not None:
+            callback()
 
     def release(self, job: Job) -> bool:
         """Stop holding ``job``; True when its lease was not found lost."""
         with self._lock:
             del self._held[job.lease]
-            self._on_lost.pop(job.lease, None)
+            self._on_cancel.pop(job.lease, None)
             if job.lease in self._lost:
                 self._lost.discard(job.lease)
                 return False

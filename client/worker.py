@@ -183,7 +183,18 @@ class _Heartbeat:
             deadlines = self.queue.extend_many(jobs, self.lease_ms)
         except redis.RedisError as e:
             return work.extend_failed(self.queue.name, jobs, e)
-        work.leases_lost(self.leases.extended(jobs, deadlines))
+        lost = self.leases.extended(jobs, deadlines)
+        cancelled = work.cancelled_by_state(lost, [self._state(job) for job in lost])
+        work.leases_lost(lost, cancelled)
+        for job in cancelled:
+            self.leases.cancel(job)
+
+    def _state(self, job: Job):
+        """QGET of a job whose lease was lost: cancelled, or lost otherwise?"""
+        try:
+            return self.queue._execute(["QGET", self.queue.name, job.id])
+        except redis.RedisError:
+            return None
 
 
 @contextlib.contextmanager

@@ -135,3 +135,30 @@ def test_aio_a_cancel_cancels_the_handler_task(daemon):
             assert await queue.result(done) == b'{"id":%d}' % done
 
     asyncio.run(main())
+
+
+def test_a_lease_lost_otherwise_is_not_a_cancel(queue, caplog):
+    """QDEL of a running job: the heartbeat finds the lease lost, asks QGET,
+    finds no cancelled job, and leaves ``job.cancelled`` unset (the handler
+    runs on; its ack is skipped)."""
+    caplog.set_level("WARNING", logger="leaseq.client")
+    held = {}
+
+    def handler(job):
+        held["job"] = job
+        started.set()
+        release.wait(30)
+
+    started, release = threading.Event(), threading.Event()
+    jid = queue.push("long")
+    worker = Worker(queue, handler, heartbeat_ms=HEARTBEAT_MS, block_ms=50)
+    runner = CheckedThread(target=lambda: setattr(runner, "stats", worker.run(stop_signals=())))
+    runner.start()
+    assert started.wait(10)
+    assert queue.client.execute_command("QDEL", queue.name, jid) == 1
+    wait_for(lambda: "lease lost (another worker may have it)" in caplog.text, 30, "the heartbeat noticed")
+    assert not held["job"].cancelled.is_set()
+    release.set()
+    worker.stop()
+    runner.join(10)
+    assert runner.stats.lost == 1
