@@ -43,9 +43,9 @@ class Worker(work.WorkerBase):
     message"`` as the job's ``last_error`` (the queue's BACKOFF decides when
     it comes back).  Leases are claimed for ``lease_ms`` and extended every
     ``lease_ms / 3`` (or ``heartbeat_ms``, if shorter) while the handler
-    runs; a beat that finds a lease lost (QCANCEL, QDEL, run out) sets
-    ``job.cancelled``, which a long handler should check.  ``block_ms`` is how long an
-    idle claim waits, and so also the longest a stop waits for the claim in
+    runs; a beat that finds the job cancelled (QCANCEL) sets
+    ``job.cancelled``, which a long handler should check.  ``block_ms`` is
+    how long an idle claim waits, and so also the longest a stop waits for the claim in
     progress.  ``consumer`` names the worker in QGET (``host:pid`` by
     default).
     """
