@@ -261,6 +261,25 @@ def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("lifecycle")
+@click.option("--cancels", type=click.IntRange(1), default=100, show_default=True,
+              help="Running handlers to cancel, one at a time.")
+@click.option("--results", type=click.IntRange(1), default=1000, show_default=True,
+              help="Acks with a RESULT, each awaited by a blocked QRESULT.")
+@click.option("--heartbeat", "heartbeat_ms", type=click.IntRange(10), default=100, show_default=True,
+              help="The worker's heartbeat_ms.")
+@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="fsync", show_default=True,
+              help="The queues' durability.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+def bench_lifecycle(cancels, results, heartbeat_ms, durability, json_path) -> None:
+    """How long a QCANCEL takes to reach a running handler, and an ack to wake QRESULT BLOCK."""
+    from leaseq.bench import lifecycle
+    try:
+        lifecycle.run(cancels, results, heartbeat_ms, durability, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 @bench.command("workflows")
 @click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
               help="Links of the chain, and parents of the fan-in.")

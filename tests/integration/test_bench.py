@@ -180,3 +180,19 @@ def test_bench_flow_runs_and_reports(tmp_path):
     for key in ("rate", "group_rate"):
         assert data[key]["hand_outs"] > 0 and data[key]["max_in_window"] <= 20     # the limit is the contract
     assert data["group_rate"]["groups"] == 4
+
+
+@pytest.mark.timeout(120)
+def test_bench_lifecycle_runs_and_reports(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", "bench", "lifecycle", "--cancels", "5", "--results", "20",
+         "--heartbeat", "50", "--json", str(out)],
+        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in ("cancel → handler sees job.cancelled, heartbeat 50 ms: median",
+                   "ack with RESULT → blocked QRESULT answered: median"):
+        assert figure in run.stdout, run.stdout
+    data = json.loads(out.read_text())
+    assert data["cancel"]["count"] == 5 and data["result"]["count"] == 20
+    assert 0 < data["cancel"]["median_ms"] <= data["cancel"]["max_ms"]
