@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import islice
 
-from .job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 from .queue import Queue
 
 # What memory_estimate counts per live job beyond its payload, and per queue:
@@ -25,7 +25,7 @@ QUEUE_BYTES = 4096
 SCOPES = {
     b"queued": (DELAYED, READY, WAITING),
     b"active": (DELAYED, READY, WAITING, IN_FLIGHT),
-    b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD, COMPLETED),
+    b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD, COMPLETED, CANCELLED),
 }
 SCOPE_CODES = {b"queued": 0, b"active": 1, b"exists": 2}
 

@@ -72,7 +72,7 @@ ARROWS = {
     "daemon": {"commands", "storage"},
     "pipeline": {"storage"},                 # the log's format, never the daemon
     "client": set(),                         # speaks to the daemon over the wire only
-    "bench": {"pipeline"},                   # starts daemons as processes; `bench spark` drives the sink
+    "bench": {"pipeline", "client"},         # starts daemons as processes; `bench spark` drives the sink, `bench lifecycle` a Worker
     "cli": {"daemon", "commands", "storage", "pipeline", "bench"},   # runs each of them
 }
 
