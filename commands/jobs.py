@@ -6,7 +6,7 @@ import random
 
 from leaseq.storage import flow, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
-from leaseq.storage.job import COMPLETED, DEAD, DELAYED, READY, Job
+from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, READY, Job
 from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.queue import Queue
 
@@ -182,7 +182,7 @@ def _push_after(client, q: Queue, fresh: list, keys, groups, opts: PushOptions, 
         parent = pq.jobs.get(jid)
         if parent is None or parent.state is COMPLETED:
             continue
-        if parent.state is DEAD:
+        if parent.state is DEAD or parent.state is CANCELLED:
             if opts.onfail_run:
                 continue                        # ONFAIL run: a dead parent counts as done
             failed = True                       # it waits for the dead parent, and dies at once

@@ -112,12 +112,11 @@ class Deaths:
     def apply_cancel(self, q, jobs: list[Job], ts: int) -> list:
         """The state change of a CANCEL record; returns the children (AFTER)
         that must die with them (``Deps.failed``)."""
-        deps = self.store.deps
-        doomed = deps.failed(q, jobs, ts) if deps.children else []
         for job in jobs:
             q.cancel(job, ts)
         self._remember(q, jobs, b"cancelled", ts)
-        return doomed
+        deps = self.store.deps          # after: a child cancelled by the same QCANCEL waits no more
+        return deps.failed(q, jobs, ts) if deps.children else []
 
     def _remember(self, q, jobs: list[Job], reason: bytes, ts: int) -> None:
         """For QRESULT: these jobs died (or were cancelled), kept for RESULT-TTL."""

@@ -28,7 +28,7 @@ costs O(N) in all.
 
 from __future__ import annotations
 
-from .job import DEAD, WAITING, Job, Provenance
+from .job import CANCELLED, DEAD, WAITING, Job, Provenance
 
 
 class Deps:
@@ -103,7 +103,7 @@ class Deps:
         for qid, jid in sorted(extra.waiting_for or ()):
             pq = self.store.by_qid.get(qid)
             parent = pq.jobs.get(jid) if pq is not None else None
-            if parent is not None and parent.state is DEAD:
+            if parent is not None and (parent.state is DEAD or parent.state is CANCELLED):
                 return Provenance(pq.name, parent.id, parent.deliveries, b"parent-failed")
         return None
 

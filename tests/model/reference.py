@@ -32,7 +32,10 @@ What it covers:
   (each group a turn number; the best (head band, turn) gives its head and
   goes to the back; a group with no live job is forgotten);
 * KEY ... REPLACE (§3.2) and AFTER / ONFAIL (§3.10): waiting jobs, released
-  when their parents are acked, dead-lettered (parent-failed) when one dies.
+  when their parents are acked, dead-lettered (parent-failed) when one dies;
+* results (§3.4): QACK ... RESULT kept for RESULT-TTL, deaths and
+  cancellations remembered as long, QRESULT's answer; QCANCEL (§3.11):
+  state ``cancelled``, kept for RETAIN-DEAD, children dying with it.
 
 Time is a number the test moves (the daemon's frozen DEBUG clock).  The
 model folds eagerly (at every operation); the daemon folds lazily when
@@ -50,10 +53,11 @@ READY = "ready"
 IN_FLIGHT = "in_flight"
 DEAD = "dead"
 WAITING = "waiting"
+CANCELLED = "cancelled"
 LIVE = (READY, DELAYED, IN_FLIGHT, WAITING)
 # dedupe scopes (docs/semantics.md §3.2): the states in which a job holding the key counts
 SCOPES = {b"queued": (DELAYED, READY, WAITING), b"active": (DELAYED, READY, WAITING, IN_FLIGHT),
-          b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD)}
+          b"exists": (DELAYED, READY, WAITING, IN_FLIGHT, DEAD, CANCELLED)}
 
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
 DELAY_CAP = 86_400_000          # BACKOFF never waits longer than a day
@@ -111,7 +115,7 @@ def clamp_lease(ms: int) -> int:
 class RefQueue:
     def __init__(self, now: int, lease: int = 30_000, maxdeliveries: int = 0,
                  backoff: tuple = (1000, 2.0, 0), retain_dead: int = 604_800_000, name: bytes = b"q",
-                 deadletter: "RefQueue | None" = None) -> None:
+                 deadletter: "RefQueue | None" = None, result_ttl: int = 3_600_000) -> None:
         assert backoff[2] == 0, "the model needs BACKOFF jitter 0 to be deterministic"
         self.name = name
         self.deadletter = deadletter
@@ -120,6 +124,8 @@ class RefQueue:
         self.maxdeliveries = maxdeliveries
         self.backoff = backoff
         self.retain_dead = retain_dead
+        self.result_ttl = result_ttl
+        self.results: dict[int, tuple] = {}   # id -> (until, result or None, reason or None)
         self.jobs: dict[int, RefJob] = {}
         self.next_id: int | None = 1          # None: unknown (after a crash, until re-synced)
         self.max_id_seen = 0
@@ -156,8 +162,10 @@ class RefQueue:
                 job.state = READY               # claimable again, the token still works
                 job.requeued = True
                 self.lease_expired += 1
-            elif job.state == DEAD and job.retain_until <= now:
+            elif job.state in (DEAD, CANCELLED) and job.retain_until <= now:
                 self._remove(job)
+        for jid in [jid for jid, (until, _v, _r) in self.results.items() if until <= now]:
+            del self.results[jid]
         self._tidy()
 
     def _remove(self, job: RefJob) -> None:
@@ -267,7 +275,7 @@ class RefQueue:
 
     def counts(self) -> dict:
         self.fold()
-        c = {DELAYED: 0, READY: 0, IN_FLIGHT: 0, DEAD: 0, WAITING: 0}
+        c = {DELAYED: 0, READY: 0, IN_FLIGHT: 0, DEAD: 0, WAITING: 0, CANCELLED: 0}
         for j in self.jobs.values():
             c[j.state] += 1
         return c
@@ -287,8 +295,9 @@ class RefQueue:
                 out.append(j.deadline)
             elif j.state == DELAYED:
                 out.append(j.visible_at)
-            elif j.state == DEAD:
+            elif j.state in (DEAD, CANCELLED):
                 out.append(j.retain_until)
+        out += [until for until, _v, _r in self.results.values()]
         return out
 
     def job_for_token(self, token: bytes) -> RefJob | None:
@@ -315,7 +324,7 @@ class RefQueue:
             parent = self.jobs.get(pid)
             if parent is None:
                 continue                             # no longer held: done
-            if parent.state == DEAD:
+            if parent.state in (DEAD, CANCELLED):
                 if not onfail_run:
                     pending.add(pid)
                     failed = failed or parent
@@ -459,14 +468,57 @@ class RefQueue:
                 jobs.append(job)
         return jobs
 
-    def ack(self, tokens: list[bytes]) -> int:
+    def ack(self, tokens: list[bytes], result: bytes | None = None) -> int:
+        """QACK; ``result`` (QACK ... RESULT, one token) kept for RESULT-TTL."""
         self.fold()
         jobs = self._live(tokens)
         for job in jobs:
             self._remove(job)
             self.acked += 1
             self._parent_done(job.id)
+            if result is not None and self.result_ttl:
+                self.results[job.id] = (self.now + self.result_ttl, result, None)
         return len(jobs)
+
+    def cancel(self, ids: list[int]) -> int:
+        """QCANCEL: live jobs end now in state cancelled (kept for
+        RETAIN-DEAD); their waiting children die (parent-failed) unless
+        ONFAIL run, as for a death."""
+        self.fold()
+        done = []
+        for jid in ids:
+            job = self.jobs.get(jid)
+            if job is not None and job.state in LIVE and job not in done:
+                done.append(job)
+        for job in done:
+            job.state = CANCELLED
+            job.token = None
+            job.deadline = 0
+            job.retain_until = self.now + self.retain_dead
+            self._remember(job, "cancelled")
+        for job in done:
+            self._doom_children(job)
+        self._tidy()
+        return len(done)
+
+    def result(self, jid: int):
+        """QRESULT's answer: the result (bytes), None while unfinished, or
+        the error text ("DEAD reason", "NOJOB ...")."""
+        self.fold()
+        job = self.jobs.get(jid)
+        if job is not None and job.state in LIVE:
+            return None
+        kept = self.results.get(jid)
+        if kept is not None:
+            _until, value, reason = kept
+            return value if value is not None else f"DEAD {reason}"
+        if job is not None:
+            return f"DEAD {job.dead_reason if job.state == DEAD else 'cancelled'}"
+        return f"NOJOB job {jid} of queue '{self.name.decode()}' is unknown or its result expired"
+
+    def _remember(self, job: RefJob, reason: str) -> None:
+        if self.result_ttl:
+            self.results[job.id] = (self.now + self.result_ttl, None, reason)
 
     def _children(self, parent_id: int) -> list[RefJob]:
         return [j for j in sorted(self.jobs.values(), key=lambda j: j.id)
@@ -509,6 +561,11 @@ class RefQueue:
         """Dead-letter ``job``; its waiting children die too (parent-failed),
         level by level, or count it as done with ONFAIL run."""
         self._bury_one(job, reason)
+        self._doom_children(job)
+
+    def _doom_children(self, job: RefJob) -> None:
+        """``job`` died or was cancelled: its waiting children die too
+        (parent-failed), level by level, or count it as done with ONFAIL run."""
         level = [job]
         while level:
             doomed = []
@@ -527,6 +584,7 @@ class RefQueue:
         job.token = None
         job.deadline = 0
         self.dead_lettered += 1
+        self._remember(job, reason)
         if self.deadletter is not None:
             self._remove(job)
             self.deadletter.receive(job, self.name, reason)

@@ -26,6 +26,7 @@ import time
 from collections import Counter
 
 import pytest
+import redis
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
@@ -33,7 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from harness import Daemon
 
-from .reference import DEAD, READY, WAITING, RefJob, RefQueue
+from .reference import CANCELLED, DEAD, READY, WAITING, RefJob, RefQueue
 
 Q = "model"
 LEASE = 1000                       # the queue's LEASE and the usual claim LEASE
@@ -86,6 +87,14 @@ def optional_view(job: RefJob) -> dict:
         m |= {b"dead_letter_from": source, b"dead_letter_src_id": src_id,
               b"dead_letter_deliveries": deliveries, b"dead_letter_reason": reason.encode()}
     return m
+
+
+def result_view(m: RefQueue, jid: int) -> dict | None:
+    """QGET of a job gone from the queue: its result while kept (§3.4), else nil."""
+    kept = m.results.get(jid)
+    if kept is None or kept[1] is None:
+        return None
+    return {b"id": jid, b"state": b"completed", b"result": kept[1], b"result_until": kept[0]}
 
 
 def inspect_view(job: RefJob) -> dict:
@@ -163,8 +172,9 @@ class LeaseqMachine(RuleBasedStateMachine):
 
     @initialize(maxdeliveries=st.sampled_from([0, 1, 2, 3]),
                 backoff=st.sampled_from([(0, 1.0), (700, 1.0), (500, 2.0)]),
-                retain_dead=st.sampled_from([0, 2500, 604_800_000]), deadletter=st.booleans())
-    def create_queue(self, maxdeliveries, backoff, retain_dead, deadletter):
+                retain_dead=st.sampled_from([0, 2500, 604_800_000]), deadletter=st.booleans(),
+                result_ttl=st.sampled_from([3_600_000, 0, 2500]))
+    def create_queue(self, maxdeliveries, backoff, retain_dead, deadletter, result_ttl):
         self.step("create_queue")
         # FREEZE at an explicit moment a second ahead: a bare "DEBUG CLOCK FREEZE" on a running
         # clock reads the clock twice (commands/debug.py) and fails with "the clock only moves
@@ -177,7 +187,7 @@ class LeaseqMachine(RuleBasedStateMachine):
         self.config = {b"lease": LEASE, b"maxdeliveries": maxdeliveries, b"backoff_base": backoff[0],
                        b"backoff_exponent": repr(float(backoff[1])).encode(), b"backoff_jitter": 0,
                        b"retain_dead": retain_dead, b"deadletter": DLQ.encode() if deadletter else None,
-                       b"durability": b"fsync"}
+                       b"durability": b"fsync", b"result_ttl": result_ttl}
         dlq = None
         if deadletter:
             assert self.cmd("QCREATE", DLQ, "DURABILITY", "fsync") == b"OK"
@@ -185,11 +195,11 @@ class LeaseqMachine(RuleBasedStateMachine):
             self.queues[DLQ.encode()] = dlq
         reply = self.cmd("QCREATE", Q, "LEASE", LEASE, "MAXDELIVERIES", maxdeliveries,
                          "BACKOFF", backoff[0], repr(float(backoff[1])), 0, "RETAIN-DEAD", retain_dead,
-                         "DURABILITY", "fsync", *(["DEADLETTER", DLQ] if deadletter else []))
+                         "DURABILITY", "fsync", "RESULT-TTL", result_ttl, *(["DEADLETTER", DLQ] if deadletter else []))
         assert reply == b"OK"
         self.model = RefQueue(clock[b"now"], lease=LEASE, maxdeliveries=maxdeliveries,
                               backoff=(backoff[0], float(backoff[1]), 0), retain_dead=retain_dead,
-                              name=Q.encode(), deadletter=dlq)
+                              name=Q.encode(), deadletter=dlq, result_ttl=result_ttl)
         self.queues[Q.encode()] = self.model
         seen("queue: with a DEADLETTER queue" if deadletter else "queue: dead jobs stay in it")
 
@@ -396,13 +406,28 @@ class LeaseqMachine(RuleBasedStateMachine):
     # -- completing -------------------------------------------------------------------------
 
     @precondition(lambda self: self.all_tokens)
-    @rule(data=st.data())
-    def ack(self, data):
+    @rule(data=st.data(), result=st.sampled_from([None, None, b"", b"done", b"\xff\x00"]))
+    def ack(self, data, result):
         self.step("ack")
         tokens = self.draw_tokens(data)
-        got = self.cmd("QACK", Q, *tokens)
-        want = self.model.ack(tokens)
-        assert got == want, f"QACK {tokens}: daemon {got}, model {want}"
+        if result is not None:
+            tokens = tokens[:1]                 # RESULT goes with one token
+            seen("ack: with a RESULT")
+        got = self.cmd("QACK", Q, *tokens, *(["RESULT", result] if result is not None else []))
+        want = self.model.ack(tokens, result)
+        assert got == want, f"QACK {tokens} RESULT {result!r}: daemon {got}, model {want}"
+
+    @rule(data=st.data())
+    def cancel(self, data):
+        """QCANCEL of jobs in any state, gone ones and unknown ids."""
+        self.step("cancel")
+        known = sorted(self.model.jobs) + self.model.removed[-3:] + [999_999]
+        ids = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3), label="ids")
+        states = {self.model.jobs[i].state for i in ids if i in self.model.jobs}
+        got = self.cmd("QCANCEL", Q, *ids)
+        want = self.model.cancel(ids)
+        seen("cancel: " + (", ".join(sorted(states)) or "gone or unknown ids"))
+        assert got == want, f"QCANCEL {ids}: daemon {got}, model {want}"
 
     @precondition(lambda self: self.all_tokens)
     @rule(data=st.data(), delay=st.sampled_from([None, 0, 0, 1, 1000, 2500, "DEAD"]), error=errors_)
@@ -552,7 +577,7 @@ class LeaseqMachine(RuleBasedStateMachine):
 
         c = m.counts()
         want = {b"ready": c[READY], b"delayed": c["delayed"], b"in_flight": c["in_flight"], b"dead": c["dead"],
-                b"completed": 0, b"pushed": m.pushed, b"acked": m.acked, b"nacked": m.nacked,
+                b"completed": 0, b"cancelled": c[CANCELLED], b"pushed": m.pushed, b"acked": m.acked, b"nacked": m.nacked,
                 b"lease_expired": m.lease_expired, b"dead_lettered": m.dead_lettered, b"duplicates": m.duplicates,
                 b"oldest_ready_age_ms": m.oldest_ready_age(), b"consumers_blocked": 0, b"waiting": c[WAITING],
                 b"throttled": m.throttled(), b"groups": m.group_count()}
@@ -564,8 +589,15 @@ class LeaseqMachine(RuleBasedStateMachine):
         want_peek = [inspect_view(j) for j in m.ready_order()[:5]]
         assert peek == want_peek, f"QPEEK {name} COUNT 5: daemon {peek}\nmodel  {want_peek}"
         for jid, reply in zip(jobs + gone, got):
-            want_job = inspect_view(m.jobs[jid]) if jid in m.jobs else None
+            want_job = inspect_view(m.jobs[jid]) if jid in m.jobs else result_view(m, jid)
             assert reply == want_job, f"QGET {name} {jid}: daemon {reply}\nmodel  {want_job}"
+        p = self.r.pipeline(transaction=False)
+        for jid in jobs + gone:
+            p.execute_command("QRESULT", name, jid)
+        for jid, reply in zip(jobs + gone, p.execute(raise_on_error=False)):
+            have = str(reply) if isinstance(reply, redis.ResponseError) else reply
+            want_result = m.result(jid)
+            assert have == want_result, f"QRESULT {name} {jid}: daemon {have!r}, model {want_result!r}"
 
 
 class _Summary:
