@@ -66,7 +66,7 @@ class Snapshots:
         return self.child != 0
 
     def live_bytes(self) -> int:
-        return sum(q.payload_bytes + RECORD_OVERHEAD * len(q.jobs)
+        return sum(q.payload_bytes + q.results.bytes + RECORD_OVERHEAD * (len(q.jobs) + len(q.results))
                    for q in self.server.store.queues.values() if q.durability is not MEMORY)
 
     def due(self) -> bool:

@@ -82,8 +82,11 @@ def scan(q: Queue, cursor: int, count: int, state: bytes | None) -> tuple[int, l
 def memory_estimate(q: Queue) -> int:
     """Bytes this queue holds, estimated: its payloads plus what each job
     costs beyond its payload (``JOB_BYTES``, measured by ``leaseq bench
-    storage``) plus the queue's own structures.  MEMORY USAGE answers it."""
-    return QUEUE_BYTES + q.payload_bytes + JOB_BYTES * len(q.jobs)
+    storage``) plus the queue's own structures, and the results it keeps
+    (their bytes, and an entry's cost counted as a job's).  MEMORY USAGE
+    answers it."""
+    results = q.results
+    return QUEUE_BYTES + q.payload_bytes + JOB_BYTES * len(q.jobs) + results.bytes + JOB_BYTES * len(results)
 
 
 def summary(q: Queue) -> str:

@@ -203,3 +203,16 @@ def test_results_and_cancellations_last_across_kill_9(tmp_path, snapshot):
         assert qinfo(c, "q")[b"in_flight"] == 0
     finally:
         d.kill()
+
+
+def test_results_count_in_memory_usage(f):
+    q = unique("mem")
+    f.execute_command("QCREATE", q, "RESULT-TTL", 60_000)
+    f.execute_command("QPUSH", q, "p")
+    before = f.execute_command("MEMORY", "USAGE", q)
+    job = claim_one(f, q)
+    f.execute_command("QACK", q, job[b"lease"], "RESULT", b"r" * 10_000)
+    assert f.execute_command("MEMORY", "USAGE", q) >= before + 10_000 - 1      # the job left, its result stays
+    f.execute_command("DEBUG", "CLOCK", "ADVANCE", 60_001)
+    f.execute_command("QLEN", q)                                                 # looks: the result expires
+    assert f.execute_command("MEMORY", "USAGE", q) < before
