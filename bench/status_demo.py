@@ -77,7 +77,7 @@ def screenshot(out: str, seconds: float, seed: int = 11) -> None:
         time.sleep(seconds)
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--user-data-dir={os.path.join(work, 'chromium')}", f"--screenshot={os.path.abspath(out)}",
-                        "--window-size=1280,1000", f"http://127.0.0.1:{http}/"],
+                        "--window-size=1560,1100", f"http://127.0.0.1:{http}/"],
                        check=True, timeout=120, capture_output=True)
     finally:
         halt.set()
@@ -182,7 +182,7 @@ def _outcome(q: str, payload: bytes, nack_share: float, errors: list, rnd: rando
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", help="the PNG to write (1280 x 1000)")
+    p.add_argument("out", help="the PNG to write (1560 x 1100)")
     p.add_argument("--seconds", type=float, default=8.0, help="of load before the screenshot")
     a = p.parse_args()
     screenshot(a.out, a.seconds)
