@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import logging
 import os
 import sys
@@ -233,17 +235,22 @@ def bench_spark(rows, json_path, quick) -> None:
         raise click.ClickException(str(e)) from None
 
 
+def _bench(name: str, *args) -> None:
+    """Run ``leaseq.bench.<name>.run(*args)``; its RuntimeError is the command's error."""
+    module = importlib.import_module(f"leaseq.bench.{name}")
+    try:
+        module.run(*args)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+
+
 @bench.command("http")
 @click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
 @click.option("--queues", type=click.IntRange(1), default=200, show_default=True, help="Queues /metrics reports.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
 def bench_http(seconds, queues, json_path) -> None:
     """QPUSH latency with and without a /metrics scrape every second."""
-    from leaseq.bench import http
-    try:
-        http.run(seconds, queues, json_path)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+    _bench("http", seconds, queues, json_path)
 
 
 @bench.command("flow")
@@ -254,11 +261,7 @@ def bench_http(seconds, queues, json_path) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
 def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
     """How exact RATE and GROUP-RATE are: the most hand-outs seen in any window, over n."""
-    from leaseq.bench import flow
-    try:
-        flow.run(seconds, n, window_ms, claimers, json_path)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+    _bench("flow", seconds, n, window_ms, claimers, json_path)
 
 
 @bench.command("lifecycle")
@@ -273,11 +276,7 @@ def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
 def bench_lifecycle(cancels, results, heartbeat_ms, durability, json_path) -> None:
     """How long a QCANCEL takes to reach a running handler, and an ack to wake QRESULT BLOCK."""
-    from leaseq.bench import lifecycle
-    try:
-        lifecycle.run(cancels, results, heartbeat_ms, durability, json_path)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+    _bench("lifecycle", cancels, results, heartbeat_ms, durability, json_path)
 
 
 @bench.command("workflows")
@@ -288,11 +287,7 @@ def bench_lifecycle(cancels, results, heartbeat_ms, durability, json_path) -> No
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
 def bench_workflows(jobs, durability, json_path) -> None:
     """A chain of jobs, a fan-in of parents (AFTER) and a schedule firing: time and memory."""
-    from leaseq.bench import workflows
-    try:
-        workflows.run(jobs, durability, json_path)
-    except RuntimeError as e:
-        raise click.ClickException(str(e)) from None
+    _bench("workflows", jobs, durability, json_path)
 
 
 def _names(value: str, allowed: tuple, what: str) -> tuple:

@@ -425,32 +425,34 @@ def _form(action: str, label: str, queue: str, csrf: str, jid: int | None = None
 
 
 def _in_flight_table(status: Status) -> str:
-    title = f'<h2>In flight<span class="count">the first {JOBS_PER_QUEUE} per queue by lease deadline</span></h2>'
-    if not status.in_flight:
-        return title + '<p class="note">None.</p>'
-    rows = "".join(
-        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="n">{r.id}</td><td class="mono">'
-        f'{_esc(r.consumer)}</td><td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(r.lease_left_ms))}</td>'
-        f'<td class="progress mono">{_esc(r.progress) or "–"}</td>'
-        f'<td class="acts">{_form("cancel", "Cancel", r.queue, status.csrf, r.id, danger=True)}</td></tr>'
-        for r in status.in_flight)
-    return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th>consumer</th>'
-            f'<th class="n">deliveries</th><th class="n">lease left</th><th>progress</th><th>actions</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
+    return _job_table(
+        f'In flight<span class="count">the first {JOBS_PER_QUEUE} per queue by lease deadline</span>',
+        '<th class="n">job</th><th>consumer</th><th class="n">deliveries</th><th class="n">lease left</th>'
+        "<th>progress</th>",
+        [(r, f'<td class="n">{r.id}</td><td class="mono">{_esc(r.consumer)}</td><td class="n">{r.deliveries}</td>'
+             f'<td class="n">{_esc(_duration(r.lease_left_ms))}</td>'
+             f'<td class="progress mono">{_esc(r.progress) or "–"}</td>',
+          _form("cancel", "Cancel", r.queue, status.csrf, r.id, danger=True)) for r in status.in_flight])
 
 
 def _ready_table(status: Status) -> str:
-    title = f'<h2>Next ready<span class="count">the next {JOBS_PER_QUEUE} per queue in claim order</span></h2>'
-    if not status.ready:
-        return title + '<p class="note">None.</p>'
-    rows = "".join(
-        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="n">{r.id}</td><td class="n">{r.priority}</td>'
-        f'<td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(r.age_ms))}</td>'
-        f'<td class="acts">{_form("delete", "Delete", r.queue, status.csrf, r.id, danger=True)}</td></tr>'
-        for r in status.ready)
-    return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th class="n">priority</th>'
-            f'<th class="n">deliveries</th><th class="n">age</th><th>actions</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>")
+    return _job_table(
+        f'Next ready<span class="count">the next {JOBS_PER_QUEUE} per queue in claim order</span>',
+        '<th class="n">job</th><th class="n">priority</th><th class="n">deliveries</th><th class="n">age</th>',
+        [(r, f'<td class="n">{r.id}</td><td class="n">{r.priority}</td><td class="n">{r.deliveries}</td>'
+             f'<td class="n">{_esc(_duration(r.age_ms))}</td>',
+          _form("delete", "Delete", r.queue, status.csrf, r.id, danger=True)) for r in status.ready])
+
+
+def _job_table(title: str, heads: str, rows: list) -> str:
+    """A table of jobs: the queue, ``heads``' columns, then the actions;
+    ``rows`` are (JobRow, its cells, its buttons)."""
+    if not rows:
+        return f'<h2>{title}</h2><p class="note">None.</p>'
+    body = "".join(f'<tr><td class="name mono">{_esc(r.queue)}</td>{cells}<td class="acts">{acts}</td></tr>'
+                   for r, cells, acts in rows)
+    return (f"<h2>{title}</h2><table><thead><tr><th>queue</th>{heads}<th>actions</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _schedule_table(status: Status) -> str:

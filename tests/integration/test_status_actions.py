@@ -71,6 +71,14 @@ def ops_client(d):
     return d.client(protocol=2, username="ops", password="opspass")
 
 
+def queue_with_a_job(d, prefix: str):
+    """(an ops client, a new queue holding one ready job)."""
+    c = ops_client(d)
+    q = unique(prefix)
+    c.execute_command("QPUSH", q, "x")
+    return c, q
+
+
 def page_and_token(d, user):
     status, _, page = request(d, "/", user=user)
     assert status == 200
@@ -87,9 +95,7 @@ def test_viewing_needs_a_user_when_the_default_user_has_a_password(secured):
 
 
 def test_pause_and_resume_as_a_user_allowed_to(secured):
-    c = ops_client(secured)
-    q = unique("pz")
-    c.execute_command("QPUSH", q, "x")
+    c, q = queue_with_a_job(secured, "pz")
     _, token = page_and_token(secured, ("ops", "opspass"))
     status, headers, body = request(secured, "/action/pause", {"queue": q, "csrf": token}, ("ops", "opspass"))
     assert (status, body) == (303, f"Paused queue {q}.\n")
@@ -103,9 +109,7 @@ def test_pause_and_resume_as_a_user_allowed_to(secured):
 
 
 def test_a_user_without_the_permission_gets_403_and_nothing_changes(secured):
-    c = ops_client(secured)
-    q = unique("noperm")
-    c.execute_command("QPUSH", q, "x")
+    c, q = queue_with_a_job(secured, "noperm")
     _, token = page_and_token(secured, ("viewer", "viewpass"))
     status, _, body = request(secured, "/action/pause", {"queue": q, "csrf": token}, ("viewer", "viewpass"))
     assert status == 403
@@ -114,9 +118,7 @@ def test_a_user_without_the_permission_gets_403_and_nothing_changes(secured):
 
 
 def test_a_stale_missing_or_foreign_csrf_token_is_refused(secured):
-    c = ops_client(secured)
-    q = unique("csrf")
-    c.execute_command("QPUSH", q, "x")
+    c, q = queue_with_a_job(secured, "csrf")
     _, viewer_token = page_and_token(secured, ("viewer", "viewpass"))
     _, token = page_and_token(secured, ("ops", "opspass"))
     issued, mac = token.split(".")
@@ -144,9 +146,7 @@ def test_a_token_of_an_earlier_run_is_stale(tmp_path):
 
 
 def test_bad_requests_answer_4xx_with_a_sentence(secured):
-    c = ops_client(secured)
-    q = unique("bad")
-    c.execute_command("QPUSH", q, "x")
+    c, q = queue_with_a_job(secured, "bad")
     ops = ("ops", "opspass")
     _, token = page_and_token(secured, ops)
     status, _, body = request(secured, "/action/explode", {"queue": q, "csrf": token}, ops)
