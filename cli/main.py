@@ -17,10 +17,14 @@ from leaseq.daemon import config
 
 
 def _version() -> str:
+    """The package's version and which flavour runs: ``0.1.0 (compiled)``
+    or ``(pure)`` (docs/performance.md)."""
+    from leaseq.daemon.resp import FLAVOUR
     try:
-        return version("leaseq")
+        number = version("leaseq")
     except PackageNotFoundError:
-        return "unknown"
+        number = "unknown"
+    return f"{number} ({FLAVOUR})"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -27,6 +27,8 @@ Replies
 
 from __future__ import annotations
 
+import os
+
 import hiredis
 
 from leaseq.commands import errors
@@ -339,7 +341,9 @@ def split_args(line: bytes) -> list[bytes]:
 
 # -- replies -------------------------------------------------------------------
 
-def encode(value, resp3: bool) -> bytes:
+def encode_pure(value, resp3: bool) -> bytes:
+    """A reply's bytes (``commands.replies`` says which Python type is which
+    RESP type).  ``encode`` is this, or its compiled twin (``_resp.pyx``)."""
     out: list[bytes] = []
     _encode(value, out, resp3)
     return b"".join(out)
@@ -406,3 +410,18 @@ def _record(v: Record, resp3: bool) -> bytes:
     for i in reversed(shape.bulk):
         values.insert(i, len(values[i]))
     return (shape.resp3 if resp3 else shape.resp2) % tuple(values)
+
+
+# -- the compiled encoder, when built ------------------------------------------------------------
+
+FLAVOUR = "pure"            # "compiled" when daemon/_resp.pyx was built and LEASEQ_PURE is not 1
+encode = encode_pure
+if os.environ.get("LEASEQ_PURE") != "1":
+    try:
+        from . import _resp
+    except ImportError:     # no C compiler at install time: the pure encoder serves
+        pass
+    else:
+        _resp.set_fallback(encode_pure)
+        encode = _resp.encode
+        FLAVOUR = "compiled"

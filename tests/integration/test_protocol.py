@@ -10,6 +10,8 @@ bytes are checked on a raw socket.
 
 from __future__ import annotations
 
+import os
+
 import random
 import socket
 import time
@@ -688,6 +690,13 @@ def test_info_section_alone(r, section, key):
     assert text.count("# ") == 1
     fields = dict(line.split(":", 1) for line in text.strip().split("\r\n")[1:])
     assert key in fields
+
+
+def test_info_server_says_which_flavour_runs(r):
+    """compiled (daemon/_resp.pyx built by bin/setup) unless LEASEQ_PURE=1, which
+    the daemon inherits from the test run (.ci/run's second pass)."""
+    fields = dict(line.split(":", 1) for line in info_text(r, "server").strip().split("\r\n")[1:])
+    assert fields["leaseq_flavour"] == ("pure" if os.environ.get("LEASEQ_PURE") == "1" else "compiled")
 
 
 def test_info_persistence_reports_loading_0_and_fsync_policy(r):

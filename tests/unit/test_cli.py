@@ -90,3 +90,9 @@ def test_the_container_image_copies_every_folder_the_wheel_maps():
     mapped = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
     copied = set(re.findall(r"^COPY (\w+) \./\1$", (root / "conf" / "Dockerfile").read_text(), re.M))
     assert mapped <= copied, f"conf/Dockerfile does not COPY {sorted(mapped - copied)}"
+
+
+def test_version_says_which_flavour_runs():
+    from leaseq.daemon.resp import FLAVOUR
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output.rstrip().endswith(f"({FLAVOUR})"), result.output

@@ -7,14 +7,17 @@ must stay buffered.  ``parses_to`` and ``rejects`` do that.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 
 import hiredis
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Map, Push, Record, Shape, Simple, Verbatim
+from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Ints, Map, Push, Record, Shape, Simple, Verbatim
+from leaseq.daemon import resp
 from leaseq.daemon.resp import ProtocolError, RequestParser, encode, split_args, wire_size
 
 # Followers: the first bytes of a command that is not complete yet, and the
@@ -459,3 +462,38 @@ def test_record_refuses_values_that_are_not_reply_types(values, resp3):
     rec = Record(Shape([(b"id", "int"), (b"payload", "bulk")]), values)
     with pytest.raises(TypeError):
         encode(rec, resp3)
+
+
+# -- the compiled encoder (daemon/_resp.pyx) against the pure one -----------------------------------
+
+SHAPE_A = Shape([(b"id", "int"), (b"payload", "bulk"), (b"deadline", "int")])
+LEAVES = st.one_of(
+    st.binary(max_size=40),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.sampled_from([None, NULL_ARRAY, OK, Simple(""), Error("ERR", "no\r\nway"), Verbatim(b"v")]),
+    st.builds(lambda i, p, d: Record(SHAPE_A, (i, p, d)), st.integers(-5, 1 << 63), st.binary(max_size=9),
+              st.integers(0, 1 << 62)),
+    st.builds(Ints, st.lists(st.integers(-(1 << 66), 1 << 66), max_size=5)),
+)
+REPLIES = st.recursive(LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.tuples(inner, inner),
+    st.builds(Map, st.lists(st.tuples(st.binary(max_size=5), inner), max_size=3)),
+    st.builds(Push, st.lists(inner, max_size=3))), max_leaves=25)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(value=REPLIES, resp3=st.booleans())
+def test_the_encoder_in_use_gives_the_pure_encoders_bytes(value, resp3):
+    assert encode(value, resp3) == resp.encode_pure(value, resp3)
+
+
+def test_the_compiled_encoder_is_in_use_unless_told_otherwise():
+    """bin/setup builds daemon/_resp.pyx when Cython and a C compiler are
+    there; LEASEQ_PURE=1 (the second unit-test run of .ci/run) picks the
+    pure encoder."""
+    if os.environ.get("LEASEQ_PURE") == "1":
+        assert resp.FLAVOUR == "pure" and resp.encode is resp.encode_pure
+    elif shutil.which("cc") or shutil.which("gcc"):
+        assert resp.FLAVOUR == "compiled" and resp.encode is not resp.encode_pure
+    else:                       # no compiler at install time: the pure encoder, said so
+        assert resp.FLAVOUR == "pure" and resp.encode is resp.encode_pure
