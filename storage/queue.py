@@ -166,38 +166,6 @@ class Queue:
         if self.indexes.groups is None and any(job.extra is not None and job.extra.group for job in jobs):
             self.use_groups()
 
-    def lease(self, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
-        if job.token is not None:
-            end_lease(job)
-        self.indexes.move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)
-        job.deliveries += 1
-
-    def lease_grouped(self, jobs: list, tokens, deadline: int, consumer: bytes, ts: int) -> None:
-        """``lease`` on a queue with groups, the lease entries in bulk; the
-        groups hear of the hand-outs (``Groups.claimed``)."""
-        ready = self.indexes.ready
-        self.indexes.groups.claimed(jobs, ts)
-        for job in jobs:
-            ready.remove(band(job), job.id)
-        self._leased(jobs, tokens, deadline, consumer)
-
-    def lease_front(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
-        """``lease`` for jobs that are exactly the first ``len(jobs)`` ready ones."""
-        self.indexes.ready.pop_first(len(jobs))
-        self._leased(jobs, tokens, deadline, consumer)
-
-    def _leased(self, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
-        """Jobs just taken out of ``ready``: in flight under their new tokens."""
-        for job, token in zip(jobs, tokens):
-            if job.token is not None:         # an expired lease, now replaced
-                end_lease(job)
-            job.state = IN_FLIGHT
-            job.token = token
-            job.deadline = deadline
-            job.consumer = consumer
-            job.deliveries += 1
-        self.indexes.leases.add_many(deadline, [job.id for job in jobs])
-
     def complete_many(self, jobs: list[Job], now: int) -> None:
         """Acked: gone, or kept as completed for RETAIN-COMPLETED.  Without
         RETAIN-COMPLETED the jobs still in flight go in bulk: their lease
@@ -264,9 +232,6 @@ class Queue:
         after = job.after_delay
         visible_at = now + after if after else max(job.visible_at, now)
         self.indexes.move(job, state=DELAYED if visible_at > now else READY, visible_at=visible_at)
-
-    def extend(self, job: Job, deadline: int) -> None:
-        self.indexes.move(job, state=IN_FLIGHT, deadline=deadline)
 
     def bury(self, job: Job, reason: bytes, now: int) -> None:
         """Dead in this queue (no DEADLETTER), kept for RETAIN-DEAD."""

@@ -22,7 +22,7 @@ due moment changed are collected for the daemon, which takes them with
 
 from __future__ import annotations
 
-from . import flow, records
+from . import flow, leasing, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
 from .job import READY, Job
 from .journal import Journal
@@ -186,12 +186,12 @@ class Store:
         epoch = self.epoch
         tokens = [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
         if q.indexes.groups is not None and all(job.state is READY for job in jobs):
-            q.lease_grouped(jobs, tokens, deadline, consumer, ts)
+            leasing.lease_grouped(q, jobs, tokens, deadline, consumer, ts)
         elif front and q.indexes.groups is None:
-            q.lease_front(jobs, tokens, deadline, consumer)
+            leasing.lease_front(q, jobs, tokens, deadline, consumer)
         else:
             for job, token in zip(jobs, tokens):
-                q.lease(job, token, deadline, consumer)
+                leasing.lease(q, job, token, deadline, consumer)
             if q.indexes.groups is not None:      # (replay: a job whose lost EXPIRE left it in flight)
                 q.indexes.groups.served(jobs, ts)
         self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
@@ -248,7 +248,7 @@ class Store:
 
     def extend(self, q: Queue, jobs: list[Job], deadline: int, ts: int) -> None:
         for job in jobs:
-            q.extend(job, deadline)
+            leasing.extend(q, job, deadline)
         self.journal.job_record(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
                   lease=True)
         self._woken.add(q)   # a shortened lease moves the moment blocked claimers wake

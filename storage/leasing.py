@@ -1,0 +1,63 @@
+"""Leases: how ready jobs of a queue go in flight under new tokens, and how
+a lease's deadline moves (``Store.claim`` and ``Store.extend`` call these).
+
+Apart from ``Queue`` so that the queue keeps the transitions of a job's
+whole life while the three ways of handing out a lease live together:
+
+* ``lease_front``: the jobs are exactly the head of ``ready`` (a queue
+  without groups): the ready entries go in one ``pop_first``;
+* ``lease_grouped``: a queue with groups, whose claims take turns: each job
+  leaves ``ready`` on its own, and the groups hear of the hand-outs
+  (``Groups.claimed``);
+* ``lease``: one job, wherever it stands (replay of a CLAIM whose job is
+  still in flight because its EXPIRE record was lost).
+
+All three end in the same state: ``in_flight``, the new token, deadline and
+consumer, one more delivery, a lease entry by deadline, and the job's
+previous lease (an expired one whose token still worked) ended.
+"""
+
+from __future__ import annotations
+
+from .indexes import band
+from .job import IN_FLIGHT, Job, end_lease
+
+
+def lease(q, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
+    if job.token is not None:
+        end_lease(job)
+    q.indexes.move(job, state=IN_FLIGHT, token=token, deadline=deadline, consumer=consumer)
+    job.deliveries += 1
+
+
+def lease_grouped(q, jobs: list, tokens, deadline: int, consumer: bytes, ts: int) -> None:
+    """``lease`` on a queue with groups, the lease entries in bulk."""
+    ready = q.indexes.ready
+    q.indexes.groups.claimed(jobs, ts)
+    for job in jobs:
+        ready.remove(band(job), job.id)
+    _leased(q, jobs, tokens, deadline, consumer)
+
+
+def lease_front(q, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
+    """``lease`` for jobs that are exactly the first ``len(jobs)`` ready ones."""
+    q.indexes.ready.pop_first(len(jobs))
+    _leased(q, jobs, tokens, deadline, consumer)
+
+
+def _leased(q, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
+    """Jobs just taken out of ``ready``: in flight under their new tokens."""
+    for job, token in zip(jobs, tokens):
+        if job.token is not None:         # an expired lease, now replaced
+            end_lease(job)
+        job.state = IN_FLIGHT
+        job.token = token
+        job.deadline = deadline
+        job.consumer = consumer
+        job.deliveries += 1
+    q.indexes.leases.add_many(deadline, [job.id for job in jobs])
+
+
+def extend(q, job: Job, deadline: int) -> None:
+    """A lease's new deadline (QEXTEND)."""
+    q.indexes.move(job, state=IN_FLIGHT, deadline=deadline)
