@@ -216,3 +216,18 @@ def test_results_count_in_memory_usage(f):
     f.execute_command("DEBUG", "CLOCK", "ADVANCE", 60_001)
     f.execute_command("QLEN", q)                                                 # looks: the result expires
     assert f.execute_command("MEMORY", "USAGE", q) < before
+
+
+def test_qredrive_id_moves_only_that_dead_letter(f):
+    q = unique("rid")
+    a, b, c = f.execute_command("QPUSHMANY", q, 3, "a", "b", "c")
+    for _ in range(2):
+        job = claim_one(f, q)
+        f.execute_command("QNACK", q, job[b"lease"], "DEAD")
+    assert f.execute_command("QREDRIVE", q, "ID", b) == 1
+    assert (qget(f, q, a)[b"state"], qget(f, q, b)[b"state"]) == (b"dead", b"ready")
+    assert f.execute_command("QREDRIVE", q, "ID", c) == 0           # ready, not a dead letter
+    assert f.execute_command("QREDRIVE", q, "ID", 999) == 0
+    assert error_text(f, "QREDRIVE", q, "ID", "x") == "value is not an integer or out of range"
+    assert error_text(f, "QREDRIVE", q, "COUNT", 1, "ID", a) == "syntax error"
+    assert qget(f, q, a)[b"state"] == b"dead"

@@ -221,3 +221,24 @@ def test_actions_without_a_password_are_refused_from_beyond_loopback():
         with pytest.raises(HttpError) as e:
             require_loopback(peer)
         assert e.value.status == "403 Forbidden" and "only taken from the loopback interface" in e.value.message
+
+
+def test_malformed_credentials_and_oversized_forms_are_refused(secured):
+    c, q = queue_with_a_job(secured, "malformed")
+    _, token = page_and_token(secured, ("ops", "opspass"))
+    url = f"http://127.0.0.1:{secured.http}/action/pause"
+    for header, want in (("Bearer abc", (401, "only HTTP Basic authentication is supported\n")),
+                         ("Basic !!!notbase64", (400, "the Authorization header is not user:password in base64\n")),
+                         ("Basic " + base64.b64encode(b"no-colon").decode(),
+                          (400, "the Authorization header is not user:password in base64\n"))):
+        req = urllib.request.Request(url, data=urllib.parse.urlencode({"queue": q, "csrf": token}).encode(),
+                                     method="POST", headers={"Authorization": header})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                got = (r.status, r.read().decode())
+        except urllib.error.HTTPError as e:
+            got = (e.code, e.read().decode())
+        assert got == want, header
+    status, _, body = request(secured, "/action/pause", raw_body=b"queue=" + b"q" * 5000, user=("ops", "opspass"))
+    assert (status, body) == (413, "a form is at most 4096 bytes\n")
+    assert qinfo(c, q)[b"paused"] == 0
