@@ -198,10 +198,17 @@ def bench() -> None:
     """Benchmarks: each starts its own daemons and prints figures (needs redis-py: the bench extra)."""
 
 
+# options several benchmarks share
+JSON_OPTION = click.option("--json", "json_path", type=click.Path(dir_okay=False),
+                           help="Also write the figures as JSON here.")
+DURABILITY_OPTION = click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="fsync",
+                                 show_default=True, help="The queues' durability.")
+
+
 @bench.command("storage")
 @click.option("--jobs", type=click.IntRange(1), help="Live jobs for recovery, memory and latency (default 1,000,000).")
 @click.option("--cycles", type=click.IntRange(1), help="Push/claim/ack cycles for the churn (default 300,000).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@JSON_OPTION
 @click.option("--quick", is_flag=True, help="100,000 jobs and 30,000 cycles, for a fast try.")
 def bench_storage(jobs, cycles, json_path, quick) -> None:
     """Recovery after kill -9 (log, snapshot), memory per job, data directory size under churn,
@@ -222,7 +229,7 @@ def bench_storage(jobs, cycles, json_path, quick) -> None:
 
 @bench.command("spark")
 @click.option("--rows", type=click.IntRange(1), help="Rows per write (default 1,000,000).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@JSON_OPTION
 @click.option("--quick", is_flag=True, help="100,000 rows, for a fast try.")
 def bench_spark(rows, json_path, quick) -> None:
     """Rows/s from Spark into the daemon (no key, keyed), and duplicate jobs
@@ -251,7 +258,7 @@ def _bench(name: str, *args) -> None:
 @bench.command("http")
 @click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
 @click.option("--queues", type=click.IntRange(1), default=200, show_default=True, help="Queues /metrics reports.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@JSON_OPTION
 def bench_http(seconds, queues, json_path) -> None:
     """QPUSH latency with and without a /metrics scrape every second."""
     _bench("http", seconds, queues, json_path)
@@ -262,7 +269,7 @@ def bench_http(seconds, queues, json_path) -> None:
 @click.option("--n", type=click.IntRange(1), default=50, show_default=True, help="Jobs a window may hand out.")
 @click.option("--window", "window_ms", type=click.IntRange(10), default=500, show_default=True, help="The window, ms.")
 @click.option("--claimers", type=click.IntRange(1, 64), default=4, show_default=True, help="Blocked claimers.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@JSON_OPTION
 def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
     """How exact RATE and GROUP-RATE are: the most hand-outs seen in any window, over n."""
     _bench("flow", seconds, n, window_ms, claimers, json_path)
@@ -275,9 +282,8 @@ def bench_flow(seconds, n, window_ms, claimers, json_path) -> None:
               help="Acks with a RESULT, each awaited by a blocked QRESULT.")
 @click.option("--heartbeat", "heartbeat_ms", type=click.IntRange(10), default=100, show_default=True,
               help="The worker's heartbeat_ms.")
-@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="fsync", show_default=True,
-              help="The queues' durability.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@DURABILITY_OPTION
+@JSON_OPTION
 def bench_lifecycle(cancels, results, heartbeat_ms, durability, json_path) -> None:
     """How long a QCANCEL takes to reach a running handler, and an ack to wake QRESULT BLOCK."""
     _bench("lifecycle", cancels, results, heartbeat_ms, durability, json_path)
@@ -286,9 +292,8 @@ def bench_lifecycle(cancels, results, heartbeat_ms, durability, json_path) -> No
 @bench.command("workflows")
 @click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
               help="Links of the chain, and parents of the fan-in.")
-@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="fsync", show_default=True,
-              help="The queues' durability.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@DURABILITY_OPTION
+@JSON_OPTION
 def bench_workflows(jobs, durability, json_path) -> None:
     """A chain of jobs, a fan-in of parents (AFTER) and a schedule firing: time and memory."""
     _bench("workflows", jobs, durability, json_path)
@@ -319,7 +324,7 @@ def _names(value: str, allowed: tuple, what: str) -> tuple:
 @click.option("--url", help="A running leaseq (redis://[:password@]host:port) instead of starting one per run.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
               help="The redis-server to compare with; when it is missing, leaseq runs alone.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the figures as JSON here.")
+@JSON_OPTION
 @click.option("--quick", is_flag=True, help="10,000 jobs and 1.5 s W3 runs, for a fast try.")
 def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, json_path, quick) -> None:
     """leaseq beside redis-server (streams) at the same durability: produce, consume, mixed at max

@@ -273,12 +273,9 @@ async def _call_handler(call: Callable[[Job], Awaitable], job: Job,
     if error is None:
         value = handler.result()
         try:
-            if value is not None:
-                protocol.result_value(value)
-        except TypeError as e:
+            return None, None if value is None else protocol.result_value(value)   # as the ack sends it
+        except (TypeError, ValueError) as e:                                      # not JSON-able
             error = e
-        else:
-            return None, value
     if not isinstance(error, Exception):
         raise error
     return work.handler_failed(job, error), None

@@ -135,11 +135,12 @@ class Worker(work.WorkerBase):
         return work.settled(job, failure, landed)
 
     def _call_handler(self, job: Job) -> tuple[Exception | None, Any]:
-        """(the exception the handler raised, or None; what it returned)."""
+        """(the exception the handler raised, or None; what it returned, as
+        the ack's RESULT sends it: a value JSON cannot hold is a failure)."""
         try:
             value = self.handler(job)
             if value is not None:
-                protocol.result_value(value)        # not JSON-able: a failure, reported as one
+                value = protocol.result_value(value)
         except Exception as e:
             return work.handler_failed(job, e), None
         return None, value

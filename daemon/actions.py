@@ -115,7 +115,7 @@ class Access:
         self.server = server
         self._key = os.urandom(32)      # a new run refuses the tokens of the last one
 
-    def viewer(self, headers: dict, peer: str | None) -> str:
+    def viewer(self, headers: dict) -> str:
         """The user looking at the page: the one the credentials name, or
         "default" when none are needed; 401 otherwise."""
         creds = basic_credentials(headers)

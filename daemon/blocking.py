@@ -36,17 +36,9 @@ from leaseq.storage import flow
 from leaseq.storage.job import IN_FLIGHT
 
 from .resultwaits import ResultWaits
+from .waiter import Waiter
 
 log = logging.getLogger(__name__)
-
-
-class Waiter:
-    __slots__ = ("conn", "wait", "timer")
-
-    def __init__(self, conn, wait) -> None:
-        self.conn = conn
-        self.wait = wait
-        self.timer = None
 
 
 def deal(available: int, counts: list[int]) -> list[int]:

@@ -76,25 +76,27 @@ class HttpListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         request = None
+        headers: dict = {}
         extra: tuple = ()
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             request = request_line(head[:MAX_HEAD])
+            headers = headers_of(head)
             peer = writer.get_extra_info("peername")
             host = peer[0] if isinstance(peer, tuple) else None
             if request is None:
                 status, ctype, body = BAD_REQUEST
             elif request[0] == b"POST" and request[1].startswith(b"/action/"):
-                status, ctype, body, extra = await self._action(request[1], headers_of(head), reader, host)
+                status, ctype, body, extra = await self._action(request[1], headers, reader, host)
             else:
                 status, ctype, body = self.answer(*request)
                 if body == self.status_page:
-                    body = self._page_for(headers_of(head), host, request[2])
+                    body = self._page_for(headers, request[2])
             if callable(body):               # made on demand: the page and the metrics
                 body = await body()
         except HttpError as e:
             status, extra = e.status, e.headers
-            if b"text/html" in headers_of(head).get(b"accept", b""):        # a browser: a page with the way back
+            if b"text/html" in headers.get(b"accept", b""):        # a browser: a page with the way back
                 ctype, body = HTML, refusal_page(e.message).encode()
             else:
                 ctype, body = "text/plain; charset=utf-8", (e.message + "\n").encode()
@@ -128,11 +130,11 @@ class HttpListener:
         return ("303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(),
                 (("Location", "/?done=" + quote(done)),))
 
-    def _page_for(self, headers: dict, host: str | None, query: bytes):
+    def _page_for(self, headers: dict, query: bytes):
         """The status page for whoever asks (401 without the credentials it
         needs), its forms carrying their CSRF token, and the sentence an
         action left in ``?done=``."""
-        user = self.access.viewer(headers, host)
+        user = self.access.viewer(headers)
         token = self.access.token(user)
         notice = parse_qs(query.decode("ascii", "replace")).get("done", [""])[0][:300]
 

@@ -1,8 +1,8 @@
 """QRESULT BLOCK: connections parked until a job ends.
 
 A QRESULT that finds its job not yet ended and may BLOCK is parked here under
-``(qid, id)``.  The store is told which jobs are watched (``Store.watched``)
-and calls ``ended`` from the transition that ends one (an ack, a death, a
+``(qid, id)``.  The store is told which jobs are watched (``Store.endings``, an
+``EndWatch``) and calls ``ended`` from the transition that ends one (an ack, a death, a
 cancel, a deletion).  The answer is not given from inside that transition:
 ``ended`` notes the job and the answers go out in a callback of their own
 right after the current one (``loop.call_soon``), when the transition and its
@@ -16,14 +16,14 @@ ack's record to be fsynced (the acker's own reply does).
 
 from __future__ import annotations
 
+from .waiter import Waiter
 
-class Parked:
-    __slots__ = ("conn", "wait", "timer")
 
-    def __init__(self, conn, wait) -> None:
-        self.conn = conn
-        self.wait = wait
-        self.timer = None
+class Parked(Waiter):
+    """A parked QRESULT: a ``Waiter`` of its own type, so that
+    ``Blocking.cancel`` knows where to take it from."""
+
+    __slots__ = ()
 
 
 class ResultWaits:
@@ -42,9 +42,9 @@ class ResultWaits:
         conn.waiting = p
         key = (wait.queue.qid, wait.jid)
         self.by_job.setdefault(key, []).append(p)
-        store = self.server.store
-        store.watched.add(key)
-        store.on_watched_end = self.ended
+        endings = self.server.store.endings
+        endings.watched.add(key)
+        endings.tell = self.ended
         if wait.timeout_ms:
             p.timer = self.loop.call_later(wait.timeout_ms / 1000.0, self._timed_out, p)
 
@@ -61,7 +61,7 @@ class ResultWaits:
 
     def _unwatch(self, key: tuple) -> None:
         self.by_job.pop(key, None)
-        self.server.store.watched.discard(key)
+        self.server.store.endings.watched.discard(key)
 
     def ended(self, q, jid: int) -> None:
         """The store: job ``jid`` of ``q`` ended; answer its waiters after this callback."""

@@ -39,9 +39,10 @@ class Deaths:
                 doomed = self._dead_letter(q, jobs, reason, ts)
                 work += [(cq, children, b"parent-failed") for cq, children in doomed]
             self.store.log_released(ts)                # children with ONFAIL run
-        if self.store.watched:
+        endings = self.store.endings
+        if endings.watched:
             for dq, djobs in dead:
-                self.store.ended(dq, djobs)
+                endings.ended(dq, djobs)
 
     def _dead_letter(self, q, jobs: list[Job], reason: bytes, ts: int) -> list:
         target = None
@@ -105,8 +106,8 @@ class Deaths:
             for cq, children in doomed:
                 self.dead_letter(cq, children, b"parent-failed", ts)
             store.log_released(ts)                # children with ONFAIL run
-        if store.watched:
-            store.ended(q, jobs)
+        if store.endings.watched:
+            store.endings.ended(q, jobs)
         store.wake(q)       # a cancelled job may have held a slot, or been a claimer's next
 
     def apply_cancel(self, q, jobs: list[Job], ts: int) -> list:

@@ -309,7 +309,8 @@ class Queue:
                     self.remove(job)
         if groups is not None:
             groups.fold(now)
-        self.results.fold(now)
+        if self.results.entries:              # (a dict's truth test: free when no result is kept)
+            self.results.fold(now)
         return expired
 
     def _expired(self, ids) -> None:

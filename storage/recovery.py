@@ -281,7 +281,7 @@ class Replayer:
                 store.progress(q, q.jobs[jid], value, ts)
         elif rtype == records.RESULT:
             _qid, _ts, jid, until, value = fields
-            store.apply_result(q, jid, until, value)
+            q.results.put(jid, until, value=value)             # (the ACK before it ended the job)
         elif rtype == records.CANCEL:
             _qid, ts, ids = fields
             store.deaths.apply_cancel(q, _jobs(q, ids), ts)    # its children's DEAD records follow

@@ -67,3 +67,23 @@ class Results:
         self.entries.clear()
         self.expiry = TimeIndex()
         self.bytes = 0
+
+
+class EndWatch:
+    """The jobs whose end someone waits for (QRESULT BLOCK, ``daemon.resultwaits``),
+    as ``(qid, id)`` in ``watched``, and whom to ``tell(q, id)`` when one ends.
+    The store's transitions that end jobs (an ack, a death, a cancel, a
+    deletion) call ``ended`` only while ``watched`` is not empty: a set's
+    truth test is all an ack pays when nobody waits."""
+
+    __slots__ = ("watched", "tell")
+
+    def __init__(self) -> None:
+        self.watched: set = set()
+        self.tell = None
+
+    def ended(self, q, jobs) -> None:
+        watched = self.watched
+        for job in jobs:
+            if (q.qid, job.id) in watched:
+                self.tell(q, job.id)

@@ -29,6 +29,7 @@ from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
 from .deaths import Deaths
 from .deps import Deps
+from .results import EndWatch
 from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
@@ -57,8 +58,7 @@ class Store:
         self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
         self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
         self.deaths = Deaths(self)              # dead letters and the ways back (storage/deaths.py)
-        self.watched: set = set()               # (qid, id) of jobs whose end someone waits for (QRESULT BLOCK) ...
-        self.on_watched_end = None              # ... told to this callable(q, id) when one ends
+        self.endings = EndWatch()               # jobs whose end someone waits for (storage/results.py)
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -210,27 +210,16 @@ class Store:
                 self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
                 if result is not None and q.config.result_ttl:
                     until = ts + q.config.result_ttl
-                    self.apply_result(q, jobs[0].id, until, result)
+                    q.results.put(jobs[0].id, until, value=result)
                     self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
                 self.log_released(ts)
         else:
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
-        if self.watched:
-            self.ended(q, jobs)
+        endings = self.endings
+        if endings.watched:
+            endings.ended(q, jobs)
         if flow.has_slots(q):
             self._woken.add(q)       # a slot is free: a blocked claimer may take it
-
-    def apply_result(self, q: Queue, jid: int, until: int, value: bytes) -> None:
-        """The state change of a RESULT record: job ``jid``'s result, kept until ``until``."""
-        q.results.put(jid, until, value=value)
-
-    def ended(self, q: Queue, jobs: list[Job]) -> None:
-        """``jobs`` of ``q`` ended (acked, dead, cancelled, deleted): tell
-        whoever waits for one of them (``watched``, ``on_watched_end``)."""
-        watched = self.watched
-        for job in jobs:
-            if (q.qid, job.id) in watched:
-                self.on_watched_end(q, job.id)
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
              closed: bool = False) -> None:
@@ -308,8 +297,9 @@ class Store:
             self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                     records.delete(q.qid, ts, [j.id for j in jobs]))
             self.log_released(ts)
-        if self.watched:
-            self.ended(q, jobs)
+        endings = self.endings
+        if endings.watched:
+            endings.ended(q, jobs)
         if flow.has_slots(q):
             self._woken.add(q)       # a deleted job in flight frees its slot
 

@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue`, `flow` and `workflows` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows` and `lifecycle` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -11,22 +11,27 @@ import sys
 import pytest
 
 
+def run_bench(tmp_path, *args: str, figures: tuple) -> dict:
+    """Run ``leaseq bench ARGS --json F``; check it succeeds and prints
+    each of ``figures``; return the JSON it wrote."""
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", *args, "--json", str(out)],
+                         capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in figures:
+        assert figure in run.stdout, run.stdout
+    return json.loads(out.read_text())
+
+
 @pytest.mark.timeout(120)
 def test_bench_storage_runs_and_reports(tmp_path):
-    out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "bench", "storage", "--jobs", "20000", "--cycles", "2000",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout + run.stderr
-    for figure in ("recovery from log: start to PONG", "recovery from log: recovery proper",
-                   "recovery from snapshot: start to PONG", "recovery from snapshot: recovery proper",
-                   "memory: per job beyond payload, pushed", "memory: per job beyond payload, after snapshot restart",
-                   "churn default: data dir / live bytes", "churn 1mb: data dir / live bytes",
-                   "churn 1mb: snapshots taken", "latency during snapshot: p99", "latency without snapshot: p99",
-                   "snapshot: duration", "before snapshots"):
-        assert figure in run.stdout, run.stdout
-    data = json.loads(out.read_text())
+    data = run_bench(tmp_path, "storage", "--jobs", "20000", "--cycles", "2000", figures=(
+        "recovery from log: start to PONG", "recovery from log: recovery proper",
+        "recovery from snapshot: start to PONG", "recovery from snapshot: recovery proper",
+        "memory: per job beyond payload, pushed", "memory: per job beyond payload, after snapshot restart",
+        "churn default: data dir / live bytes", "churn 1mb: data dir / live bytes",
+        "churn 1mb: snapshots taken", "latency during snapshot: p99", "latency without snapshot: p99",
+        "snapshot: duration", "before snapshots"))
     assert set(data) >= {"settings", "push", "memory", "recovery_from_log", "snapshot", "recovery_from_snapshot",
                          "churn", "baseline_before_snapshots"}
     assert data["settings"]["jobs"] == 20000 and data["settings"]["cycles"] == 2000
@@ -151,32 +156,18 @@ def test_bench_queue_leaseq_only_says_so(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_bench_workflows_runs_and_reports(tmp_path):
-    out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "bench", "workflows", "--jobs", "200", "--durability", "memory",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout + run.stderr
-    for figure in ("chain: claim + ack each link in turn", "fan-in: the child at the end",
-                   "schedule: one move firing 1,000 ticks (median)"):
-        assert figure in run.stdout, run.stdout
-    data = json.loads(out.read_text())
+    data = run_bench(tmp_path, "workflows", "--jobs", "200", "--durability", "memory",
+                     figures=("chain: claim + ack each link in turn", "fan-in: the child at the end",
+                              "schedule: one move firing 1,000 ticks (median)"))
     assert data["chain"]["left"] == 0 and data["fan_in"]["child_state"] == "ready"
     assert data["schedule"]["fired"] == 10_000
 
 
 @pytest.mark.timeout(120)
 def test_bench_flow_runs_and_reports(tmp_path):
-    out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "leaseq.cli", "bench", "flow", "--seconds", "1.5", "--n", "20", "--window", "200",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout + run.stderr
-    for figure in ("RATE 20 200: that / n (at most 1.0 when the limit holds)",
-                   "GROUP-RATE 20 200, 4 groups: most in any 200 ms window (per group)"):
-        assert figure in run.stdout, run.stdout
-    data = json.loads(out.read_text())
+    data = run_bench(tmp_path, "flow", "--seconds", "1.5", "--n", "20", "--window", "200",
+                     figures=("RATE 20 200: that / n (at most 1.0 when the limit holds)",
+                              "GROUP-RATE 20 200, 4 groups: most in any 200 ms window (per group)"))
     for key in ("rate", "group_rate"):
         assert data[key]["hand_outs"] > 0 and data[key]["max_in_window"] <= 20     # the limit is the contract
     assert data["group_rate"]["groups"] == 4
@@ -191,7 +182,7 @@ def test_bench_lifecycle_runs_and_reports(tmp_path):
         capture_output=True, text=True, timeout=110, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout + run.stderr
     for figure in ("cancel → handler sees job.cancelled, heartbeat 50 ms: median",
-                   "ack with RESULT → blocked QRESULT answered: median"):
+                              "ack with RESULT → blocked QRESULT answered: median"):
         assert figure in run.stdout, run.stdout
     data = json.loads(out.read_text())
     assert data["cancel"]["count"] == 5 and data["result"]["count"] == 20

@@ -1,0 +1,14 @@
+"""``Waiter``: a parked command (a blocked QCLAIM in ``daemon.blocking``, a
+blocked QRESULT in ``daemon.resultwaits``): its connection, what it waits
+for, and the timer of its BLOCK."""
+
+from __future__ import annotations
+
+
+class Waiter:
+    __slots__ = ("conn", "wait", "timer")
+
+    def __init__(self, conn, wait) -> None:
+        self.conn = conn
+        self.wait = wait
+        self.timer = None
