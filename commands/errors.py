@@ -88,6 +88,13 @@ def misconf(error: OSError) -> Error:
                             f"until it can, reads keep working; see the server log")
 
 
+def misconf_unseen(error: OSError) -> Error:
+    """A read answered while a change it may show waited for the log, which then refused it."""
+    reason = error.strerror or str(error)
+    return Error("MISCONF", f"leaseq cannot write its log ({reason}): this reply may have shown a change that "
+                            f"was refused, so it is not sent; reads keep working, ask again")
+
+
 def unknown_command(name: bytes, args: list[bytes]) -> Error:
     shown = "".join(f"'{_show(a)}' " for a in args[:8])   # Redis leaves a space after each
     return err(f"unknown command '{_show(name)}', with args beginning with: {shown}")

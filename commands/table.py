@@ -117,18 +117,23 @@ class Command:
     categories: frozenset = frozenset()
     last_key: int = 0               # as Redis: the last key's position; -1 = every argument from first_key
     access: str = ""                # what it does to the queue it names: R, W or RW (ACL %R~ / %W~)
+    observes: bool = False          # its reply may show the queues: it waits until they are on disk
 
     def syntax(self) -> str:
         return " ".join([self.name.upper()] + [a.syntax() for a in self.args])
 
 
 def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", reply="", notes="",
-       subcommands="", categories="", access="", first_key=None):
+       subcommands="", categories="", access="", first_key=None, observes=False):
     """One command.  ``subcommands``: "name name:flag,flag ..." (extra flags
     per subcommand); ``categories``: extra ACL categories (keyspace,
     dangerous); ``access``: RW for a command that writes a queue and hands out
     its payloads (otherwise R for readonly, W for write commands);
-    ``first_key``: where the queue is when it is not the first argument."""
+    ``first_key``: where the queue is when it is not the first argument;
+    ``observes``: its reply may show the queues though it is neither
+    readonly nor write (every readonly and write command's may): such a
+    reply leaves only once what it may show is in the log as its writer's
+    reply needed (docs/semantics.md §5.2)."""
     if first_key is None:
         first_key = 1 if args and args[0].type == "key" else 0
     last_key = -1 if args and args[0].type == "key" and args[0].multiple else first_key
@@ -142,7 +147,7 @@ def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", 
     access = access or ("R" if "readonly" in flag_set else "W" if "write" in flag_set else "RW")
     return Command(name, handler, arity, flag_set, group, summary, complexity, tuple(args),
                    first_key, reply, notes, tuple(subs), acl.categories_for(flag_set, group, bool(first_key), extra),
-                   last_key, access)
+                   last_key, access, observes or bool(flag_set & {"readonly", "write"}))
 
 
 QUEUE_OPTIONS = (
@@ -386,7 +391,7 @@ _COMMANDS = [
        reply="+OK; the following commands answer +QUEUED"),
     _c("exec", None, 1, "loading transaction", "transactions",
        "Run the queued commands atomically, in one log write",
-       reply="array of the replies; -EXECABORT if a command failed to queue"),
+       reply="array of the replies; -EXECABORT if a command failed to queue", observes=True),
     _c("discard", None, 1, "fast loading transaction", "transactions", "Discard the queued commands",
        reply="+OK"),
     _c("watch", connection.watch, -2, "fast no-multi", "transactions", "Not supported (always an error)",
@@ -400,7 +405,7 @@ _COMMANDS = [
     _c("info", server.info, -1, "loading", "server",
        "Server information: server, clients, memory, persistence, stats, queues",
        (Arg("section", optional=True, multiple=True),), reply="text (bulk; verbatim in RESP3)",
-       categories="dangerous"),
+       categories="dangerous", observes=True),
     _c("config", server.config_cmd, -2, "admin loading", "server", "CONFIG GET, SET and RESETSTAT",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), reply="map for GET, +OK for SET",
        subcommands="get set resetstat rewrite help"),

@@ -144,14 +144,14 @@ class Committer:
     def info_fields(self) -> list[tuple[str, object]]:
         return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs)]
 
-    def failed(self, error) -> None:
+    def failed(self, error, unseen) -> None:
         """The log failed: release what it reached, answer every other held
-        reply with ``error``, and stop using it (a stand-in takes nothing
-        until ``resumed``)."""
+        reply with ``error`` (a read's with ``unseen``), and stop using it (a
+        stand-in takes nothing until ``resumed``)."""
         self._release()
         for conn in self.waiters:
             if not conn.closed:
-                conn.fail_held(error)
+                conn.fail_held(error, unseen)
         self.waiters.clear()
         self.wal = MemoryLog()
 

@@ -133,6 +133,8 @@ class Connection(asyncio.Protocol):
         pending = self.pending
         if server.committer.closed:      # shut down: nothing more runs
             pending.clear()
+        if server.disk.rebuilding:       # the store may hold refused changes: wait (daemon/faults.py)
+            return
         while pending and self.waiting is None and not self.quitting and not self.closed:
             reply, ticket = execute(self, pending.popleft())
             kind = type(reply)
@@ -182,10 +184,11 @@ class Connection(asyncio.Protocol):
         self._write(self.outbox.release(wal.reached))
         return not self.outbox.holding
 
-    def fail_held(self, error) -> None:
+    def fail_held(self, error, unseen) -> None:
         """The log failed: held replies whose records did not get where their
-        tickets needed become ``error``, in order (``Outbox.fail``)."""
-        self._write(self.outbox.fail(encode(error, self.resp3)))
+        tickets needed become ``error``, held reads ``unseen``, in order
+        (``Outbox.fail``)."""
+        self._write(self.outbox.fail(encode(error, self.resp3), encode(unseen, self.resp3)))
 
     def _write(self, data: bytes) -> None:
         """Send ``data``; after QUIT, close once nothing is held any more."""

@@ -32,8 +32,17 @@ log = logging.getLogger(__name__)
 
 def execute(client, args: list) -> tuple[object, Ticket | None]:
     """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)
-    and the ticket of the records it logged."""
-    return client.server.store.journal.logged(_execute, client, args)
+    and its ticket: the records it logged, and for a command whose reply
+    may show the queues (``Command.observes``) every record appended so far
+    (``Journal.settled_since``), so that no reply shows a change the log may
+    still refuse."""
+    journal = client.server.store.journal
+    mark = journal.mark()
+    reply = _execute(client, args)
+    cmd = TABLE.get(args[0].lower())
+    if cmd is not None and cmd.observes:
+        return reply, journal.settled_since(mark)
+    return reply, journal.ticket_since(mark)
 
 
 def _execute(client, args: list):

@@ -17,8 +17,11 @@ then ``_recover``, a task:
 3. cut the log back (``DataDir.cut_back``) in the fsync thread, so it runs
    after any fsync in flight; again every second until the disk allows it;
 4. rebuild the store from disk (``DataDir.recover``) in a worker thread;
-   reads use the old store until the new one takes over
-   (``Server.replace_after_disk_fault(store=...)``);
+   meanwhile (``rebuilding``) connections run no command (they are read and
+   parsed, and wait: the old store may hold refused changes), and the
+   status page and /metrics wait too (``until_rebuilt``); once the new
+   store takes over (``Server.replace_after_disk_fault(store=...)``) the
+   waiting commands run on it, in order;
 5. about once a second try ``DataDir.resume`` (a new segment and its BOOT
    record, fsynced); when it works, the committer takes the new log
    (``Server.replace_after_disk_fault(wal=...)``) and ``error`` is cleared.
@@ -46,6 +49,8 @@ class DiskFaults:
         self.server = server
         self.error: OSError | None = None
         self.entered = 0                      # faults since start (leaseq_wal_write_errors_total)
+        self.rebuilding = False               # step 4 runs: no command may read the old store
+        self._rebuilt: asyncio.Event | None = None
 
     def failed(self, error: OSError, fsync_failed: bool) -> None:
         """The log's write (``fsync_failed`` False) or fsync failed: steps
@@ -54,12 +59,14 @@ class DiskFaults:
             return
         self.error = error
         self.entered += 1
+        self.rebuilding = True
         server = self.server
         log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
                   "reads go on", error)
         misconf = errors.misconf(error)
         server.store.journal = Journal()     # nothing more goes to the failed log, not even a note
-        server.committer.failed(misconf)     # its stand-in log takes nothing until writing resumes
+        server.committer.failed(misconf, errors.misconf_unseen(error))   # its stand-in log takes nothing
+                                                                           # until writing resumes
         server.blocking.fail_all(misconf)
         for c in server.clients.values():
             c.holdings.drop()                # their leases stay until the rebuilt store's deadlines
@@ -79,8 +86,14 @@ class DiskFaults:
                 await asyncio.sleep(1)
         for line in dropped:
             log.warning("dropped from the log (never acknowledged as durable): %s", line)
-        await loop.run_in_executor(None, datadir.recover)
+        try:
+            await loop.run_in_executor(None, datadir.recover)
+        except Exception:
+            log.critical("cannot rebuild the queues from the disk after a write failed; stopping", exc_info=True)
+            server.abort()
+            return
         server.replace_after_disk_fault(store=datadir.store)
+        self._done_rebuilding()
         log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
         while not server.stopping:
             try:
@@ -94,6 +107,24 @@ class DiskFaults:
         server.replace_after_disk_fault(wal=datadir.wal)
         self.error = None
         log.info("the log is writable again: writes resume")
+
+    def _done_rebuilding(self) -> None:
+        """The new store holds only what the log holds: the commands that
+        waited run now, in order."""
+        self.rebuilding = False
+        if self._rebuilt is not None:
+            self._rebuilt.set()
+            self._rebuilt = None
+        for c in list(self.server.clients.values()):
+            if c.pending and not c.closed:
+                c.run_pending()
+
+    async def until_rebuilt(self) -> None:
+        """Return once no rebuild runs (at once, mostly)."""
+        while self.rebuilding:
+            if self._rebuilt is None:
+                self._rebuilt = asyncio.Event()
+            await self._rebuilt.wait()
 
     def info_fields(self) -> list[tuple[str, object]]:
         error = self.error

@@ -168,12 +168,14 @@ class HttpListener:
     async def status_page(self, user: str = "default", token: str = "", notice: str = "") -> bytes:
         """The state is read on the loop (it is live); the HTML is written in
         a worker thread, like the metrics' text."""
+        await self.server.disk.until_rebuilt()       # never a page of refused changes (daemon/faults.py)
         status = read_status(self.server, self.rates, user=user, csrf=token, notice=notice)
         return await asyncio.get_running_loop().run_in_executor(None, _html, status)
 
     async def metrics(self) -> bytes:
         """The figures are read on the loop (they are live state); turning
         them into text, most of a scrape's time, runs in a worker thread."""
+        await self.server.disk.until_rebuilt()
         families = list(self.server.metrics.collect())
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
 

@@ -19,10 +19,13 @@ The rules:
 4. **A place for a parked claim.**  ``hold_place(ticket)`` holds an empty
    reply on the records a claim logged before it parked (a queue it
    created); the claim's own answer, added later, waits behind it.
-5. **A failed log fails only what needed it.**  ``fail(error)`` turns every
-   held reply that has a ticket into ``error`` (those records will not be
-   found after a restart either); replies with no ticket keep their bytes;
-   held places carry no bytes and vanish.
+5. **A failed log fails only what needed it.**  ``fail(error, unseen)``
+   turns every held reply whose command logged records (``Ticket.own``)
+   into ``error`` (those records will not be found after a restart either),
+   and every reply held only because it may show what other commands logged
+   (a read) into ``unseen``: its bytes may show a change that is now
+   refused.  Replies with no ticket keep their bytes; held places carry no
+   bytes and vanish.
 
 ``take`` hands over what may be written now and ``release`` what a log
 generation let go; both return ``b""`` when there is nothing.
@@ -80,10 +83,10 @@ class Outbox:
             held.popleft()
         return b"".join(chunks)
 
-    def fail(self, error: bytes) -> bytes:
+    def fail(self, error: bytes, unseen: bytes) -> bytes:
         """Rule 5: what the held replies become when the log failed, joined;
         nothing is held afterwards."""
-        chunks = [data if ticket is None else error for ticket, data in self._held if data]
+        chunks = [data if ticket is None else error if ticket.own else unseen for ticket, data in self._held if data]
         self._held.clear()
         return b"".join(chunks)
 

@@ -117,9 +117,17 @@ class Journal:
         """What a reply must wait for: the records emitted since ``mark``."""
         return None if self.log is None else self.log.ticket_since(mark)
 
+    def settled_since(self, mark: int) -> Ticket | None:
+        """The ticket of a reply that may show anything appended so far
+        (``LogBuffer.settled``), ``own`` when records were appended since ``mark``."""
+        log = self.log
+        return None if log is None else log.settled(log.mark() != mark)
+
     def logged(self, fn, *args):
-        """Call ``fn(*args)``; return its result and the ticket of the records
-        it emitted (None if it emitted none)."""
+        """Call ``fn(*args)``, whose result shows the queues (a claim served
+        to a parked claimer, a job sent to a work stream); return its result
+        and the ticket it waits for (``settled_since``: None when nothing
+        it may show can still be refused)."""
         mark = self.mark()
         result = fn(*args)
-        return result, self.ticket_since(mark)
+        return result, self.settled_since(mark)

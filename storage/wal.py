@@ -99,10 +99,12 @@ def fsync_directory(directory: str) -> None:
 
 class Ticket(NamedTuple):
     """What a command's reply waits for: ``generation`` written, and durable
-    too when ``fsync`` is set."""
+    too when ``fsync`` is set.  ``own``: the command appended records of its
+    own (False: it only read what other commands appended, ``settled``)."""
 
     generation: int
     fsync: bool
+    own: bool = True
 
 
 class LogBuffer:
@@ -138,6 +140,22 @@ class LogBuffer:
         if self._appended == mark:
             return None
         return Ticket(self._written + 1, self._last_sync_record > mark)
+
+    def settled(self, own: bool) -> Ticket | None:
+        """The ticket of a reply that may show anything appended so far: it
+        waits until every record appended is written, and every one that
+        needs fsync is durable, so that no reply ever shows a change the log
+        may still refuse (docs/semantics.md §5.2).  None when all are.  A
+        generation written after the one waiting for fsync joins that fsync
+        (``sync_wanted``), so the reply waits for one fsync, not for the
+        fsync-interval."""
+        generation = self._written + 1 if self._buffer else self._written
+        if self._sync_gen > self._durable:
+            self._sync_gen = generation
+            return Ticket(generation, True, own)
+        if self._buffer:
+            return Ticket(generation, False, own)
+        return None
 
     def reached(self, ticket: Ticket) -> bool:
         """Are the ticket's records written (and durable, if it needs fsync)?"""

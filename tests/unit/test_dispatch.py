@@ -37,6 +37,12 @@ def c(core):
     return Client(core)
 
 
+def settle(core) -> None:
+    """Write and fsync what the log holds, so that the next command's ticket
+    is its own records' alone (a read waits for what is on its way)."""
+    core.store.journal.log.flush_and_sync()
+
+
 def logged(core) -> list[int]:
     """Types of the records the core's log holds, in order (flushed first)."""
     log = core.store.journal.log
@@ -166,15 +172,17 @@ def test_push_on_an_fsync_queue_waits_for_fsync_of_the_next_generation(core, c):
 
 
 @pytest.mark.parametrize("durability, waits", [("fsync", True), ("async", False)])
-def test_push_ticket_follows_the_queue_durability(c, durability, waits):
+def test_push_ticket_follows_the_queue_durability(core, c, durability, waits):
     call(c, "QCREATE", "q", "DURABILITY", durability)
     assert run(c, "QPUSH", "q", "x")[1].fsync          # the first push reserves an id block (IDMARK)
+    core.store.journal.log.flush_and_sync()
     assert run(c, "QPUSH", "q", "y")[1].fsync is waits
 
 
 def test_memory_queue_commands_log_nothing(core, c):
     call(c, "QCREATE", "m", "DURABILITY", "memory")
     assert run(c, "QPUSH", "m", "first")[1].fsync      # ids survive restarts: the IDMARK is logged
+    settle(core)
     before = logged(core)
     for args in (("QPUSH", "m", "x"), ("QCLAIM", "m", "w"), ("QLEN", "m")):
         assert run(c, *args)[1] is None
@@ -184,6 +192,7 @@ def test_memory_queue_commands_log_nothing(core, c):
 def test_leases_are_written_but_not_waited_for_unless_lease_sync(core, c):
     call(c, "QCREATE", "q")
     call(c, "QPUSHMANY", "q", 2, "a", "b")
+    settle(core)
     (job,), ticket = run(c, "QCLAIM", "q", "w")
     assert ticket is not None and not ticket.fsync
     core.store.journal.lease_sync = True
@@ -191,14 +200,47 @@ def test_leases_are_written_but_not_waited_for_unless_lease_sync(core, c):
     assert ticket.fsync
 
 
-def test_reads_and_refusals_have_no_ticket(c):
+def test_reads_and_refusals_have_no_ticket(core, c):
     call(c, "QCREATE", "q")
+    settle(core)
     for args in (("QLEN", "q"), ("QINFO", "q"), ("PING",), ("QPEEK", "q"), ("QGET", "q", 1)):
         assert run(c, *args)[1] is None, args[0]
     reply, ticket = execute(c, [b"QPUSH", b"q", b"x", b"PRIORITY", b"12"])
     assert isinstance(reply, Error) and ticket is None
     reply, ticket = execute(c, [b"QACK", b"nope", b"1.1.1"])
     assert reply.code == "NOQUEUE" and ticket is None
+
+
+def test_a_reply_that_may_show_a_change_waits_until_the_log_cannot_refuse_it(core, c):
+    """docs/semantics.md §5.4: a read (or a write that logs nothing) run
+    while a change is on its way to the log waits for it, so that a change
+    answered -MISCONF is never seen; ``own`` tells it from the change's own
+    reply.  Commands that show no queue (PING) wait for nothing."""
+    log = core.store.journal.log
+    call(c, "QCREATE", "f")
+    call(c, "QCREATE", "a", "DURABILITY", "async")
+    call(c, "QCREATE", "m", "DURABILITY", "memory")
+    call(c, "QPUSH", "m", "first")                                   # (its id block's IDMARK)
+    log.flush_and_sync()
+    other = Client(core)
+    assert run(other, "QLEN", "f")[1] is None                        # nothing on its way
+    assert run(c, "QPUSH", "f", "x")[1] == Ticket(2, True, True)    # (an IDMARK and the PUSH)
+    for args in (("QLEN", "f"), ("QLEN", "m"), ("INFO", "queues"), ("QACK", "f", "1.1.1"), ("QPUSH", "m", "y")):
+        assert run(other, *args)[1] == Ticket(2, True, False), args
+    assert run(other, "PING")[1] is None
+    log.flush()
+    assert run(other, "QPEEK", "f")[1] == Ticket(2, True, False)    # written, not yet durable
+    run(c, "QPUSH", "a", "z")                                        # an async change behind it ...
+    assert run(other, "QLEN", "a")[1] == Ticket(3, True, False)     # ... joins the fsync the read waits for
+    log.flush()
+    assert log.sync_wanted                                          # (the read asked for generation 2's fsync)
+    target = log.start_sync()
+    log.synced(target, 0)
+    assert run(other, "QLEN", "f")[1] is None
+    run(c, "QPUSH", "a", "w")
+    assert run(other, "QLEN", "a")[1] == Ticket(4, False, False)    # an async change: its write is enough
+    log.flush()
+    assert run(other, "QLEN", "a")[1] is None
 
 
 def test_auto_created_queue_is_an_fsynced_record_even_for_a_read_that_creates(core, c):
@@ -212,6 +254,7 @@ def test_blocking_claim_that_finds_nothing_parks_with_the_ticket_of_what_it_logg
     assert isinstance(reply, ClaimWait)
     assert ticket is not None and ticket.fsync            # the QUEUE record it created
     assert call(c, "QCLAIM", "new", "w", "BLOCK", 0) == PARKED
+    settle(c.server)
     reply, ticket = execute(c, [b"QCLAIM", b"new", b"w", b"BLOCK", b"0"])
     assert isinstance(reply, ClaimWait) and ticket is None
 
@@ -220,6 +263,7 @@ def test_exec_is_one_txn_record_whose_ticket_waits_if_any_command_would(core, c)
     call(c, "QCREATE", "a", "DURABILITY", "async")
     call(c, "QCREATE", "f")
     call(c, "QPUSH", "a", "x")
+    settle(core)
     before = len(logged(core))
     assert call(c, "MULTI") == "OK"
     assert call(c, "QCLAIM", "a", "w") == "QUEUED"
@@ -283,6 +327,7 @@ def test_noauth_until_auth_when_a_password_is_set():
 def test_denyoom_commands_are_refused_when_memory_is_over_and_log_nothing(core, c):
     call(c, "QCREATE", "q")
     call(c, "QPUSH", "q", "x")
+    settle(core)
     core.oom = True
     reply, ticket = execute(c, [b"QPUSH", b"q", b"y"])
     assert reply.code == "OOM" and ticket is None
@@ -292,6 +337,7 @@ def test_denyoom_commands_are_refused_when_memory_is_over_and_log_nothing(core, 
 
 def test_a_command_that_fails_to_queue_aborts_exec(c):
     call(c, "QCREATE", "q")
+    settle(c.server)
     call(c, "MULTI")
     call(c, "QPUSH", "q", "x")
     assert isinstance(execute(c, [b"QPUSH"])[0], Error)

@@ -96,24 +96,25 @@ def test_a_parked_claim_holds_its_place_without_bytes():
 def test_a_failed_log_fails_every_held_reply_with_a_ticket_in_order():
     box = Outbox()
     box.add(b":1\r\n", SYNC1)
-    box.add(b"$1\r\nx\r\n")              # a read behind the write keeps its answer
+    box.add(b"$1\r\nx\r\n")              # a reply that shows no queue (ECHO) keeps its answer
     box.add(b":2\r\n", SYNC2)
-    err = b"-MISCONF disk\r\n"
-    assert box.fail(err) == err + b"$1\r\nx\r\n" + err
+    box.add(b":7\r\n", Ticket(2, True, own=False))   # a read that may show the refused change does not
+    err, unseen = b"-MISCONF disk\r\n", b"-MISCONF unseen\r\n"
+    assert box.fail(err, unseen) == err + b"$1\r\nx\r\n" + err + unseen
     assert not box.holding and box.release(log_at(9, 9)) == b""
 
 
 def test_a_failed_log_drops_a_parked_claims_place():
     box = Outbox()
     box.hold_place(SYNC1)
-    assert box.fail(b"-MISCONF disk\r\n") == b""     # the claim gets its own answer
+    assert box.fail(b"-MISCONF disk\r\n", b"-MISCONF unseen\r\n") == b""     # the claim gets its own answer
     assert not box.holding
 
 
 def test_fail_leaves_replies_that_needed_nothing_alone():
     box = Outbox()
     box.add(b"+PONG\r\n")
-    assert box.fail(b"-MISCONF disk\r\n") == b""
+    assert box.fail(b"-MISCONF disk\r\n", b"-MISCONF unseen\r\n") == b""
     assert box.take() == b"+PONG\r\n"
 
 

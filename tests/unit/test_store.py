@@ -621,7 +621,10 @@ def test_txn_replays_all_its_changes(data_dir):
 # -- durability -----------------------------------------------------------------------------------------
 
 def waits_for_fsync(store, *command) -> bool:
-    """Run one command; does its reply wait for fsync (else only for the write)?"""
+    """Run one command; does its reply wait for fsync for its own records
+    (else only for their write)?  What earlier commands logged is made
+    durable first: a reply also waits for that (docs/semantics.md §5.2)."""
+    store.journal.log.flush_and_sync()
     ticket = ticket_of(store, *command)
     assert ticket is not None, f"{command[0]} logged nothing"
     return ticket.fsync
@@ -648,6 +651,7 @@ def test_lease_sync_makes_claims_on_fsync_queues_wait(data_dir):
 def test_async_queue_writes_jobs_without_waiting(store, data_dir):
     q = new_queue(store, durability=ASYNC)
     store.take_ids(q, 1)                          # the id block is reserved (and waited for) once
+    store.journal.log.flush_and_sync()
     mark = store.journal.mark()
     store.push(q, [Job(1, b"x", 5, T0, T0)], T0)
     assert not store.journal.ticket_since(mark).fsync
