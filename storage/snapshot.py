@@ -9,7 +9,11 @@ files").  Recovery (``storage.datadir``) loads the newest snapshot that reads
 whole and replays only the segments after it.
 
 ``write`` is called in a forked child of the daemon (``daemon.snapshots``),
-over the state frozen at the fork, so serving never waits for it.  It writes
+over the state frozen at the fork, so serving never waits for it.  It
+fdatasyncs the file every ``SYNC_BYTES`` (4 MiB, as Redis's
+``rdb-save-incremental-fsync``): left to one fsync at the end, the
+hundreds of MB written back at once held the daemon's own log fsyncs
+(and so every fsync queue's replies) for 200 ms and more.  It writes
 ``snap-<covers>.snap.tmp``, fsyncs it, renames it into place and fsyncs the
 directory: a crash at any point leaves either the whole new snapshot or none
 (a stray ``.tmp`` is removed at the next start).
@@ -40,6 +44,7 @@ STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5, WAITIN
 STATES = {code: state for state, code in STATE_CODES.items()}
 FRAME_JOBS = 1000          # at most this many jobs per SNAP_JOBS frame ...
 FRAME_BYTES = 1 << 20      # ... and about this many bytes
+SYNC_BYTES = 4 << 20       # the file is fdatasynced every this many bytes while it is written
 COUNTERS = ("pushed", "acked", "nacked", "lease_expired", "dead_lettered", "duplicates")
 
 
@@ -141,9 +146,15 @@ def write(store: Store, directory: str, covers: int, ts: int, still_wanted=lambd
             head = snapformat.snapshot_header(covers, ts)
             f.write(head)
             size += len(head)
+            unsynced = 0
             for n, framed in enumerate(frames(store, tally)):
                 f.write(framed)
                 size += len(framed)
+                unsynced += len(framed)
+                if unsynced >= SYNC_BYTES:
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                    unsynced = 0
                 if n % 256 == 255 and not still_wanted():
                     raise InterruptedError("snapshot abandoned")
             f.flush()

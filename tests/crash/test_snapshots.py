@@ -306,3 +306,25 @@ def test_sigkill_while_segments_rotate_keeps_every_acknowledged_push(tmp_path, d
         missing = [i for i, got in zip(acked, pipe.execute()) if got is None]
         assert not missing, f"round {round}: acknowledged pushes lost: {missing[:10]}"
     assert len(acked) > 50 and len(files(d, "seg-")) >= 2
+
+
+def test_a_compaction_that_fails_is_logged_and_the_snapshot_still_counts(tmp_path, daemons):
+    """Compaction runs in a thread of its own after the child's snapshot
+    (daemon/snapshots.py); when it cannot delete what it should (here a
+    directory squats the oldest snapshot's name), the daemon says so and goes
+    on serving, and the next compaction tries again."""
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    c.execute_command("QPUSH", "q", "one")
+    squatter = os.path.join(d.data_dir, "snap-%020d.snap" % 0)
+    os.mkdir(squatter)
+    for n in (1, 2):
+        c.execute_command("BGSAVE")
+        wait_snapshots(c, n)
+    assert "compaction after the snapshot failed: [Errno 21] Is a directory" in d.log()
+    assert persistence(c)["last_snapshot_status"] == "ok"
+    os.rmdir(squatter)
+    assert c.execute_command("QPUSH", "q", "two") == 2
+    c.execute_command("BGSAVE")
+    wait_snapshots(c, 3)
+    assert len(files(d, "snap-")) == 2                 # the next compaction did its work
