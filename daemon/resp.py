@@ -28,6 +28,7 @@ Replies
 from __future__ import annotations
 
 import os
+import re
 
 import hiredis
 
@@ -56,6 +57,53 @@ def wire_size(args: list) -> int:
         n = len(a)
         size += n + 5 + (1 if n < 10 else 2 if n < 100 else 3 if n < 1000 else len(str(n)))
     return size
+
+
+_CANONICAL = re.compile(rb"(?:0|-?[1-9][0-9]*)\Z")   # what Redis's string2ll accepts
+_LL_MIN, _LL_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _number(line: bytes) -> int | None:
+    """A length as Redis and hiredis read it (``string2ll``), or None."""
+    if not _CANONICAL.match(line):
+        return None
+    n = int(line)
+    return n if _LL_MIN <= n <= _LL_MAX else None
+
+
+def first_fault(data: bytes, start: int, max_args: int, max_bulk: int) -> str | None:
+    """The protocol error of the multibulk command at ``data[start]``, naming
+    its first fault in byte order (None if the bytes so far have none).
+
+    This is the definition of which error a bad request gets, whatever the
+    chunks it arrived in: hiredis words some faults its own way and finds
+    them at other times (a whole ``*1\\r\\n:x\\r\\n`` is its "Bad integer
+    value", the same bytes one by one our "expected '$', got ':'"), so the
+    parser asks this whenever it raises.  The count line must end within 24
+    bytes; every element must start with ``$``; lengths are canonical
+    numbers; bodies are skipped by arithmetic and their CRLF is not checked
+    (as hiredis and Redis)."""
+    end = len(data)
+    nl = data.find(b"\r\n", start, start + 24)
+    if nl < 0:
+        return errors.PROTO_MULTIBULK_LENGTH if end - start >= 24 else None
+    count = _number(data[start + 1:nl])
+    if count is None or count < -1 or count > max_args:
+        return errors.PROTO_MULTIBULK_LENGTH
+    pos = nl + 2
+    for _ in range(count):
+        if pos >= end:
+            return None
+        if data[pos] != 0x24:
+            return errors.proto_expected_dollar_got(chr(data[pos]))
+        nl = data.find(b"\r\n", pos)
+        if nl < 0:
+            return None
+        size = _number(data[pos + 1:nl])
+        if size is None or size < 0 or size > max_bulk:
+            return errors.PROTO_BULK_LENGTH
+        pos = nl + 4 + size
+    return None
 
 
 class RequestParser:
@@ -112,47 +160,55 @@ class RequestParser:
         off = pos - start_carry  # where the command being parsed began, in data's coordinates
         end = len(data)
         check_bulk = start_carry + end - pos > self.max_bulk
-        while True:
-            if off >= pos:
-                # hiredis allocates the whole array at the header: check the count first
-                self._check_count(data, off, out)
-            try:
-                cmd = reader.gets()
-            except hiredis.ProtocolError as e:
-                raise ProtocolError(_redis_wording(str(e)), out) from None
-            if cmd is False:
-                if end - off > self.max_buffer:
-                    raise ProtocolError(errors.PROTO_TOO_BIG_REQUEST, out)
+        try:
+            while True:
+                start = off   # where the command being checked began
                 if off >= pos:
-                    self._check_headers(data, off, out)
-                    if end - off <= TAIL_MAX:
-                        self._tail = data[off:]
-                        self._reader = hiredis.Reader()
-                        self._carry = 0
-                        return -1
-                self._carry = end - off
-                return -1
-            if cmd is None:           # *-1: a null request, ignored as Redis does
-                cmd = []
-            self._check(cmd, check_bulk, out)
-            if off >= pos:
-                off = self._walk(data, off, cmd, out)
-            else:                     # began in an earlier read, held by hiredis
-                off += wire_size(cmd)
-                if not pos <= off <= end or data[off - 2:off] != b"\r\n":
+                    # hiredis allocates the whole array at the header: check the count first
+                    self._check_count(data, off, out)
+                try:
+                    cmd = reader.gets()
+                except hiredis.ProtocolError as e:
+                    raise ProtocolError(_redis_wording(str(e)), out) from None
+                if cmd is False:
+                    if end - off > self.max_buffer:
+                        raise ProtocolError(errors.PROTO_TOO_BIG_REQUEST, out)
+                    if off >= pos:
+                        self._check_headers(data, off, out)
+                        if end - off <= TAIL_MAX:
+                            self._tail = data[off:]
+                            self._reader = hiredis.Reader()
+                            self._carry = 0
+                            return -1
+                    self._carry = end - off
+                    return -1
+                if cmd is None:           # *-1: a null request, ignored as Redis does
+                    cmd = []
+                self._check(cmd, check_bulk, out)
+                if off >= pos:
+                    off = self._walk(data, off, cmd, out)
+                else:                     # began in an earlier read, held by hiredis
+                    off += wire_size(cmd)
+                    if not pos <= off <= end or data[off - 2:off] != b"\r\n":
+                        raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
+                if cmd:
+                    out.append(cmd)
+                if not reader.has_data():
+                    self._carry = 0
+                    return -1
+                if off >= end:
                     raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
-            if cmd:
-                out.append(cmd)
-            if not reader.has_data():
-                self._carry = 0
-                return -1
-            if off >= end:
-                raise ProtocolError(errors.PROTO_EXPECTED_DOLLAR, out)
-            if data[off] != ASTERISK:
-                # an inline command follows: hiredis would reject it, so start afresh
-                self._reader = hiredis.Reader()
-                self._carry = 0
-                return off
+                if data[off] != ASTERISK:
+                    # an inline command follows: hiredis would reject it, so start afresh
+                    self._reader = hiredis.Reader()
+                    self._carry = 0
+                    return off
+        except ProtocolError as e:
+            if start >= pos:      # the command began in data: name its first fault
+                fault = first_fault(data, start, self.max_args, self.max_bulk)
+                if fault is not None and fault != str(e):
+                    raise ProtocolError(fault, out) from None
+            raise
 
     @staticmethod
     def _walk(data: bytes, start: int, cmd: list, out: list) -> int:

@@ -220,6 +220,34 @@ def test_simple_string_element_does_not_desynchronise_following_commands():
             assert got == accepted, way
 
 
+@pytest.mark.parametrize("data, message", [
+    # hiredis parses these RESP3 elements whole and words its own errors ("Bad
+    # integer value") or returns values that name another type byte; fed byte
+    # by byte the same bytes got "expected '$', got ':'".  The first fault in
+    # byte order is named, however the bytes arrive (resp.first_fault).
+    (b"*1\r\n:abc\r\n", "expected '$', got ':'"),
+    (b"*1\r\n~0\r\n", "expected '$', got '~'"),
+    (b"*1\r\n>0\r\n", "expected '$', got '>'"),
+    (b"*1\r\n_\r\n", "expected '$', got '_'"),
+    (b"*1\r\n#x\r\n", "expected '$', got '#'"),
+    (b"*1\r\n*x\r\n", "expected '$', got '*'"),
+    (b"*1\r\n|1\r\n", "expected '$', got '|'"),
+    (b"*1\r\n\x00", "expected '$', got '\x00'"),
+    (b'*1\r\n"', "expected '$', got '\"'"),
+    (b"*2\r\n+OK\r\n$-1\r\n", "expected '$', got '+'"),
+    (b"*2\r\n$-1\r\n$1\r\na\r\n", "invalid bulk length"),
+    (b"*2\r\n$3\r\nabc\r\n$5\r\n", "invalid bulk length"),
+])
+def test_the_first_fault_in_byte_order_is_named_however_the_bytes_arrive(data, message):
+    rejects(data, message, max_bulk=4)
+
+
+def test_a_header_fault_is_named_before_the_buffer_limit():
+    with pytest.raises(ProtocolError) as e:
+        RequestParser(max_buffer=10).feed(b"*3\r\n$3\r\nabc\r\n:1\r\n")
+    assert str(e.value) == "expected '$', got ':'"
+
+
 def test_unbalanced_quotes_in_inline_request():
     rejects(b'QPUSH q "job\r\n', "unbalanced quotes in request")
 
@@ -344,6 +372,25 @@ FRAGMENTS = [b"*", b"$", b":", b"+", b"-", b",", b"_", b"#", b"%", b"=", b"(", b
              b"\r\n", b"\n", b"\r", b"0", b"1", b"2", b"3", b"-1", b"OK", b"PING", b" ", b'"', b"'",
              b"*1\r\n", b"*2\r\n", b"$1\r\n", b"$4\r\n", b"x", b"\x00", b"\xff",
              b"+OK\r\n", b"(1\r\n", b"=5\r\ntxt:a\r\n"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(stream=st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=16).map(b"".join), data=st.data())
+def test_bad_bytes_get_the_same_verdict_however_they_are_split(stream, data):
+    """The commands run and the error named depend on the bytes, not on how
+    the network cut them (with the default limits, which these never reach)."""
+    def verdict(chunks):
+        p = RequestParser()
+        got = []
+        try:
+            for chunk in chunks:
+                got += p.feed(chunk)
+        except ProtocolError as e:
+            return got + e.commands, str(e)
+        return got, p.pending
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10), label="cuts"))
+    chunks = [stream[a:b] for a, b in zip([0] + cuts, cuts + [len(stream)])]
+    assert verdict(chunks) == verdict([stream])
 
 
 @settings(max_examples=600, deadline=None)
