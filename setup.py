@@ -8,7 +8,7 @@ import os
 
 from setuptools import Extension, setup
 
-COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx")]
+COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx")]
 
 
 def extensions() -> list:

@@ -3,10 +3,17 @@
 Requests
 --------
 ``RequestParser.feed(data)`` takes whatever bytes arrived and returns the
-complete commands in them (each a list of ``bytes``).  Multibulk requests
-(``*N\\r\\n$L\\r\\n...``) are parsed by ``hiredis.Reader``; inline requests
-(``PING\\r\\n``, telnet, ``redis-cli --pipe``'s leading ``\\r\\n``) have their own
-path, because hiredis rejects them.  The two can be mixed in one stream.
+complete commands in them (each a list of ``bytes``); ``pending`` says how
+many bytes of an unfinished command it holds.  ``RequestParser`` is the
+compiled parser of ``_parser.pyx`` when it was built and ``LEASEQ_PURE`` is
+not 1, else ``PureRequestParser``, here, which is the definition: the unit
+tests run every parser test against both and compare them on generated
+streams cut anywhere, good and bad.
+
+In ``PureRequestParser``, multibulk requests (``*N\\r\\n$L\\r\\n...``) are
+parsed by ``hiredis.Reader``; inline requests (``PING\\r\\n``, telnet,
+``redis-cli --pipe``'s leading ``\\r\\n``) have their own path, because
+hiredis rejects them.  The two can be mixed in one stream.
 
 hiredis does not say how many bytes it consumed, so the parser keeps its own
 offsets: hiredis accepts only canonical lengths (no sign, no leading zeros),
@@ -14,10 +21,11 @@ so a command's size on the wire is computed from its arguments.  This is
 needed only when more bytes follow a command in the same chunk (pipelining),
 to look at the first byte of the next one.
 
-A malformed request raises ``ProtocolError`` with Redis's wording; the
-commands parsed before it are in ``ProtocolError.commands`` so the caller can
-still run and answer them before it replies the error and closes, as Redis
-does.
+A malformed request raises ``ProtocolError`` with Redis's wording, naming
+the first fault in byte order however the bytes were split (``first_fault``);
+the commands parsed before it are in ``ProtocolError.commands`` so the caller
+can still run and answer them before it replies the error and closes, as
+Redis does.
 
 Replies
 -------
@@ -106,8 +114,9 @@ def first_fault(data: bytes, start: int, max_args: int, max_bulk: int) -> str | 
     return None
 
 
-class RequestParser:
-    """Incremental request parser for one connection."""
+class PureRequestParser:
+    """Incremental request parser for one connection: the definition.
+    ``RequestParser`` is this, or its compiled twin (``_parser.pyx``)."""
 
     __slots__ = ("_reader", "_carry", "_tail", "_inline", "max_inline", "max_args", "max_bulk", "max_buffer")
 
@@ -468,10 +477,11 @@ def _record(v: Record, resp3: bool) -> bytes:
     return (shape.resp3 if resp3 else shape.resp2) % tuple(values)
 
 
-# -- the compiled encoder, when built ------------------------------------------------------------
+# -- the compiled modules, when built ------------------------------------------------------------
 
-FLAVOUR = "pure"            # "compiled" when daemon/_resp.pyx was built and LEASEQ_PURE is not 1
 encode = encode_pure
+RequestParser = PureRequestParser
+COMPILED: list[str] = []    # the compiled modules in use
 if os.environ.get("LEASEQ_PURE") != "1":
     try:
         from . import _resp
@@ -480,4 +490,17 @@ if os.environ.get("LEASEQ_PURE") != "1":
     else:
         _resp.set_fallback(encode_pure)
         encode = _resp.encode
-        FLAVOUR = "compiled"
+        COMPILED.append("_resp")
+    try:
+        from . import _parser
+    except ImportError:     # likewise the pure parser
+        pass
+    else:
+        _parser.bind(ProtocolError, split_args)
+        RequestParser = _parser.RequestParser
+        COMPILED.append("_parser")
+
+# "compiled" when every module of setup.py's COMPILED list was built and
+# LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
+FLAVOUR = ("compiled" if len(COMPILED) == 2 else "pure" if not COMPILED
+           else f"partly compiled ({', '.join(COMPILED)})")
