@@ -35,6 +35,7 @@ ack it; a new claim replaces the token and the old one becomes stale.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .config import QueueConfig
 from .indexes import Bulk, Indexes, band
@@ -44,6 +45,7 @@ from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING,
 from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
+_ID, _PAYLOAD = attrgetter("id"), attrgetter("payload")
 
 
 @dataclass
@@ -146,8 +148,8 @@ class Queue:
         return waiting
 
     def _added(self, jobs: list[Job]) -> None:
-        self.payload_bytes += sum(len(job.payload) for job in jobs)
-        self.order.extend(job.id for job in jobs)
+        self.payload_bytes += sum(map(len, map(_PAYLOAD, jobs)))
+        self.order.extend(map(_ID, jobs))
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
 

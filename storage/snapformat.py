@@ -112,6 +112,7 @@ from __future__ import annotations
 
 import json
 import struct
+from functools import lru_cache
 from itertools import accumulate, chain, count, groupby, repeat
 from operator import add, mul, sub
 
@@ -475,6 +476,13 @@ def _read_column(b: bytes, off: int, n: int, signed: bool) -> tuple[tuple, tuple
     return values, lengths, off
 
 
+@lru_cache(maxsize=16)
+def _same_sizes(size: int, run: int) -> struct.Struct:
+    """``run`` byte strings of ``size`` bytes each, cut out in one call (half
+    the time of a slice each)."""
+    return struct.Struct("<" + f"{size}s" * run)
+
+
 def expand(values, lengths) -> list:
     """One entry per job: each run's value ``length`` times (the same object)."""
     return list(chain.from_iterable(map(repeat, values, lengths)))
@@ -509,13 +517,11 @@ def decode_snap_plain(b: bytes) -> tuple:
             raise FormatError("SNAP_PLAIN record length does not match its payloads")
         payloads = []
         for size, run in zip(sizes, runs):
-            end = off + size * run
-            if size:
-                cuts = map(slice, range(off, end, size), range(off + size, end + size, size))
-                payloads.extend(map(b.__getitem__, cuts))
+            if run == 1:
+                payloads.append(b[off:off + size])
             else:
-                payloads.extend(repeat(b"", run))
-            off = end
+                payloads += _same_sizes(size, run).unpack_from(b, off)
+            off += size * run
     except struct.error as e:
         raise FormatError(f"SNAP_PLAIN record does not decode: {e}") from None
     return qid, ids, times[0], times[1], kinds[:2], deliveries[:2], payloads, payload_bytes
