@@ -80,22 +80,26 @@ little-endian, as in the log):
                one queue alternate where plain and other jobs do.  The
                columns, in this order:
 
-               ids          runs of consecutive ids; a run's value is its
-                            first id minus the end (last id + 1) of the run
-                            before it, the first run's minus 0: unsigned
-               enqueued_at  a run's value is its enqueued_at minus the one
-                            of the run before (the first: minus 0), modulo
-                            2**64 and taken as signed (-2**63 .. 2**63-1):
-                            adding the values up modulo 2**64 gives the
-                            times back (u64, as everywhere)
+               ids          ``first u64``, then runs of consecutive ids;
+                            a run's value is its first id minus the end
+                            (last id + 1) of the run before it, the first
+                            run's minus ``first`` (which the writer makes
+                            the first id, so 0): unsigned
+               enqueued_at  ``first u64``, then runs; a run's value is its
+                            enqueued_at minus the one of the run before (the
+                            first run's: minus ``first``, again its own
+                            time), modulo 2**64 and taken as signed (-2**63
+                            .. 2**63-1): adding the values up modulo 2**64
+                            gives the times back (u64, as everywhere)
                visible_at   as enqueued_at
                kind         priority (bits 0-3, 0-9) | 16 requeued | 32
                             delayed (else ready): unsigned
                deliveries   unsigned
                payload_len  unsigned
 
-               A column is ``runs u32, widths u8``, then ``runs`` values,
-               then ``runs`` lengths.  A run is one value that ``length``
+               A column (after its ``first``, where it has one) is ``runs
+               u32, widths u8``, then ``runs`` values, then ``runs``
+               lengths.  A run is one value that ``length``
                consecutive jobs (length >= 1) share; the lengths of a
                column add up to ``count``.  ``widths`` bits 0-1 give the
                size of every value, bits 2-3 of every length, each as 0: 1
@@ -103,7 +107,8 @@ little-endian, as in the log):
                fits); bits 4-7 are 0.  Values of a signed column are two's
                complement.  Jobs pushed together share their times, so a
                QPUSHMANY of 1,000 jobs is one run in every column, and a
-               plain job costs little more than its payload.  What a plain
+               plain job costs little more than its payload (jobs pushed
+               one at a time: a few bytes more, small deltas in a byte).  What a plain
                job does not carry is its default (no token, deadline 0, no
                consumer, no rare field).
 """
@@ -144,6 +149,7 @@ _SNAP_TURN = struct.Struct("<QH")
 _U16 = struct.Struct("<H")
 _SNAP_RESULT = struct.Struct("<QQBI")
 _SNAP_PLAIN = struct.Struct("<II")
+_U64 = struct.Struct("<Q")
 _RUNS = struct.Struct("<IB")
 PLAIN_PRIORITY, PLAIN_REQUEUED, PLAIN_DELAYED = 15, 16, 32     # a SNAP_PLAIN job's kind
 PLAIN_MAX_JOBS = 1 << 16                                        # in one SNAP_PLAIN record
@@ -411,13 +417,17 @@ def snap_plain(qid: int, ids: list, enqueued: list, visible: list, kinds: list, 
     """A SNAP_PLAIN body from the columns of plain jobs in ascending id
     order (``kinds``: priority | PLAIN_REQUEUED | PLAIN_DELAYED)."""
     starts, lengths = _id_runs(ids)
-    before = chain((0,), map(add, starts, lengths))        # the end of the run before (the first: 0)
-    parts = [_SNAP_PLAIN.pack(qid, len(ids)), _column(list(map(sub, starts, before)), lengths, False)]
+    first = starts[0] if starts else 0
+    before = chain((first,), map(add, starts, lengths))    # the end of the run before (the first: first)
+    parts = [_SNAP_PLAIN.pack(qid, len(ids)), _U64.pack(first),
+             _column(list(map(sub, starts, before)), lengths, False)]
     for column, delta in ((enqueued, True), (visible, True), (kinds, False), (deliveries, False),
                           (list(map(len, payloads)), False)):
         values, lengths = _runs(column)
         if delta:                                           # modulo 2**64, as a signed 8-byte value fits
-            values = [(d + _HALF) % _WRAP - _HALF for d in map(sub, values, chain((0,), values))]
+            first = values[0] if values else 0
+            parts.append(_U64.pack(first))
+            values = [(d + _HALF) % _WRAP - _HALF for d in map(sub, values, chain((first,), values))]
         parts.append(_column(values, lengths, delta))
     parts.extend(payloads)
     return b"".join(parts)
@@ -485,6 +495,8 @@ def _same_sizes(size: int, run: int) -> struct.Struct:
 
 def expand(values, lengths) -> list:
     """One entry per job: each run's value ``length`` times (the same object)."""
+    if lengths.count(1) == len(lengths):        # (runs of one job: no repeat each)
+        return list(values)
     return list(chain.from_iterable(map(repeat, values, lengths)))
 
 
@@ -497,18 +509,23 @@ def decode_snap_plain(b: bytes) -> tuple:
         qid, n = _SNAP_PLAIN.unpack_from(b)
         if n > PLAIN_MAX_JOBS:
             raise FormatError(f"SNAP_PLAIN holds more than {PLAIN_MAX_JOBS} jobs")
-        gaps, lengths, off = _read_column(b, _SNAP_PLAIN.size, n, False)
-        ends = list(accumulate(map(add, gaps, lengths)))
-        if gaps and gaps[0] < 1:
+        (first,) = _U64.unpack_from(b, _SNAP_PLAIN.size)
+        gaps, lengths, off = _read_column(b, _SNAP_PLAIN.size + 8, n, False)
+        ends = list(accumulate(map(add, gaps, lengths), initial=first))[1:]
+        if gaps and first + gaps[0] < 1:
             raise FormatError("SNAP_PLAIN has job id 0")
         ids = list(chain.from_iterable(map(range, map(sub, ends, lengths), ends)))
         times = []
         for _ in range(2):
-            deltas, runs, off = _read_column(b, off, n, True)
-            times.append(expand([t & _MASK for t in accumulate(deltas)], runs))
+            (first,) = _U64.unpack_from(b, off)
+            deltas, runs, off = _read_column(b, off + 8, n, True)
+            values = list(accumulate(deltas, initial=first))[1:]
+            if values and (min(values) < 0 or max(values) > _MASK):     # (wrapped round 2**64)
+                values = [t & _MASK for t in values]
+            times.append(expand(values, runs))
         kinds = _read_column(b, off, n, False)
         off = kinds[2]
-        if any(v >> 6 or v & PLAIN_PRIORITY > 9 for v in kinds[0]):
+        if any(v >> 6 or v & PLAIN_PRIORITY > 9 for v in set(kinds[0])):
             raise FormatError("SNAP_PLAIN has an unknown kind of job")
         deliveries = _read_column(b, off, n, False)
         sizes, runs, off = _read_column(b, deliveries[2], n, False)

@@ -346,32 +346,62 @@ def _pending(pending: dict, qid: int) -> _Pending:
 
 def _plain_jobs(store: Store, pending: dict, decoded: tuple) -> None:
     """The jobs of a SNAP_PLAIN record, built column by column (no Python
-    step per job but where a run is a job long), and sorted for the ready
-    and delayed indexes run by run."""
+    step per job but where a run is a job long), and their ids sorted for
+    the ready and delayed indexes (``_place``)."""
     qid, ids, enqueued, visible, (kinds, runs), (deliveries, lengths), payloads, payload_bytes = decoded
     if qid not in store.by_qid:
         raise records.FormatError(f"SNAP_PLAIN for unknown queue {qid}")
     expand = snapformat.expand
     priority, requeued = snapformat.PLAIN_PRIORITY, snapformat.PLAIN_REQUEUED
-    jobs = list(map(Job, ids, payloads, expand([k & priority for k in kinds], runs), enqueued, visible))
-    _all(_SET_STATE, jobs, expand([DELAYED if k & snapformat.PLAIN_DELAYED else READY for k in kinds], runs))
-    if any(k & requeued for k in kinds):
-        _all(_SET_REQUEUED, jobs, expand([bool(k & requeued) for k in kinds], runs))
+    distinct = set(kinds)
+
+    def column(field):                          # one entry per job of a field of the kind
+        return expand(list(map({k: field(k) for k in distinct}.__getitem__, kinds)), runs)
+
+    jobs = list(map(Job, ids, payloads, column(lambda k: k & priority), enqueued, visible))
+    _all(_SET_STATE, jobs, column(lambda k: DELAYED if k & snapformat.PLAIN_DELAYED else READY))
+    if any(k & requeued for k in distinct):
+        _all(_SET_REQUEUED, jobs, column(lambda k: bool(k & requeued)))
     if any(deliveries):
         _all(_SET_DELIVERIES, jobs, expand(deliveries, lengths))
     got = _pending(pending, qid)
-    ready, delayed = got.bulk.ready, got.bulk.delayed
-    at = 0
-    for kind, n in zip(kinds, runs):
-        if kind & snapformat.PLAIN_DELAYED:
-            for when, pairs in groupby(zip(visible[at:at + n], ids[at:at + n]), key=_FIRST):
-                delayed.setdefault(when, []).extend(map(_SECOND, pairs))
-        else:
-            ready.setdefault((9 - (kind & priority)) * 2 + (0 if kind & requeued else 1), []).extend(ids[at:at + n])
-        at += n
+    if len(kinds) > len(ids) // 8:              # short runs: a step per job
+        _place_each(got.bulk, distinct, expand(kinds, runs), ids, visible)
+    else:                                       # long runs: a slice per run
+        at = 0
+        for kind, n in zip(kinds, runs):
+            _place(got.bulk, kind, ids[at:at + n], visible[at:at + n])
+            at += n
     got.jobs += jobs
     got.ids += ids
     got.payload_bytes += payload_bytes
+
+
+def _band(kind: int) -> int:
+    """The ready band of a SNAP_PLAIN job of ``kind`` (``indexes.band``)."""
+    return (9 - (kind & snapformat.PLAIN_PRIORITY)) * 2 + (0 if kind & snapformat.PLAIN_REQUEUED else 1)
+
+
+def _place(bulk: Bulk, kind: int, ids: list, visible: list) -> None:
+    """A run of jobs of one kind to ``bulk``: ready ids by band, delayed ids by visible_at."""
+    if kind & snapformat.PLAIN_DELAYED:
+        for when, pairs in groupby(zip(visible, ids), key=_FIRST):
+            bulk.delayed.setdefault(when, []).extend(map(_SECOND, pairs))
+    else:
+        bulk.ready.setdefault(_band(kind), []).extend(ids)
+
+
+def _place_each(bulk: Bulk, distinct: set, kinds: list, ids: list, visible: list) -> None:
+    """``_place`` job by job (``kinds`` one entry per job)."""
+    ready = {kind: None if kind & snapformat.PLAIN_DELAYED else bulk.ready.setdefault(_band(kind), []).append
+             for kind in distinct}
+    delayed = bulk.delayed
+    for kind, jid, when in zip(kinds, ids, visible):
+        add = ready[kind]
+        if add is None:
+            delayed.setdefault(when, []).append(jid)
+        else:
+            add(jid)
 
 
 def _all(setter, jobs: list, values) -> None:

@@ -57,7 +57,7 @@ def build_mixed(store, now=T0) -> None:
     """Plain jobs of several queues, priorities, delays, requeued, with
     deliveries and empty payloads, among jobs that are not plain (leased,
     nacked, keyed, dead, completed) by id; more plain jobs than one frame
-    holds, by count and by bytes."""
+    holds, by count and by bytes; long runs and runs of one job."""
     mix = new_queue(store, b"mix", retain_completed=60_000, retain_dead=60_000, maxdeliveries=1)
     big = new_queue(store, b"big", durability="async")
     only = new_queue(store, b"only")
@@ -80,6 +80,9 @@ def build_mixed(store, now=T0) -> None:
     push(store, big, 2, now=now + 20, priority=1, delay=1)
     push_key(store, only, b"only", now=now)
     push(store, m, 3, now=now)
+    cycle = new_queue(store, b"cycle")                              # short runs: a job each
+    for i in range(300):
+        push(store, cycle, 1, now=now + i // 3, priority=i % 10, delay=(i % 7 == 0) * (i + 1))
 
 
 def take_snapshot(store, now=T0):
@@ -124,6 +127,11 @@ def test_a_queue_of_plain_jobs_costs_little_more_than_its_payloads(tmp_path):
     info = take_snapshot(store)
     payloads = sum(len(job.payload) for job in q.jobs.values())
     assert info.bytes - payloads < 0.1 * len(q.jobs)              # a tenth of a byte a job
+    one = new_queue(store, b"one")
+    for i in range(1000):                                          # one push a millisecond
+        push(store, one, 1, now=T0 + i, payload=b"x" * 120, priority=i % 10)
+    grown = take_snapshot(store).bytes - info.bytes - sum(len(job.payload) for job in one.jobs.values())
+    assert grown < 7 * len(one.jobs)        # enqueued_at, visible_at, kind: a byte of value, one of length
     close(store)
 
 
@@ -176,10 +184,10 @@ def test_snap_plain_reads_back_every_column(cols):
 def test_snap_plain_of_one_push_is_one_run_per_column():
     n = 1000
     body = snapformat.snap_plain(1, list(range(10, 10 + n)), [T0] * n, [T0] * n, [5] * n, [0] * n, [b"x" * 128] * n)
-    column = 4 + 1 + 2                   # runs u32, widths u8, one length u16 (1000 jobs) ...
-    assert len(body) == (8 + column + 1      # ... ids: the gap 10 in a byte
-                         + 2 * (column + 8)  # enqueued_at, visible_at: T0 - 0 needs eight
-                         + 3 * (column + 1)  # kind, deliveries, payload_len 128: a byte each
+    column = 4 + 1 + 1 + 2                # runs u32, widths u8, one value u8, one length u16 (1000 jobs)
+    assert len(body) == (8                  # qid, count
+                         + 3 * (8 + column)  # ids, enqueued_at, visible_at: first u64, the run's delta 0
+                         + 3 * column        # kind, deliveries, payload_len 128
                          + 128 * n)
     _qid, _ids, enqueued, _vis, kinds, _d, _p, _b = snapformat.decode_snap_plain(body)
     assert kinds == ((5,), (n,)) and enqueued[0] is enqueued[-1]
@@ -202,7 +210,8 @@ def test_every_prefix_of_a_snap_plain_body_is_refused():
 def _column_offsets(body: bytes) -> list[int]:
     """Where each of the six columns of a SNAP_PLAIN body starts."""
     offsets, off = [], 8
-    for _ in range(6):
+    for column in range(6):
+        off += 8 if column < 3 else 0       # (ids and times begin with their first value)
         offsets.append(off)
         k, widths = struct.unpack_from("<IB", body, off)
         off += 5 + k * (1 << (widths & 3)) + k * (1 << (widths >> 2 & 3))
@@ -215,7 +224,7 @@ def _column_offsets(body: bytes) -> list[int]:
     (lambda b, c: b[:c[3] + 5] + bytes([12]) + b[c[3] + 6:], "kind"),                        # priority 12
     (lambda b, c: b[:c[3] + 5] + bytes([5 | 64]) + b[c[3] + 6:], "kind"),                    # unknown kind bit
     (lambda b, c: b[:c[5] + 6] + bytes([0]) + b[c[5] + 7:], "do not add up"),               # a run of 0 jobs
-    (lambda b, c: b[:c[0] + 5] + bytes([0]) + b[c[0] + 6:], "id 0"),                         # first id 0
+    (lambda b, c: b[:c[0] - 8] + bytes(8) + b[c[0]:], "id 0"),                               # first id 0
 ], ids=["count", "widths", "priority", "kind-bit", "empty-run", "id-0"])
 def test_a_damaged_snap_plain_body_is_named_with_file_and_offset(tmp_path, damage, match):
     body = _plain_body()
