@@ -5,7 +5,8 @@ still held; its ``waiting_for`` is the set of parents left, each as
 ``(qid, id)``, so parents and children may be in different queues.
 ``Deps.children`` is the other direction: parent -> the children waiting on
 it, kept in memory and rebuilt from the waiting jobs after a snapshot loads
-(``rebuild``), so a snapshot holds it through the jobs themselves.
+(``add`` of each queue's jobs that have rare fields: ``storage.snapshot``),
+so a snapshot holds it through the jobs themselves.
 
 * A parent **done** (acked, deleted, its queue dropped: no longer held)
   leaves each child's ``waiting_for``; a child with none left is released:
@@ -43,7 +44,8 @@ class Deps:
         return released
 
     def add(self, q, jobs: list[Job]) -> None:
-        """Jobs just pushed onto ``q``: register the waiting ones with their parents."""
+        """Jobs just pushed onto ``q``, or read back from a snapshot: register
+        the waiting ones with their parents."""
         children = self.children
         for job in jobs:
             extra = job.extra
@@ -51,12 +53,6 @@ class Deps:
                 me = (q.qid, job.id)
                 for parent in extra.waiting_for:
                     children.setdefault(parent, []).append(me)
-
-    def rebuild(self, store) -> None:
-        """The index from the waiting jobs of every queue (after a snapshot loads)."""
-        self.children = {}
-        for q in store.queues.values():
-            self.add(q, [job for job in q.jobs.values() if job.extra is not None and job.extra.waiting_for])
 
     def _waiting_children(self, q, job: Job):
         """Pop ``job``'s entry; yield (queue, child) for each child still waiting on it."""

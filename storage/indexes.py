@@ -54,6 +54,19 @@ PLACES = {
 }
 
 
+class Bulk:
+    """Jobs read back from a snapshot, sorted for ``Indexes.restore``: ready
+    ids by band, delayed ids by visible_at, and ``single``, the jobs to index
+    one by one."""
+
+    __slots__ = ("ready", "delayed", "single")
+
+    def __init__(self, single: list[Job] | None = None) -> None:
+        self.ready: dict[int, list[int]] = {}
+        self.delayed: dict[int, list[int]] = {}
+        self.single: list[Job] = [] if single is None else single
+
+
 class Indexes:
     __slots__ = ("ready", "delayed", "leases", "dead", "completed", "waiting", "cancelled", "_place", "groups")
 
@@ -94,12 +107,16 @@ class Indexes:
             setattr(job, name, value)
         self.add(job)
 
-    def restore(self, jobs: list[Job]) -> None:
+    def restore(self, jobs: list[Job], bulk: Bulk | None = None) -> None:
         """Index jobs read back from a snapshot (ascending ids, each with its
-        state set): the ready ones in one update per band."""
-        ready: dict[int, list] = {}
+        state set): those ``bulk`` sorted already (ready ids by band, delayed
+        ids by visible_at) in one update each, the rest one by one (without
+        ``bulk``: every job)."""
+        if bulk is None:
+            bulk = Bulk(jobs)
+        ready = bulk.ready
         place = self._place
-        for job in jobs:
+        for job in bulk.single:
             if job.state is READY:
                 ready.setdefault(band(job), []).append(job.id)
             else:
@@ -107,6 +124,8 @@ class Indexes:
                 index.add(key(job), job.id)
         for b, ids in ready.items():
             self.ready.update(b, ids)
+        for when, ids in bulk.delayed.items():
+            self.delayed.add_many(when, ids)
         if self.groups is not None:
             for job in jobs:
                 self.groups.enter(job)

@@ -35,15 +35,17 @@ ack it; a new claim replaces the token and the old one becomes stale.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .config import QueueConfig
-from .indexes import Indexes, band
+from .indexes import Bulk, Indexes, band
 from .flow import RateWindow
 from .groups import Groups
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease
 from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
+_ID, _PAYLOAD = attrgetter("id"), attrgetter("payload")
 
 
 @dataclass
@@ -146,24 +148,33 @@ class Queue:
         return waiting
 
     def _added(self, jobs: list[Job]) -> None:
-        self.payload_bytes += sum(len(job.payload) for job in jobs)
-        self.order.extend(job.id for job in jobs)
+        self.payload_bytes += sum(map(len, map(_PAYLOAD, jobs)))
+        self.order.extend(map(_ID, jobs))
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
 
-    def restore(self, jobs: list[Job]) -> None:
-        """Jobs read back from a snapshot, in ascending id order, each with its
-        state set: put them in the table and build every index in bulk."""
-        table = self.jobs
+    def restore(self, jobs: list[Job], ids: list[int], payload_bytes: int, bulk: Bulk) -> None:
+        """Jobs read back from a snapshot, in ascending id order (``ids``
+        theirs, ``payload_bytes`` the sum of their payloads), each with its
+        state set: put them in the table and build every index in bulk
+        (``Indexes.restore``).  Only the jobs of ``bulk.single`` may have
+        rare fields (a key, a group): the others are plain."""
+        self.jobs.update(zip(ids, jobs))
         keys = self.keys
-        for job in jobs:
-            table[job.id] = job
+        grouped = False
+        for job in bulk.single:
             extra = job.extra
-            if extra is not None and extra.key is not None:
-                keys.setdefault(extra.key, []).append(job.id)
-        self.indexes.restore(jobs)
-        self._added(jobs)
-        if self.indexes.groups is None and any(job.extra is not None and job.extra.group for job in jobs):
+            if extra is not None:
+                if extra.key is not None:
+                    keys.setdefault(extra.key, []).append(job.id)
+                if extra.group:
+                    grouped = True
+        self.indexes.restore(jobs, bulk)
+        self.payload_bytes += payload_bytes
+        self.order.extend(ids)
+        if ids and ids[-1] >= self.next_id:
+            self.next_id = ids[-1] + 1
+        if grouped and self.indexes.groups is None:
             self.use_groups()
 
     def complete_many(self, jobs: list[Job], now: int) -> None:

@@ -4,9 +4,10 @@ A snapshot holds what replaying segments 1..``covers`` would build: every
 queue with its options, counters and id marks, every job of a queue that is
 not a memory queue (state, lease token and deadline, deliveries, dedupe key,
 provenance, retention), the boot epoch, the DEBUG clock and the id marks of
-dropped queues.  Its bytes are defined in ``storage.records`` ("Snapshot
-files").  Recovery (``storage.datadir``) loads the newest snapshot that reads
-whole and replays only the segments after it.
+dropped queues.  Its bytes are defined in ``storage.snapformat``: plain
+ready and delayed jobs column by column in SNAP_PLAIN records, every other
+job field by field in SNAP_JOBS.  Recovery (``storage.datadir``) loads the
+newest snapshot that reads whole and replays only the segments after it.
 
 ``write`` is called in a forked child of the daemon (``daemon.snapshots``),
 over the state frozen at the fork, so serving never waits for it.  It
@@ -18,18 +19,27 @@ hundreds of MB written back at once held the daemon's own log fsyncs
 directory: a crash at any point leaves either the whole new snapshot or none
 (a stray ``.tmp`` is removed at the next start).
 
-``load`` builds a fresh ``Store`` from a file.  Any defect (a checksum, a
-short file, a missing SNAP_END) raises ``CorruptSnapshot`` naming the file
-and offset, and the caller falls back to the previous snapshot.
+``load`` builds a fresh ``Store`` from a file, reading it a frame at a
+time; a SNAP_PLAIN record becomes its jobs column by column and its ready
+and delayed ids go to their indexes in bulk (``indexes.Bulk``).  Any defect
+(a checksum, a short file, a missing SNAP_END) raises ``CorruptSnapshot``
+naming the file and offset, and the caller falls back to the previous
+snapshot.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter, itemgetter
+
+from crc32c import crc32c
 
 from . import records, snapformat
 from .config import MEMORY, QueueConfig
+from .indexes import Bulk
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance
 from .queue import Counters
 from .schedules import Schedule
@@ -43,8 +53,13 @@ TEMPORARY = ".tmp"
 STATE_CODES = {DELAYED: 1, READY: 2, IN_FLIGHT: 3, DEAD: 4, COMPLETED: 5, WAITING: 6, CANCELLED: 7}
 STATES = {code: state for state, code in STATE_CODES.items()}
 FRAME_JOBS = 1000          # at most this many jobs per SNAP_JOBS frame ...
-FRAME_BYTES = 1 << 20      # ... and about this many bytes
+PLAIN_FRAME_JOBS = 4096    # ... or per SNAP_PLAIN frame ...
+FRAME_BYTES = 1 << 20      # ... and about this many bytes (of payloads, in SNAP_PLAIN)
 SYNC_BYTES = 4 << 20       # the file is fdatasynced every this many bytes while it is written
+_ID, _ENQUEUED, _VISIBLE, _DELIVERIES, _PAYLOAD = map(attrgetter, ("id", "enqueued_at", "visible_at", "deliveries",
+                                                                   "payload"))
+_SET_STATE, _SET_REQUEUED, _SET_DELIVERIES = Job.state.__set__, Job.requeued.__set__, Job.deliveries.__set__
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 COUNTERS = ("pushed", "acked", "nacked", "lease_expired", "dead_lettered", "duplicates")
 
 
@@ -103,25 +118,9 @@ def frames(store: Store, tally: list):
                 q.qid, [s.to_json() for s in q.schedules.values()]))
         if q.durability is MEMORY:
             continue
-        batch, size = [], 0
-        for job in q.jobs.values():
-            bits = ((snapformat.SNAP_REQUEUED if job.requeued else 0)
-                    | (snapformat.SNAP_ERROR if job.last_error is not None else 0)
-                    | (snapformat.SNAP_ORIGIN if job.origin is not None else 0)
-                    | (snapformat.SNAP_GROUP if job.group else 0)
-                    | (snapformat.SNAP_TICK if job.schedule is not None else 0)
-                    | (snapformat.SNAP_AFTER if job.waiting_for else 0))
-            dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
-            part = snapformat.snap_job(job, STATE_CODES[job.state], bits, dead_code)
-            batch.append(part)
-            size += len(part)
-            if len(batch) >= FRAME_JOBS or size >= FRAME_BYTES:
-                yield records.frame(snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, batch))
-                jobs += len(batch)
-                batch, size = [], 0
-        if batch:
-            yield records.frame(snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, batch))
-            jobs += len(batch)
+        for rtype, body, n in _job_frames(q):
+            yield records.frame(rtype, body)
+            jobs += n
         if q.results:
             yield records.frame(snapformat.SNAP_RESULTS, snapformat.snap_results(q.qid, q.results.entries))
         groups = q.indexes.groups
@@ -130,6 +129,55 @@ def frames(store: Store, tally: list):
                                                                          groups.turn_table()))
     tally[:] = [queues, jobs]
     yield records.frame(snapformat.SNAP_END, snapformat.snap_end(queues, jobs))
+
+
+def _job_frames(q):
+    """``(record type, body, jobs)`` of every job of ``q``, in ascending id
+    order: runs of plain jobs in SNAP_PLAIN, the others in SNAP_JOBS."""
+    plain: list[Job] = []
+    kinds: list[int] = []
+    other: list[bytes] = []
+    size = 0
+    for job in q.jobs.values():
+        state = job.state
+        if (job.extra is None and job.token is None and job.consumer is None and not job.deadline
+                and (state is READY or state is DELAYED)):
+            if other:
+                yield snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, other), len(other)
+                other, size = [], 0
+            plain.append(job)
+            kinds.append(job.priority | (snapformat.PLAIN_REQUEUED if job.requeued else 0)
+                         | (snapformat.PLAIN_DELAYED if state is DELAYED else 0))
+            size += len(job.payload)
+            if len(plain) >= PLAIN_FRAME_JOBS or size >= FRAME_BYTES:
+                yield snapformat.SNAP_PLAIN, _plain(q.qid, plain, kinds), len(plain)
+                plain, kinds, size = [], [], 0
+            continue
+        if plain:
+            yield snapformat.SNAP_PLAIN, _plain(q.qid, plain, kinds), len(plain)
+            plain, kinds, size = [], [], 0
+        bits = ((snapformat.SNAP_REQUEUED if job.requeued else 0)
+                | (snapformat.SNAP_ERROR if job.last_error is not None else 0)
+                | (snapformat.SNAP_ORIGIN if job.origin is not None else 0)
+                | (snapformat.SNAP_GROUP if job.group else 0)
+                | (snapformat.SNAP_TICK if job.schedule is not None else 0)
+                | (snapformat.SNAP_AFTER if job.waiting_for else 0))
+        dead_code = records.REASON_CODES[job.dead_reason] if job.dead_reason is not None else 0
+        part = snapformat.snap_job(job, STATE_CODES[state], bits, dead_code)
+        other.append(part)
+        size += len(part)
+        if len(other) >= FRAME_JOBS or size >= FRAME_BYTES:
+            yield snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, other), len(other)
+            other, size = [], 0
+    if plain:
+        yield snapformat.SNAP_PLAIN, _plain(q.qid, plain, kinds), len(plain)
+    if other:
+        yield snapformat.SNAP_JOBS, snapformat.snap_jobs(q.qid, other), len(other)
+
+
+def _plain(qid: int, jobs: list[Job], kinds: list[int]) -> bytes:
+    return snapformat.snap_plain(qid, list(map(_ID, jobs)), list(map(_ENQUEUED, jobs)), list(map(_VISIBLE, jobs)),
+                                 kinds, list(map(_DELIVERIES, jobs)), list(map(_PAYLOAD, jobs)))
 
 
 def write(store: Store, directory: str, covers: int, ts: int, still_wanted=lambda: True) -> SnapshotInfo:
@@ -176,21 +224,25 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
     """A fresh store holding the snapshot at ``path`` (journal off)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return _load(path, f)
     except OSError as e:
         raise CorruptSnapshot(path, 0, e.strerror or str(e)) from None
+
+
+def _load(path: str, f) -> tuple[Store, SnapshotInfo]:
+    size = os.fstat(f.fileno()).st_size
     try:
-        covers, ts = snapformat.check_snapshot_header(data)
+        version, covers, ts = snapformat.check_snapshot_header(f.read(snapformat.SNAPSHOT_HEADER_SIZE))
     except records.FormatError as e:
         raise CorruptSnapshot(path, 0, str(e)) from None
     store = Store()
     offset = snapformat.SNAPSHOT_HEADER_SIZE
     expect_store = True
-    pending: dict[int, list[Job]] = {}
+    pending: dict[int, _Pending] = {}
     turns: dict[int, tuple] = {}        # qid -> (next_turn, {group: turn})
     ended = None
     try:
-        for offset, rtype, body in records.iter_frames(data, offset):
+        for offset, rtype, body in _frames(f, offset, size):
             if ended is not None:
                 raise records.FormatError("a record follows SNAP_END")
             if expect_store != (rtype == snapformat.SNAP_STORE):
@@ -201,11 +253,13 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
                     snapformat.decode_snap_store(body)
             elif rtype == snapformat.SNAP_QUEUE:
                 _queue(store, snapformat.decode_snap_queue(body))
+            elif rtype == snapformat.SNAP_PLAIN and version >= 2:
+                _plain_jobs(store, pending, snapformat.decode_snap_plain(body))
             elif rtype == snapformat.SNAP_JOBS:
                 qid, rows = snapformat.iter_snap_jobs(body)
                 if qid not in store.by_qid:
                     raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
-                pending.setdefault(qid, []).extend(_jobs(rows))
+                _pending(pending, qid).others(_jobs(rows))
             elif rtype == snapformat.SNAP_SCHEDULES:
                 qid, listed = snapformat.decode_snap_schedules(body)
                 if qid not in store.by_qid:
@@ -226,24 +280,46 @@ def load(path: str) -> tuple[Store, SnapshotInfo]:
             elif rtype == snapformat.SNAP_END:
                 ended = snapformat.decode_snap_end(body)
             else:
-                raise records.FormatError(f"record type {rtype} does not belong in a snapshot")
+                raise records.FormatError(f"record type {rtype} does not belong in a version {version} snapshot")
             offset += records.FRAME_SIZE + len(body)
     except records.FormatError as e:
         raise CorruptSnapshot(path, offset, str(e)) from None
     if ended is None:
-        reason = "a record fails its checksum or is cut short" if offset < len(data) else "SNAP_END is missing"
+        reason = "a record fails its checksum or is cut short" if offset < size else "SNAP_END is missing"
         raise CorruptSnapshot(path, offset, reason)
-    if offset != len(data):
+    if offset != size:
         raise CorruptSnapshot(path, offset, "bytes follow SNAP_END")
     queues, jobs = ended
-    if queues != len(store.queues) or jobs != sum(len(v) for v in pending.values()):
+    if queues != len(store.queues) or jobs != sum(len(p.jobs) for p in pending.values()):
         raise CorruptSnapshot(path, offset, "SNAP_END counts do not match the records")
     for qid, got in pending.items():
-        store.by_qid[qid].restore(got)
+        q = store.by_qid[qid]
+        q.restore(got.jobs, got.ids, got.payload_bytes, got.bulk)
+        store.deps.add(q, got.bulk.single)          # (a plain job waits for nothing)
     for qid, (next_turn, table) in turns.items():
         store.by_qid[qid].use_groups().set_turns(table, next_turn)
-    store.deps.rebuild(store)
-    return store, SnapshotInfo(path, covers, ts, queues, jobs, len(data))
+    return store, SnapshotInfo(path, covers, ts, queues, jobs, size)
+
+
+def _frames(f, offset: int, size: int):
+    """``records.iter_frames`` over the file ``f`` of ``size`` bytes, one
+    frame read at a time: the whole file is never in memory at once (reading
+    it whole into a fresh buffer first cost a tenth of the load)."""
+    head_size, unpack = records.FRAME_SIZE, records.FRAME.unpack
+    f.seek(offset)
+    while offset + head_size <= size:
+        head = f.read(head_size)
+        if len(head) != head_size:          # (the file shrank under us)
+            return
+        crc, length, rtype = unpack(head)
+        end = offset + head_size + length
+        if end > size:                      # (a length that runs past the file: read nothing)
+            return
+        body = f.read(length)
+        if len(body) != length or crc32c(body, crc32c(head[4:])) != crc:
+            return
+        yield offset, rtype, body
+        offset = end
 
 
 def _queue(store: Store, fields) -> None:
@@ -251,6 +327,97 @@ def _queue(store: Store, fields) -> None:
     q = store.create_queue(name, QueueConfig.from_json(config), 0, qid)
     q.next_id, q.id_mark = next_id, id_mark
     q.counters = Counters(*counters)
+
+
+class _Pending:
+    """The jobs of one queue read so far (ascending ids), for ``Queue.restore``."""
+
+    __slots__ = ("jobs", "ids", "payload_bytes", "bulk")
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.ids: list[int] = []
+        self.payload_bytes = 0
+        self.bulk = Bulk()
+
+    def others(self, jobs: list[Job]) -> None:
+        """Jobs of a SNAP_JOBS record: indexed one by one."""
+        self.jobs += jobs
+        self.ids += map(_ID, jobs)
+        self.payload_bytes += sum(map(len, map(_PAYLOAD, jobs)))
+        self.bulk.single += jobs
+
+
+def _pending(pending: dict, qid: int) -> _Pending:
+    got = pending.get(qid)
+    if got is None:
+        got = pending[qid] = _Pending()
+    return got
+
+
+def _plain_jobs(store: Store, pending: dict, decoded: tuple) -> None:
+    """The jobs of a SNAP_PLAIN record, built column by column (no Python
+    step per job but where a run is a job long), and their ids sorted for
+    the ready and delayed indexes (``_place``)."""
+    qid, ids, enqueued, visible, (kinds, runs), (deliveries, lengths), payloads, payload_bytes = decoded
+    if qid not in store.by_qid:
+        raise records.FormatError(f"SNAP_PLAIN for unknown queue {qid}")
+    expand = snapformat.expand
+    priority, requeued = snapformat.PLAIN_PRIORITY, snapformat.PLAIN_REQUEUED
+    distinct = set(kinds)
+
+    def column(field):                          # one entry per job of a field of the kind
+        return expand(list(map({k: field(k) for k in distinct}.__getitem__, kinds)), runs)
+
+    jobs = list(map(Job, ids, payloads, column(lambda k: k & priority), enqueued, visible))
+    _all(_SET_STATE, jobs, column(lambda k: DELAYED if k & snapformat.PLAIN_DELAYED else READY))
+    if any(k & requeued for k in distinct):
+        _all(_SET_REQUEUED, jobs, column(lambda k: bool(k & requeued)))
+    if any(deliveries):
+        _all(_SET_DELIVERIES, jobs, expand(deliveries, lengths))
+    got = _pending(pending, qid)
+    if len(kinds) > len(ids) // 8:              # short runs: a step per job
+        _place_each(got.bulk, distinct, expand(kinds, runs), ids, visible)
+    else:                                       # long runs: a slice per run
+        at = 0
+        for kind, n in zip(kinds, runs):
+            _place(got.bulk, kind, ids[at:at + n], visible[at:at + n])
+            at += n
+    got.jobs += jobs
+    got.ids += ids
+    got.payload_bytes += payload_bytes
+
+
+def _band(kind: int) -> int:
+    """The ready band of a SNAP_PLAIN job of ``kind`` (``indexes.band``)."""
+    return (9 - (kind & snapformat.PLAIN_PRIORITY)) * 2 + (0 if kind & snapformat.PLAIN_REQUEUED else 1)
+
+
+def _place(bulk: Bulk, kind: int, ids: list, visible: list) -> None:
+    """A run of jobs of one kind to ``bulk``: ready ids by band, delayed ids by visible_at."""
+    if kind & snapformat.PLAIN_DELAYED:
+        for when, pairs in groupby(zip(visible, ids), key=_FIRST):
+            bulk.delayed.setdefault(when, []).extend(map(_SECOND, pairs))
+    else:
+        bulk.ready.setdefault(_band(kind), []).extend(ids)
+
+
+def _place_each(bulk: Bulk, distinct: set, kinds: list, ids: list, visible: list) -> None:
+    """``_place`` job by job (``kinds`` one entry per job)."""
+    ready = {kind: None if kind & snapformat.PLAIN_DELAYED else bulk.ready.setdefault(_band(kind), []).append
+             for kind in distinct}
+    delayed = bulk.delayed
+    for kind, jid, when in zip(kinds, ids, visible):
+        add = ready[kind]
+        if add is None:
+            delayed.setdefault(when, []).append(jid)
+        else:
+            add(jid)
+
+
+def _all(setter, jobs: list, values) -> None:
+    """``setter(job, value)`` for each pair, at C speed (``deque`` drains the map)."""
+    deque(map(setter, jobs, values), 0)
 
 
 def _jobs(rows) -> list[Job]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from leaseq.storage import job as job_module
 from leaseq.storage.index import ReadyIndex, TimeIndex
-from leaseq.storage.indexes import PLACES, Indexes, band
+from leaseq.storage.indexes import PLACES, Bulk, Indexes, band
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, STATES, WAITING, Job
 
 KEY_FIELDS = {DELAYED: "visible_at", IN_FLIGHT: "deadline", DEAD: "retain_until", COMPLETED: "retain_until",
@@ -108,6 +108,28 @@ def test_restore_builds_what_adding_one_by_one_builds():
         assert entries(restored.index_of(state)) == entries(one_by_one.index_of(state))
     restored.clear()
     assert sum(restored.counts().values()) == 0 and all(not restored.index_of(s) for s in STATES)
+
+
+def test_restore_of_jobs_sorted_in_bulk_builds_what_adding_one_by_one_builds():
+    jobs = [a_job(n, STATES[n % len(STATES)], priority=n % 10, key=n // 3) for n in range(1, 80)]
+    for job in jobs[::3]:
+        job.requeued = True
+    one_by_one, restored = Indexes(), Indexes()
+    for job in jobs:
+        one_by_one.add(job)
+    bulk = Bulk()                   # the plain ready and delayed jobs of every other id go in bulk
+    for job in jobs:
+        if job.id % 2 and job.state is READY:
+            bulk.ready.setdefault(band(job), []).append(job.id)
+        elif job.id % 2 and job.state is DELAYED:
+            bulk.delayed.setdefault(job.visible_at, []).append(job.id)
+        else:
+            bulk.single.append(job)
+    assert bulk.ready and bulk.delayed and bulk.single
+    restored.restore(jobs, bulk)
+    for state in STATES:
+        assert entries(restored.index_of(state)) == entries(one_by_one.index_of(state))
+    assert restored.counts() == one_by_one.counts()
 
 
 def test_next_due_is_the_earlier_of_delayed_and_leases():
