@@ -259,7 +259,8 @@ class Store:
     def take_claimable(self, q: Queue, now: int, count: int) -> list[Job]:
         """The next ``count`` jobs that may be delivered, in claim order.  A job
         that would be delivered one time too many, or is older than EXPIRE, is
-        dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken.
+        dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken:
+        it takes no group's turn, so its group's next job comes at the same turn (§3.8).
         The jobs dead-lettered on the way go in the order the claim reached them."""
         while True:
             self.fold(q, now)
@@ -269,13 +270,19 @@ class Store:
                 if not count:
                     return []
             jobs = q.claim_head(count, now)
-            if nobody_doomed(q, jobs):
+            if nobody_doomed(q, jobs) or all(death_reason(q, job, now) is None for job in jobs):
                 return jobs
-            doomed = [(job, reason) for job in jobs if (reason := death_reason(q, job, now)) is not None]
-            if not doomed:
-                return jobs
+            dying: list = []            # (job, reason) in the order the claim reaches them
+
+            def doomed(job: Job) -> bool:
+                reason = death_reason(q, job, now)
+                if reason is not None:
+                    dying.append((job, reason))
+                return reason is not None
+
+            q.claim_head(count, now, doomed)
             with self.journal.transaction():
-                for reason, run in _runs(doomed):
+                for reason, run in _runs(dying):
                     self.deaths.dead_letter(q, run, reason, now)
 
     def log_released(self, ts: int) -> None:
