@@ -40,14 +40,13 @@ leaseq_connected_clients                   gauge
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from leaseq.storage import flow, queries
-from leaseq.storage.wal import list_segments
+from leaseq.storage.wal import list_segments, sizes_of
 
 # seconds; the last bucket is +Inf
 BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -141,7 +140,7 @@ class Metrics:
         yield fsync
         size = 0
         if server.datadir is not None:
-            size = sum(os.path.getsize(p) for _n, p in list_segments(server.datadir.directory))
+            size = sum(sizes_of(p for _n, p in list_segments(server.datadir.directory)))
         yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
         disk = server.disk
         yield GaugeMetricFamily("leaseq_wal_writable", "1 while the log can be written, 0 during a disk fault "

@@ -19,9 +19,11 @@ fewer slots than GROUP-CONCURRENCY and its GROUP-RATE window has room.  Such
 groups sit in ``turns`` ordered by (band of their head job, turn): priority
 first, then whose turn it is.  A claim takes the head job of the first group
 and gives that group the newest turn (``claimed``), so groups take turns one
-job at a time.  Groups whose only obstacle is a full GROUP-RATE window sit in
-``rooms`` by the moment the window lets one more through; ``fold`` moves them
-back, and the daemon's timer waits for the first of them.
+job at a time; a job the claim dead-letters on the way is passed over without
+a turn (``first``'s ``doomed``).  Groups whose only obstacle is a full
+GROUP-RATE window sit in ``rooms`` by the moment the window lets one more
+through; ``fold`` moves them back, and the daemon's timer waits for the first
+of them.
 
 A group appears with the newest turn when it gets its first live job, and is
 forgotten when its last one leaves (acked, dead, deleted).  Its rate window
@@ -251,36 +253,50 @@ class Groups:
             room = min(room, limit - (window.used(now, span) if window is not None else 0))
         return room
 
-    def first(self, count: int, now: int) -> list[int]:
+    def first(self, count: int, now: int, doomed=None) -> list[int]:
         """The ids of the next ``count`` jobs claims would take, in order,
         taking turns as claims would (nothing changes here: ``claimed``
-        moves the turns when they are handed out)."""
+        moves the turns when they are handed out).
+
+        ``doomed(id)``, when given, says which jobs the claim would
+        dead-letter on the way instead (docs/semantics.md §1.8): such a job
+        is passed over without taking its group's turn or room, and the
+        group offers its next job at the same turn (the walk asks ``doomed``
+        of every job it reaches, in claim order)."""
         self._settle(now)
         out: list[int] = []
         if not self.turns or count <= 0:
             return out
         members = self.members
         taken: dict[bytes, int] = {}         # group -> jobs taken from it so far
-        again: list = []                     # heap of the turns taken groups get next
+        at: dict[bytes, int] = {}            # group -> its next job's place in g.ready
+        again: list = []                     # heap of the (head band, turn) of groups already reached
         turn = self.next_turn
         entries = iter(self.turns)
         entry = next(entries, None)
         while len(out) < count:
-            while entry is not None and entry[2] in taken:
+            while entry is not None and entry[2] in at:
                 entry = next(entries, None)
             if again and (entry is None or again[0] < entry):
-                _, _, name = heappop(again)
+                _, its_turn, name = heappop(again)
             elif entry is not None:
-                name = entry[2]
+                _, its_turn, name = entry
                 entry = next(entries, None)
             else:
                 break
             g = members[name]
+            i = at.get(name, 0)
+            at[name] = i + 1
+            jid = g.ready[i] & ID_MASK
+            if doomed is not None and doomed(jid):
+                if i + 1 < len(g.ready):             # passed over: the group keeps its turn
+                    heappush(again, (g.ready[i + 1] >> ID_BITS, its_turn, name))
+                continue
             k = taken.get(name, 0) + 1
             taken[name] = k
-            out.append(g.ready[k - 1] & ID_MASK)
-            if k < self._room(g, now):
-                heappush(again, (g.ready[k] >> ID_BITS, turn, name))
+            out.append(jid)
+            if i + 1 < len(g.ready) and k < self._room(g, now):
+                heappush(again, (g.ready[i + 1] >> ID_BITS, turn, name))
                 turn += 1
         return out
 

@@ -362,14 +362,26 @@ class Queue:
         jobs = self.jobs
         return [jobs[i] for i in self.indexes.ready.first(count)]
 
-    def claim_head(self, count: int, now: int) -> list[Job]:
+    def claim_head(self, count: int, now: int, doomed=None) -> list[Job]:
         """The next ``count`` jobs a claim would take now, as the group rules
-        and turns allow (the queue's own limits are ``storage.flow``'s)."""
+        and turns allow (the queue's own limits are ``storage.flow``'s).
+        ``doomed(job)``: the jobs the claim would dead-letter on the way,
+        passed over (with groups they take no turn: ``Groups.first``)."""
         groups = self.indexes.groups
-        if groups is None:
-            return self.ready_head(count)
         jobs = self.jobs
-        return [jobs[i] for i in groups.first(count, now)]
+        if groups is None:
+            if doomed is None:
+                return self.ready_head(count)
+            out = []
+            for i in self.indexes.ready:
+                if len(out) == count:
+                    break
+                if not doomed(jobs[i]):
+                    out.append(jobs[i])
+            return out
+        if doomed is None:
+            return [jobs[i] for i in groups.first(count, now)]
+        return [jobs[i] for i in groups.first(count, now, lambda i: doomed(jobs[i]))]
 
     def job_for_token(self, token: bytes) -> Job | None:
         """The job a token's lease is on, if that lease has not ended (else None)."""

@@ -259,7 +259,9 @@ class Store:
     def take_claimable(self, q: Queue, now: int, count: int) -> list[Job]:
         """The next ``count`` jobs that may be delivered, in claim order.  A job
         that would be delivered one time too many, or is older than EXPIRE, is
-        dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken."""
+        dead-lettered on the way instead (docs/semantics.md §1.8) and the next one is taken:
+        it takes no group's turn, so its group's next job comes at the same turn (§3.8).
+        The jobs dead-lettered on the way go in the order the claim reached them."""
         while True:
             self.fold(q, now)
             allowed = flow.allowance(q, now)
@@ -268,17 +270,20 @@ class Store:
                 if not count:
                     return []
             jobs = q.claim_head(count, now)
-            if nobody_doomed(q, jobs):
+            if nobody_doomed(q, jobs) or all(death_reason(q, job, now) is None for job in jobs):
                 return jobs
-            doomed = [(job, reason) for job in jobs if (reason := death_reason(q, job, now)) is not None]
-            if not doomed:
-                return jobs
-            groups: dict[bytes, list] = {}        # by reason, in claim order
-            for job, reason in doomed:
-                groups.setdefault(reason, []).append(job)
+            dying: list = []            # (job, reason) in the order the claim reaches them
+
+            def doomed(job: Job) -> bool:
+                reason = death_reason(q, job, now)
+                if reason is not None:
+                    dying.append((job, reason))
+                return reason is not None
+
+            q.claim_head(count, now, doomed)
             with self.journal.transaction():
-                for reason, group in groups.items():
-                    self.deaths.dead_letter(q, group, reason, now)
+                for reason, run in _runs(dying):
+                    self.deaths.dead_letter(q, run, reason, now)
 
     def log_released(self, ts: int) -> None:
         """RELEASE records for the children the transition under way released
@@ -307,6 +312,18 @@ class Store:
         """The DEBUG clock, logged so a restart keeps the test's time."""
         self.clock = (offset, frozen, frozen_at)
         self.journal.meta_record(records.CLOCK, records.clock(offset, frozen, frozen_at))
+
+
+def _runs(dying: list) -> list:
+    """(reason, jobs) for each run of consecutive ``(job, reason)`` pairs with
+    the same reason: one DEAD record each, in order."""
+    runs: list = []
+    for job, reason in dying:
+        if runs and runs[-1][0] == reason:
+            runs[-1][1].append(job)
+        else:
+            runs.append((reason, [job]))
+    return runs
 
 
 def _set_durability(q: Queue) -> None:

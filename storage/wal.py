@@ -61,6 +61,19 @@ def list_segments(directory: str) -> list[tuple[int, str]]:
     return numbered_files(directory, SEGMENT_PREFIX, SEGMENT_SUFFIX)
 
 
+def sizes_of(paths) -> list[int]:
+    """The sizes of the files ``paths`` that are still there: compaction
+    removes segments in a thread of its own (daemon/snapshots.py), so one
+    listed a moment ago may be gone (INFO and /metrics count the rest)."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.path.getsize(path))
+        except FileNotFoundError:
+            pass
+    return sizes
+
+
 class DirectoryLocked(RuntimeError):
     pass
 
@@ -433,7 +446,7 @@ class WriteAheadLog(LogBuffer):
             self._fd = -1
 
     def info_fields(self) -> list[tuple[str, object]]:
-        segments = [path for _n, path in list_segments(self.directory)]
-        return [("wal_segments", len(segments)),
+        sizes = sizes_of(path for _n, path in list_segments(self.directory))
+        return [("wal_segments", len(sizes)),
                 ("wal_current_segment", self.segment_number),
-                ("wal_bytes", sum(os.path.getsize(p) for p in segments))] + super().info_fields()
+                ("wal_bytes", sum(sizes))] + super().info_fields()

@@ -373,6 +373,22 @@ def test_several_reasons_in_one_claim_are_one_txn(store, data_dir):
                                                                (b"q", 2, 0, b"expired")]
 
 
+def test_jobs_dead_lettered_by_one_claim_arrive_in_claim_order_whatever_their_reasons(store):
+    """§1.8: a claim dead-letters jobs on the way, in claim order; the
+    dead-letter queue gets them in that order (they used to go reason by
+    reason: 1, 3, then 2)."""
+    q = new_queue(store, deadletter="dlq")
+    push(store, q, max_deliveries=1)                     # 1: will exceed its deliveries
+    push(store, q, expire_ms=5000)                       # 2: will be expired
+    push(store, q, max_deliveries=1)                     # 3: will exceed its deliveries
+    nack(store, q, [j.token for j in claim(store, q, T0, count=3)], T0)    # all handed out before: one band
+    assert claim(store, q, T0 + 6000, count=5) == []
+    dlq = store.queues[b"dlq"]
+    assert [provenance(dlq.jobs[i])[1:] for i in sorted(dlq.jobs)] == [(1, 1, b"max-deliveries"),
+                                                                        (2, 1, b"expired"),
+                                                                        (3, 1, b"max-deliveries")]
+
+
 def test_memory_queue_dead_letter_still_moves_the_job_live(store):
     q = new_queue(store, durability=MEMORY, maxdeliveries=1, deadletter="dlq")
     push(store, q)

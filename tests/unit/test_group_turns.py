@@ -8,6 +8,7 @@ after a snapshot, and the turns must be the same.
 
 from __future__ import annotations
 
+import pytest
 from core import T0, call, client_of, close, crash, datadir_of, open_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -194,4 +195,60 @@ def test_a_queue_without_groups_keeps_no_group_state(tmp_path):
     assert isinstance(groups, Groups) and set(groups.members) == {b"", b"g"}
     got = call(c, "QCLAIM", "plain", "w", "COUNT", 2, now=T0)
     assert [j[b"payload"] for j in got] == [b"a", b"e"]             # "" joined first: its jobs were there
+    close(store)
+
+
+
+def _doomed_in_two_groups(c, *options) -> None:
+    """Queue q (MAXDELIVERIES 1, DEADLETTER dlq, ``options``): a1 a2 in group
+    a, whose turn comes first, and b1 in b, each delivered once and nacked,
+    so that the next claim to reach one dead-letters it."""
+    call(c, "QCREATE", "dlq", now=T0)
+    call(c, "QCREATE", "q", "MAXDELIVERIES", 1, "DEADLETTER", "dlq", *options, now=T0)
+    call(c, "QPUSHMANY", "q", 2, "a1", "a2", "GROUP", "a", now=T0)
+    got = call(c, "QCLAIM", "q", "w", "COUNT", 2, now=T0)
+    call(c, "QPUSH", "q", "b1", "GROUP", "b", now=T0)
+    got += call(c, "QCLAIM", "q", "w", "COUNT", 1, now=T0)        # turns now: a, then b
+    assert [j[b"payload"] for j in got] == [b"a1", b"a2", b"b1"]
+    call(c, "QNACK", "q", *[j[b"lease"] for j in got], "DELAY", 0, now=T0)
+
+
+def _dead_letters(c) -> list:
+    return [j[b"payload"] for j in call(c, "QPEEK", "dlq", "COUNT", 10, now=T0)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_a_job_dead_lettered_on_the_way_takes_no_turn_whatever_the_count(tmp_path, count):
+    """docs/semantics.md §3.8: a job dead-lettered by a claim is not handed
+    out, so its group keeps its turn and gives its next job.  A batch claim
+    used to pass the turn to b after a1 (a1, b1, a2), unlike the same claim
+    made one job at a time (a1, a2, b1)."""
+    store = open_store(tmp_path / "d", T0)
+    c = client_of(store)
+    _doomed_in_two_groups(c)
+    assert call(c, "QCLAIM", "q", "w", "COUNT", count, now=T0) == []
+    assert _dead_letters(c) == [b"a1", b"a2", b"b1"]
+    close(store)
+
+
+def test_a_job_dead_lettered_on_the_way_takes_no_group_slot_and_replay_keeps_the_turns(tmp_path):
+    """With GROUP-CONCURRENCY 1 a group whose old jobs die on the way still
+    hands out its next one in the same claim (the claim used to count a1 as
+    a's one job, dead-letter a1 and b1, then a2: a1, b1, a2); a restart
+    rebuilds the turns the claims left."""
+    directory = tmp_path / "d"
+    store = open_store(directory, T0)
+    c = client_of(store)
+    _doomed_in_two_groups(c, "DURABILITY", "async")
+    call(c, "QPUSH", "q", "a3", "GROUP", "a", now=T0)
+    call(c, "QPUSH", "q", "b2", "GROUP", "b", now=T0)
+    call(c, "QALTER", "q", "GROUP-CONCURRENCY", 1, now=T0)
+    got = call(c, "QCLAIM", "q", "w", "COUNT", 5, now=T0)
+    assert [j[b"payload"] for j in got] == [b"a3", b"b2"]
+    assert _dead_letters(c) == [b"a1", b"a2", b"b1"]
+    turns = store.queues[b"q"].indexes.groups.turn_table()
+    assert sorted(turns, key=turns.get) == [b"a", b"b"]
+    crash(store)
+    store = open_store(directory, T0)
+    assert store.queues[b"q"].indexes.groups.turn_table() == turns
     close(store)
