@@ -38,18 +38,17 @@ def execute(client, args: list) -> tuple[object, Ticket | None]:
     still refuse."""
     journal = client.server.store.journal
     mark = journal.mark()
-    reply = _execute(client, args)
-    cmd = TABLE.get(args[0].lower())
+    name = args[0].lower()
+    cmd = TABLE.get(name)
+    reply = _execute(client, args, name, cmd)
     if cmd is not None and cmd.observes:
         return reply, journal.settled_since(mark)
     return reply, journal.ticket_since(mark)
 
 
-def _execute(client, args: list):
+def _execute(client, args: list, name: bytes, cmd):
     server = client.server
     server.stats.commands += 1
-    name = args[0].lower()
-    cmd = TABLE.get(name)
     if cmd is None:
         return _refuse(client, errors.unknown_command(args[0], args[1:]))
     n = len(args)
