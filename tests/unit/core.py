@@ -237,6 +237,11 @@ def datadir_of(store: Store) -> DataDir:
     return _dirs[store]
 
 
+def take_snapshot(store: Store, now: int = T0):
+    """Write a snapshot of the store's data directory in this process (``DataDir.take_snapshot``)."""
+    return datadir_of(store).take_snapshot(now)
+
+
 def close(store: Store) -> None:
     """A clean stop (``DataDir.close``)."""
     _dirs[store].close()

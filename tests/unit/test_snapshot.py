@@ -15,7 +15,7 @@ from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
 
 from core import (LEASE, T0, ack, claim, close, crash, datadir_of, delete, nack, nack_dead, new_queue,
-                   open_store, push, push_key)
+                   open_store, push, push_key, take_snapshot)
 from store_state import digest
 
 def build_varied(store, now=T0) -> None:
@@ -44,10 +44,6 @@ def build_varied(store, now=T0) -> None:
     push(store, m, 4, now=now)
     claim(store, m, now, count=1)
     store.set_clock(123, True, now + 7)
-
-
-def take_snapshot(store, now=T0):
-    return datadir_of(store).take_snapshot(now)
 
 
 def test_snapshot_of_every_job_state_reads_back_identical(tmp_path):

@@ -10,7 +10,7 @@ import os
 import struct
 
 import pytest
-from core import T0, ack, call, claim, client_of, close, datadir_of, nack, nack_dead, new_queue, open_store, \
+from core import take_snapshot, T0, ack, call, claim, client_of, close, datadir_of, nack, nack_dead, new_queue, open_store, \
     push, push_key
 from crc32c import crc32c
 from hypothesis import given, settings
@@ -83,10 +83,6 @@ def build_mixed(store, now=T0) -> None:
     cycle = new_queue(store, b"cycle")                              # short runs: a job each
     for i in range(300):
         push(store, cycle, 1, now=now + i // 3, priority=i % 10, delay=(i % 7 == 0) * (i + 1))
-
-
-def take_snapshot(store, now=T0):
-    return datadir_of(store).take_snapshot(now)
 
 
 def test_plain_jobs_among_others_read_back_identical(tmp_path):
