@@ -117,23 +117,25 @@ class Command:
     categories: frozenset = frozenset()
     last_key: int = 0               # as Redis: the last key's position; -1 = every argument from first_key
     access: str = ""                # what it does to the queue it names: R, W or RW (ACL %R~ / %W~)
-    observes: bool = False          # its reply may show the queues: it waits until they are on disk
+    observes: str = ""              # what its reply may show, so waits to be on disk (``_c``)
 
     def syntax(self) -> str:
         return " ".join([self.name.upper()] + [a.syntax() for a in self.args])
 
 
 def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", reply="", notes="",
-       subcommands="", categories="", access="", first_key=None, observes=False):
+       subcommands="", categories="", access="", first_key=None, observes=""):
     """One command.  ``subcommands``: "name name:flag,flag ..." (extra flags
     per subcommand); ``categories``: extra ACL categories (keyspace,
     dangerous); ``access``: RW for a command that writes a queue and hands out
     its payloads (otherwise R for readonly, W for write commands);
     ``first_key``: where the queue is when it is not the first argument;
-    ``observes``: its reply may show the queues though it is neither
-    readonly nor write (every readonly and write command's may): such a
-    reply leaves only once what it may show is in the log as its writer's
-    reply needed (docs/semantics.md §5.2)."""
+    ``observes``: "queues" when its reply may show the queues though it is
+    neither readonly nor write (every readonly and write command's may):
+    such a reply leaves only once what it may show is in the log as its
+    writer's reply needed; "claims" when it shows only the jobs it claims,
+    which need not wait for the fsync of acks no claim can see yet
+    (docs/semantics.md §5.2)."""
     if first_key is None:
         first_key = 1 if args and args[0].type == "key" else 0
     last_key = -1 if args and args[0].type == "key" and args[0].multiple else first_key
@@ -147,7 +149,7 @@ def _c(name, handler, arity, flags, group, summary, args=(), complexity="O(1)", 
     access = access or ("R" if "readonly" in flag_set else "W" if "write" in flag_set else "RW")
     return Command(name, handler, arity, flag_set, group, summary, complexity, tuple(args),
                    first_key, reply, notes, tuple(subs), acl.categories_for(flag_set, group, bool(first_key), extra),
-                   last_key, access, observes or bool(flag_set & {"readonly", "write"}))
+                   last_key, access, observes or ("queues" if flag_set & {"readonly", "write"} else ""))
 
 
 QUEUE_OPTIONS = (
@@ -264,7 +266,8 @@ _COMMANDS = [
              "key, last_error, dead_letter_* provenance); empty when nothing was claimable",
        notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "
              "With a queue WINDOW, a claim that finds jobs waits up to WINDOW ms to share them with the "
-             "claims that arrive meanwhile. Creates the queue when auto-create is yes.", access="RW"),
+             "claims that arrive meanwhile. Creates the queue when auto-create is yes.", access="RW",
+       observes="claims"),
     _c("qwork", jobs.qwork, -3, "write", "job",
        "Push mode: keep up to MAX jobs leased to this connection, sent as push messages",
        (QUEUE, Arg("consumer"), opt("MAX", "n"), opt("LEASE", "ms")), "O(M log N)",
@@ -391,7 +394,7 @@ _COMMANDS = [
        reply="+OK; the following commands answer +QUEUED"),
     _c("exec", None, 1, "loading transaction", "transactions",
        "Run the queued commands atomically, in one log write",
-       reply="array of the replies; -EXECABORT if a command failed to queue", observes=True),
+       reply="array of the replies; -EXECABORT if a command failed to queue", observes="queues"),
     _c("discard", None, 1, "fast loading transaction", "transactions", "Discard the queued commands",
        reply="+OK"),
     _c("watch", connection.watch, -2, "fast no-multi", "transactions", "Not supported (always an error)",
@@ -405,7 +408,7 @@ _COMMANDS = [
     _c("info", server.info, -1, "loading", "server",
        "Server information: server, clients, memory, persistence, stats, queues",
        (Arg("section", optional=True, multiple=True),), reply="text (bulk; verbatim in RESP3)",
-       categories="dangerous", observes=True),
+       categories="dangerous", observes="queues"),
     _c("config", server.config_cmd, -2, "admin loading", "server", "CONFIG GET, SET and RESETSTAT",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), reply="map for GET, +OK for SET",
        subcommands="get set resetstat rewrite help"),

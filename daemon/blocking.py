@@ -109,8 +109,8 @@ class Worker(Session):
 
     def take(self, limit: int) -> int:
         server = self.conn.server
-        jobs, ticket = server.store.journal.logged(
-            claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+        jobs, ticket = server.store.journal.claimed(
+            server.now_ms, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
         name = self.queue.name
         for job in jobs:
             if self.channel is None:
@@ -227,7 +227,7 @@ class Blocking:
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs, ticket = journal.logged(taker.wait.take, share)
+                    jobs, ticket = journal.claimed(self.server.now_ms, taker.wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)

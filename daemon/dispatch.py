@@ -34,15 +34,15 @@ def execute(client, args: list) -> tuple[object, Ticket | None]:
     """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)
     and its ticket: the records it logged, and for a command whose reply
     may show the queues (``Command.observes``) every record appended so far
-    (``Journal.settled_since``), so that no reply shows a change the log may
-    still refuse."""
+    (``Journal.settled_since``; a claim's only what a claim can see), so
+    that no reply shows a change the log may still refuse."""
     journal = client.server.store.journal
     mark = journal.mark()
     name = args[0].lower()
     cmd = TABLE.get(name)
     reply = _execute(client, args, name, cmd)
     if cmd is not None and cmd.observes:
-        return reply, journal.settled_since(mark)
+        return reply, journal.settled_since(mark, client.server.now_ms() if cmd.observes == "claims" else None)
     return reply, journal.ticket_since(mark)
 
 

@@ -55,11 +55,13 @@ class Journal:
         """Whether records about ``q``'s jobs are kept (not for memory queues)."""
         return self.log is not None and q.durability is not MEMORY
 
-    def job_record(self, q: Queue, rtype: int, body: bytes, lease: bool = False) -> None:
-        """A record about jobs of ``q``; ``lease``: a CLAIM, NACK or EXTEND."""
+    def job_record(self, q: Queue, rtype: int, body: bytes, lease: bool = False, blind_until: int = 0) -> None:
+        """A record about jobs of ``q``; ``lease``: a CLAIM, NACK or EXTEND;
+        ``blind_until``: no claim can see it before that moment
+        (``LogBuffer.append``; inside a transaction it is ignored)."""
         if self.log is None or q.durability is MEMORY:
             return
-        self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync))
+        self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync), blind_until)
 
     def note_record(self, q: Queue, rtype: int, body: bytes) -> None:
         """A record nobody's reply waits for (EXPIRE): written unless ``q``
@@ -101,12 +103,12 @@ class Journal:
         finally:
             self.commit()
 
-    def _emit(self, rtype: int, body: bytes, sync: bool) -> None:
+    def _emit(self, rtype: int, body: bytes, sync: bool, blind_until: int = 0) -> None:
         if self._txn is not None:
             self._txn.append((rtype, body))
             self._txn_sync = self._txn_sync or sync
         else:
-            self.log.append(rtype, body, sync)
+            self.log.append(rtype, body, sync, blind_until)
 
     # -- what the daemon asks -------------------------------------------------------------
 
@@ -117,17 +119,18 @@ class Journal:
         """What a reply must wait for: the records emitted since ``mark``."""
         return None if self.log is None else self.log.ticket_since(mark)
 
-    def settled_since(self, mark: int) -> Ticket | None:
+    def settled_since(self, mark: int, claim_at: int | None = None) -> Ticket | None:
         """The ticket of a reply that may show anything appended so far
-        (``LogBuffer.settled``), ``own`` when records were appended since ``mark``."""
+        (``LogBuffer.settled``; ``claim_at``: a claim's, made at that
+        moment), ``own`` when records were appended since ``mark``."""
         log = self.log
-        return None if log is None else log.settled(log.mark() != mark)
+        return None if log is None else log.settled(log.mark() != mark, claim_at)
 
-    def logged(self, fn, *args):
-        """Call ``fn(*args)``, whose result shows the queues (a claim served
-        to a parked claimer, a job sent to a work stream); return its result
-        and the ticket it waits for (``settled_since``: None when nothing
-        it may show can still be refused)."""
+    def claimed(self, clock, fn, *args):
+        """Call ``fn(*args)``, a claim whose result hands out jobs (served to
+        a parked claimer, sent to a work stream); return its result and the
+        ticket it waits for (``settled_since`` at ``clock()`` read after the
+        claim: None when nothing it may show can still be refused)."""
         mark = self.mark()
         result = fn(*args)
-        return result, self.settled_since(mark)
+        return result, self.settled_since(mark, clock())

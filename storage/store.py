@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from . import flow, leasing, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
-from .job import READY, Job
+from .job import IN_FLIGHT, READY, Job
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
 from .deaths import Deaths
@@ -202,6 +202,7 @@ class Store:
     def ack(self, q: Queue, jobs: list[Job], ts: int, result: bytes | None = None) -> None:
         """Completed; ``result``: the one job's result (QACK ... RESULT), kept
         for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
+        blind_until = _unseen_by_claims_until(q, jobs)
         q.complete_many(jobs, ts)
         if self.deps.children or result is not None:
             with self.journal.transaction():
@@ -214,7 +215,8 @@ class Store:
                     self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
                 self.log_released(ts)
         else:
-            self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
+            self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]),
+                                    blind_until=blind_until)
         endings = self.endings
         if endings.watched:
             endings.ended(q, jobs)
@@ -312,6 +314,23 @@ class Store:
         """The DEBUG clock, logged so a restart keeps the test's time."""
         self.clock = (offset, frozen, frozen_at)
         self.journal.meta_record(records.CLOCK, records.clock(offset, frozen, frozen_at))
+
+
+def _unseen_by_claims_until(q: Queue, jobs: list[Job]) -> int:
+    """Until when no claim can tell whether the ack of ``jobs`` happened
+    (0: a claim may at once), for ``LogBuffer.settled``: jobs in flight are
+    claimable again only at the end of their leases, and on a queue without
+    CONCURRENCY, group rules or groups an ack frees no claim's way.  (A job
+    some child waits for is acked in a transaction, which never uses this.)"""
+    if flow.has_slots(q) or q.indexes.groups is not None:
+        return 0
+    until = None
+    for job in jobs:
+        if job.state is not IN_FLIGHT:
+            return 0
+        if until is None or job.deadline < until:
+            until = job.deadline
+    return until or 0
 
 
 def _runs(dying: list) -> list:

@@ -129,6 +129,9 @@ class LogBuffer:
         self._appended = 0         # records appended, ever
         self._last_sync_record = 0  # number of the latest appended record that needs fsync
         self._sync_gen = 0         # latest generation holding a record that needs fsync
+        self._claim_sync_gen = 0   # ... one that a claim may depend on (all but the ``blind_until`` ones)
+        self._blind_gen = 0        # latest generation holding a record that needs fsync and no
+        self._blind_until = 0      # claim can see before this moment (the earliest of them, ms epoch)
         self._written = 0          # generations handed to write()
         self._covered = 0          # generations an fsync has been started for
         self._durable = 0          # generations known to be on disk
@@ -137,12 +140,23 @@ class LogBuffer:
 
     # loop thread ------------------------------------------------------------------
 
-    def append(self, rtype: int, body: bytes, sync: bool) -> None:
+    def append(self, rtype: int, body: bytes, sync: bool, blind_until: int = 0) -> None:
+        """``blind_until``: no claim can take or skip anything because of this
+        record before that moment (an ack of jobs under live leases on a
+        queue whose claims an ack cannot free, ``Store.ack``); 0: any claim may."""
         self._buffer.append(records.frame(rtype, body))
         self._appended += 1
         if sync:
             self._last_sync_record = self._appended
-            self._sync_gen = self._written + 1
+            generation = self._sync_gen = self._written + 1
+            if not blind_until:
+                self._claim_sync_gen = generation
+            else:
+                if self._blind_gen <= self._durable:        # the earlier ones are on disk: start afresh
+                    self._blind_until = blind_until
+                else:
+                    self._blind_until = min(self._blind_until, blind_until)
+                self._blind_gen = generation
 
     def mark(self) -> int:
         """A point in the stream of appends, for ``ticket_since``."""
@@ -154,16 +168,22 @@ class LogBuffer:
             return None
         return Ticket(self._written + 1, self._last_sync_record > mark)
 
-    def settled(self, own: bool) -> Ticket | None:
+    def settled(self, own: bool, claim_at: int | None = None) -> Ticket | None:
         """The ticket of a reply that may show anything appended so far: it
         waits until every record appended is written, and every one that
         needs fsync is durable, so that no reply ever shows a change the log
         may still refuse (docs/semantics.md §5.2).  None when all are.  A
         generation written after the one waiting for fsync joins that fsync
         (``sync_wanted``), so the reply waits for one fsync, not for the
-        fsync-interval."""
+        fsync-interval.
+
+        ``claim_at``: the reply hands out jobs claimed at that moment, and
+        shows nothing but them: it need not wait for the fsync of records
+        no claim can see yet (``append``'s ``blind_until``)."""
         generation = self._written + 1 if self._buffer else self._written
-        if self._sync_gen > self._durable:
+        if self._sync_gen > self._durable and (
+                claim_at is None or self._claim_sync_gen > self._durable
+                or (self._blind_gen > self._durable and claim_at >= self._blind_until)):
             self._sync_gen = generation
             return Ticket(generation, True, own)
         if self._buffer:

@@ -243,6 +243,83 @@ def test_a_reply_that_may_show_a_change_waits_until_the_log_cannot_refuse_it(cor
     assert run(other, "QLEN", "a")[1] is None
 
 
+def _acked_before_a_claim(core, c, *create):
+    """Queue q made with ``create``, three jobs, two of them claimed (lease
+    1 s) and all settled; then another client acks the first: that ack's
+    ticket, and the tickets of a claim and of a read made after it."""
+    call(c, "QCREATE", "q", *create)
+    call(c, "QPUSHMANY", "q", 3, "a", "b", "c")
+    first, _ = call(c, "QCLAIM", "q", "w", "COUNT", 2, "LEASE", 1000)
+    settle(core)
+    other = Client(core)
+    _, ack = run(other, "QACK", "q", first[b"lease"])
+    _, claim = run(c, "QCLAIM", "q", "w", "LEASE", 1000)
+    _, read = run(c, "QLEN", "q")
+    return ack, claim, read
+
+
+def test_a_claim_does_not_wait_for_the_fsync_of_an_ack_no_claim_can_see(core, c):
+    """docs/semantics.md §5.2: the acked job was under a live lease, so a
+    claim could not have taken it either way, and on a queue without
+    CONCURRENCY or groups an ack frees no claim's way: the claim waits for
+    the write only (its own CLAIM record); a read still waits for the fsync."""
+    ack, claim, read = _acked_before_a_claim(core, c)
+    assert ack.fsync and ack.own
+    assert claim == Ticket(ack.generation, False, True)
+    assert read == Ticket(ack.generation, True, False)
+
+
+@pytest.mark.parametrize("create", [("CONCURRENCY", 2), ("GROUP-CONCURRENCY", 2), ("RESULT-TTL", 0)],
+                         ids=["concurrency", "group-concurrency", "no-rule"])
+def test_a_claim_waits_for_the_fsync_of_an_ack_that_may_free_its_way(core, c, create):
+    ack, claim, _ = _acked_before_a_claim(core, c, *create)
+    expected_wait = create[0] != "RESULT-TTL"          # (the last: a setting that frees nobody's way)
+    assert claim == Ticket(ack.generation, expected_wait, True)
+
+
+def test_a_claim_waits_for_the_fsync_of_an_ack_once_the_acked_lease_would_have_ended(core, c):
+    """Refused, the ack leaves the job in flight until its deadline: a claim
+    made from then on could have taken it, so it waits."""
+    call(c, "QCREATE", "q")
+    call(c, "QPUSHMANY", "q", 3, "a", "b", "c")
+    held, _ = call(c, "QCLAIM", "q", "w", "COUNT", 2, "LEASE", 1000, now=T0)
+    settle(core)
+    assert run(Client(core), "QACK", "q", held[b"lease"], now=T0 + 500)[1].fsync
+    assert not run(c, "QCLAIM", "q", "w", now=T0 + 999)[1].fsync
+    assert run(c, "QCLAIM", "q", "w", now=T0 + 1000)[1].fsync
+
+
+@pytest.mark.parametrize("before", [("QPUSH", "q", "d"), ("QNACK", "q", "LEASE2", "DEAD"), ("QDEL", "q", 3),
+                                    ("QACK", "q", "LEASE1", "RESULT", "r")],
+                         ids=["push", "nack-dead", "del", "ack-with-result"])
+def test_a_claim_waits_for_the_fsync_of_any_other_change(core, c, before):
+    call(c, "QCREATE", "q", "RESULT-TTL", 60_000)
+    call(c, "QPUSHMANY", "q", 3, "a", "b", "c")
+    jobs = call(c, "QCLAIM", "q", "w", "COUNT", 2, "LEASE", 1000)
+    settle(core)
+    leases = {"LEASE1": jobs[0][b"lease"], "LEASE2": jobs[1][b"lease"]}
+    _, ticket = run(Client(core), *[leases.get(a, a) for a in before])
+    assert ticket.fsync
+    assert run(c, "QCLAIM", "q", "w")[1].fsync
+
+
+def test_an_ack_blind_to_claims_joins_the_earliest_deadline_until_it_is_durable():
+    """``LogBuffer``: the moment claims start to depend on acks in flight
+    is the earliest of their deadlines, until an fsync covers them all."""
+    log = MemoryLog()
+    log.append(records.ACK, b"x", True, blind_until=2000)
+    log.append(records.ACK, b"y", True, blind_until=1000)
+    assert log.settled(False, claim_at=999) == Ticket(1, False, False)
+    assert log.settled(False, claim_at=1000) == Ticket(1, True, False)
+    assert log.settled(False) == Ticket(1, True, False)
+    log.flush()
+    log.synced(log.start_sync(), 0)
+    log.append(records.ACK, b"z", True, blind_until=5000)      # the earlier deadlines are on disk
+    assert log.settled(False, claim_at=4999) == Ticket(2, False, False)
+    log.append(records.PUSH, b"p", True)
+    assert log.settled(False, claim_at=0) == Ticket(2, True, False)
+
+
 def test_auto_created_queue_is_an_fsynced_record_even_for_a_read_that_creates(core, c):
     _, ticket = run(c, "QCLAIM", "fresh", "w")          # QCLAIM creates the queue, finds nothing
     assert ticket.fsync
