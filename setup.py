@@ -8,7 +8,8 @@ import os
 
 from setuptools import Extension, setup
 
-COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx")]
+COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
+            ("leaseq.storage._job", "storage/_job.pyx")]
 
 
 def extensions() -> list:

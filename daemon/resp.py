@@ -43,6 +43,7 @@ import hiredis
 from leaseq.commands import errors
 from functools import lru_cache
 
+from leaseq.storage import job
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
@@ -499,8 +500,10 @@ if os.environ.get("LEASEQ_PURE") != "1":
         _parser.bind(ProtocolError, split_args)
         RequestParser = _parser.RequestParser
         COMPILED.append("_parser")
+if job.COMPILED:
+    COMPILED.append("_job")
 
 # "compiled" when every module of setup.py's COMPILED list was built and
 # LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
-FLAVOUR = ("compiled" if len(COMPILED) == 2 else "pure" if not COMPILED
+FLAVOUR = ("compiled" if len(COMPILED) == 3 else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

@@ -2,7 +2,10 @@
 
 ``Job`` keeps the fields every job has in slots; the fields most jobs never
 set live in a ``JobExtra`` made only when one of them is set (a plain job
-stays small).  ``Provenance`` is where a dead-lettered job came from.
+stays small).  The class here is the definition; when its compiled twin
+(``_job.pyx``, the same attributes made in C and 16 bytes smaller) was
+built and LEASEQ_PURE is not 1, the name ``Job`` is bound to that one
+(``COMPILED``).  ``Provenance`` is where a dead-lettered job came from.
 
 A job's ``state`` is one of ``STATES`` (``None`` once it has left its queue);
 which index of its queue holds it in each state is ``storage.indexes``'
@@ -10,6 +13,8 @@ table.
 """
 
 from __future__ import annotations
+
+import os
 
 DELAYED = b"delayed"
 READY = b"ready"
@@ -126,3 +131,14 @@ def end_lease(job: Job) -> None:
     if extra is not None and extra.holder is not None:
         holder, extra.holder = extra.holder, None
         holder.lease_ended(job)
+
+
+PureJob = Job
+COMPILED = False
+if os.environ.get("LEASEQ_PURE") != "1":
+    try:
+        from ._job import Job   # noqa: F811  (the compiled twin; it imports JobExtra and _extra_field from here)
+    except ImportError:         # no C compiler at install time: the class above serves
+        pass
+    else:
+        COMPILED = True

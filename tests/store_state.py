@@ -3,7 +3,7 @@
 
 The digest is plain values (dicts, lists, tuples), so two of them compare
 with ``==`` and pytest shows what differs.  It holds every field of every
-job (read off ``Job.__slots__`` and ``JobExtra.__slots__``, so a new field
+job (read off the definition's ``PureJob.__slots__`` and ``JobExtra.__slots__``, so a new field
 is compared without anyone adding it here), every index of every queue, the
 queue counters and the store's own marks.  A comparison that must leave
 something out says so with a keyword, each one naming why a restart cannot
@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from leaseq.storage import records
-from leaseq.storage.job import DELAYED, IN_FLIGHT, READY, Job, JobExtra
+from leaseq.storage.job import DELAYED, IN_FLIGHT, READY, JobExtra, PureJob
 from leaseq.storage.recovery import read_log
 
 # every remembered field of a job; ``extra`` is spread into its own fields and
 # ``holder`` is the live connection of a SESSION / QWORK lease (never stored)
-JOB_FIELDS = tuple(f for f in Job.__slots__ + JobExtra.__slots__ if f not in ("extra", "holder"))
+JOB_FIELDS = tuple(f for f in PureJob.__slots__ + JobExtra.__slots__ if f not in ("extra", "holder"))
 
 
 def log_records(directory) -> list[tuple[int, tuple]]:

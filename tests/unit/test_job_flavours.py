@@ -1,0 +1,79 @@
+"""The compiled ``Job`` (storage/_job.pyx) against its definition, the pure
+``Job`` of storage/job.py: the same attributes, defaults, rare fields and
+refusals, so that every other test, run in both flavours by .ci/run, means
+the same thing whichever class the daemon uses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from leaseq.storage import job
+from leaseq.storage.job import READY, JobExtra, PureJob
+
+FLAVOURS = [PureJob] + ([job.Job] if job.COMPILED else [])
+
+
+def test_the_compiled_job_is_in_use_unless_told_otherwise():
+    if os.environ.get("LEASEQ_PURE") == "1":
+        assert job.Job is PureJob and not job.COMPILED
+    elif shutil.which("cc") or shutil.which("gcc"):
+        assert job.COMPILED and job.Job is not PureJob and job.Job.__module__ == "leaseq.storage._job"
+        # priority, deliveries and requeued as C numbers: 16 bytes less a job
+        assert sys.getsizeof(job.Job(1, b"p", 0, 10, 10)) + 16 <= sys.getsizeof(PureJob(1, b"p", 0, 10, 10))
+    else:
+        assert job.Job is PureJob
+
+
+def public_attributes(cls) -> set[str]:
+    made = cls(1, b"p", 3, 10, 20)
+    return {name for name in dir(made) if not name.startswith("_")}
+
+
+def test_both_flavours_offer_the_same_attributes():
+    assert public_attributes(job.Job) == public_attributes(PureJob) == \
+        set(PureJob.__slots__) | set(JobExtra.__slots__)
+
+
+@pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
+def test_a_new_job_has_the_defaults_and_no_rare_fields(cls):
+    j = cls(7, b"payload", 3, 10, 20)
+    assert (j.id, j.payload, j.priority, j.enqueued_at, j.visible_at) == (7, b"payload", 3, 10, 20)
+    assert (j.deliveries, j.state, j.token, j.deadline, j.consumer, j.requeued, j.extra) == \
+        (0, None, None, 0, None, False, None)
+    assert (j.key, j.flags, j.max_deliveries, j.expire_ms, j.group, j.retain_until) == (None, 0, 0, 0, b"", 0)
+    assert j.extra is None                       # reading a rare field makes no JobExtra
+
+
+@pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
+def test_rare_fields_live_in_one_extra_made_when_first_set(cls):
+    j = cls(1, b"p", 0, 10, 10, b"k", 2, 5, 1000)
+    assert isinstance(j.extra, JobExtra) and (j.key, j.flags, j.max_deliveries, j.expire_ms) == (b"k", 2, 5, 1000)
+    plain = cls(2, b"p", 0, 10, 10)
+    plain.group = b""                            # the default: still no extra
+    assert plain.extra is None
+    plain.group = b"g"
+    assert plain.extra.group == b"g" and plain.group == b"g"
+
+
+@pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
+def test_fields_are_set_and_read_back_as_given(cls):
+    j = cls(1, b"p", 9, 10, 10)
+    j.state, j.token, j.deadline, j.consumer, j.deliveries = READY, b"1.2", 5000, b"w", 3
+    j.requeued = True
+    j.priority = 0
+    assert (j.state, j.token, j.deadline, j.consumer, j.deliveries, j.requeued, j.priority) == \
+        (READY, b"1.2", 5000, b"w", 3, True, 0)
+    assert j.state is READY and j.requeued is True
+    j.requeued = False
+    assert j.requeued is False
+
+
+@pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
+def test_a_job_takes_no_attribute_it_does_not_have(cls):
+    j = cls(1, b"p", 0, 10, 10)
+    with pytest.raises(AttributeError):
+        j.colour = b"red"
