@@ -71,7 +71,14 @@ class Holdings:
 
     def drop(self) -> None:
         """Forget every holding without logging (a disk fault: the store they
-        live in is being rebuilt from disk)."""
+        live in is being rebuilt from disk).  Their tables of held jobs are
+        emptied: a job points at its holder, so a holder that kept pointing
+        at its jobs would make a cycle that only the cyclic collector could
+        free, and jobs are outside its reach (storage/_job.pyx)."""
+        if self._session is not None:
+            self._session.held = {}
+        for worker in self.workers:
+            worker.held = {}
         self._session = None
         self.workers = []
         self.subscriptions = 0

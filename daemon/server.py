@@ -260,8 +260,9 @@ async def serve(settings: config.Settings, open_datadir) -> None:
     except BaseException:
         server.abort()
         raise
-    # Jobs hold no reference cycles (refcounting frees them), yet each one is
-    # tracked by the cyclic collector: at the default threshold a push spends
+    # Jobs hold no reference cycles (refcounting frees them), yet in the pure
+    # flavour each one is tracked by the cyclic collector (the compiled Job is
+    # not: storage/_job.pyx): at the default threshold a push spends
     # more time in collections than in the push. Collect the young generation
     # less often, move what recovery built into the permanent generation, and
     # from then on what survives a second (daemon/process.py).

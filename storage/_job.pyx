@@ -1,8 +1,16 @@
 # cython: language_level=3
 """The compiled twin of ``storage.job.Job`` (docs/performance.md): the same
 attributes and constructor, made in C, and 16 bytes smaller per job
-(priority, deliveries and requeued are C numbers, not pointers: 112 bytes
-instead of 128 with its GC header).  ``storage/job.py`` holds the
+(priority, deliveries and requeued are C numbers, not pointers) and
+outside the cyclic collector's reach: 96 bytes instead of 128.
+
+A job holds no reference cycle that refcounting cannot free: what it
+points at (its payload, numbers, byte strings, its ``JobExtra``) never
+points back at it, except a SESSION or QWORK holder (``extra.holder``),
+whose ``held`` table is emptied whenever it lets its jobs go (the lease
+ends, the connection closes, a disk fault drops the holdings).  So the
+collector need not track jobs, and its full collections no longer rescan
+every live job.  ``storage/job.py`` holds the
 definition (``Job`` there, the rare fields in ``JobExtra``) and binds its
 name ``Job`` to this class when it was built and LEASEQ_PURE is not 1;
 tests/unit/test_job_flavours.py checks that both offer the same attributes."""
@@ -14,6 +22,7 @@ from leaseq.storage.job import JobExtra, _extra_field
 
 @cython.auto_pickle(False)
 @cython.final
+@cython.no_gc          # jobs hold no reference cycles (see below): the cyclic collector never scans them
 cdef class Job:
     cdef public object id, payload, enqueued_at, visible_at, state, token, deadline, consumer, extra
     cdef public int deliveries

@@ -403,6 +403,24 @@ def most_in_window(moments: list[int], span: int) -> int:
     return max((sum(1 for m in times[i:] if m < start + span) for i, start in enumerate(times)), default=0)
 
 
+class ClockWatch:
+    """Says, when a timing test fails, how long the call that failed took
+    and whether the wall clock (which the daemon's clock follows) stepped
+    meanwhile, against the monotonic clock (which the daemon's timers use)."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = time.time(), time.monotonic()
+        self.asked = self.mono
+
+    def ask(self) -> None:
+        self.asked = time.monotonic()
+
+    def said(self) -> str:
+        now = time.monotonic()
+        step = (time.time() - self.wall) - (now - self.mono)
+        return f"(the call took {now - self.asked:.2f} s; the wall clock stepped {step:+.3f} s during the test)"
+
+
 def wait_blocked(c, q, n: int) -> None:
     """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
     wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")

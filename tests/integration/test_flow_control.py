@@ -16,7 +16,7 @@ import time
 import pytest
 import redis
 
-from harness import (BlockedClaim, Daemon, RespSocket, as_map, claim, error_text, most_in_window, qinfo,
+from harness import (BlockedClaim, ClockWatch, Daemon, RespSocket, as_map, claim, error_text, most_in_window, qinfo,
                      run_threads, unique, wait_blocked, wait_for)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
@@ -119,10 +119,12 @@ def test_the_daemons_timer_serves_blocked_claimers_and_no_window_holds_more_than
     def claimer():
         c = daemon.client(protocol=2)
         end = time.monotonic() + 2.5
+        watch = ClockWatch()
         while time.monotonic() < end:
+            watch.ask()
             jobs = [as_map(j) for j in c.execute_command("QCLAIM", q, "t", "COUNT", 3, "LEASE", LEASE,
                                                           "BLOCK", 20_000)]
-            assert jobs, "a blocked claim came back empty: the window's slide did not wake it"
+            assert jobs, f"a blocked claim came back empty: the window's slide did not wake it {watch.said()}"
             moments.extend(j[b"deadline"] - LEASE for j in jobs)
         c.close()
 

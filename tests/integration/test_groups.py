@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from harness import (BlockedClaim, CheckedThread, Daemon, bgsave, claim, error_text, http_daemon, http_get,
+from harness import (BlockedClaim, CheckedThread, ClockWatch, Daemon, bgsave, claim, error_text, http_daemon, http_get,
                      most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
@@ -288,9 +288,11 @@ def test_the_daemons_timer_serves_group_windows_and_no_group_window_holds_more_t
     def claimer():
         w = daemon.client(protocol=2)
         end = time.monotonic() + 1.5
+        watch = ClockWatch()
         while time.monotonic() < end:
+            watch.ask()
             jobs = claim(w, q, "t", "COUNT", 3, "LEASE", LEASE, "BLOCK", 20_000)
-            assert jobs, "a blocked claim came back empty: the window's slide did not wake it"
+            assert jobs, f"a blocked claim came back empty: the window's slide did not wake it {watch.said()}"
             with lock:
                 for j in jobs:
                     moments[j[b"group"]].append(j[b"deadline"] - LEASE)
