@@ -202,7 +202,9 @@ class Store:
     def ack(self, q: Queue, jobs: list[Job], ts: int, result: bytes | None = None) -> None:
         """Completed; ``result``: the one job's result (QACK ... RESULT), kept
         for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
-        blind_until = _unseen_by_claims_until(q, jobs)
+        # (only an fsync queue's plain ACK record can be blind: skip the look at the jobs otherwise)
+        blind_until = (_unseen_by_claims_until(q, jobs)
+                       if q.durability is FSYNC and result is None and not self.deps.children else 0)
         q.complete_many(jobs, ts)
         if self.deps.children or result is not None:
             with self.journal.transaction():
