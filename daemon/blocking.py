@@ -325,8 +325,11 @@ class Blocking:
         if not self.by_queue.get(queue) and not self.workers.get(queue):
             self._forget(queue)
             return
+        now = self.server.now_ms()
         due = queue.indexes.next_due()
-        room = flow.next_room(queue, self.server.now_ms())    # a full RATE window slides on
+        room = flow.next_room(queue, now)    # a full RATE window slides on
+        if room is None and self._served_late(queue, now):
+            room = now
         if room is not None and (due is None or room < due):
             due = room
         current = self.timers.get(queue)
@@ -341,6 +344,21 @@ class Blocking:
             current[1].cancel()
         delay = max(0, due - self.server.now_ms() + 1) / 1000.0
         self.timers[queue] = (due, self.loop.call_later(delay, self._fire, queue))
+
+    def _served_late(self, queue, now: int) -> bool:
+        """Whether a job the rules held back when a claimer here last looked
+        fits by now: the clock runs between a claim finding a RATE window (or
+        a group's) full and its parking, and between ``serve`` dealing and
+        arming, so the window may have slid in between; then nothing else
+        would wake the claimer before its BLOCK ran out.  Only time-bound
+        rules can slide, and only someone able to take counts (a cohort waits
+        for its window, a worker for a free slot), so this never spins."""
+        if not (queue.config.rate[0] or queue.indexes.groups is not None):
+            return False
+        cohort_open = queue in self.cohorts
+        takers = any(not w.conn.closed and not (cohort_open and w.wait.cohort) for w in self.by_queue.get(queue, ()))
+        takers = takers or any(not k.conn.closed and k.room for k in self.workers.get(queue, ()))
+        return takers and flow.claimable(queue, now, 1) > 0
 
     def _fire(self, queue) -> None:
         self.timers.pop(queue, None)

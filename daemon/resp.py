@@ -276,7 +276,7 @@ class PureRequestParser:
                 size = int(data[pos + 1:nl])
             except ValueError:
                 return
-            if size > self.max_bulk:
+            if size < 0 or size > self.max_bulk:     # hiredis would take $-1 for a nil and wait
                 raise ProtocolError(errors.PROTO_BULK_LENGTH, out)
             pos = nl + 4 + size
 

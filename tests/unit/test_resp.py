@@ -514,6 +514,7 @@ LIMITS = st.fixed_dictionaries({}, optional={
 @given(stream=damaged_st(), limits=LIMITS, data=st.data())
 @example(stream=b"*1\r\n+OK\r\nX", limits={}, data=None)
 @example(stream=b"*1\r\n$4\r\nPING\r\n*1\r\n+OK\r\nX", limits={}, data=None)
+@example(stream=b"*2\r\n$-1\r\n", limits={}, data=None)     # hiredis alone reads $-1 as a nil
 def test_both_parsers_reject_bad_bytes_alike(stream, limits, data):
     """Same error, same commands before it, same pending otherwise, after
     every feed, whatever the chunks and the limits."""
