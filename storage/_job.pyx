@@ -1,43 +1,63 @@
 # cython: language_level=3
 """The compiled twin of ``storage.job.Job`` (docs/performance.md): the same
-attributes and constructor, made in C, and 16 bytes smaller per job
-(priority, deliveries and requeued are C numbers, not pointers) and
-outside the cyclic collector's reach: 96 bytes instead of 128.
+attributes and constructor, made in C, and 32 bytes smaller per job than
+the pure one, with its payload held in a buffer of its own instead of a
+``bytes`` object: 96 bytes for the job and the payload's own length for
+the payload (a 128-byte payload was a 176-byte object).
 
-A job holds no reference cycle that refcounting cannot free: what it
-points at (its payload, numbers, byte strings, its ``JobExtra``) never
-points back at it, except a SESSION or QWORK holder (``extra.holder``),
-whose ``held`` table is emptied whenever it lets its jobs go (the lease
-ends, the connection closes, a disk fault drops the holdings).  So the
-collector need not track jobs, and its full collections no longer rescan
-every live job.  ``storage/job.py`` holds the
-definition (``Job`` there, the rare fields in ``JobExtra``) and binds its
-name ``Job`` to this class when it was built and LEASEQ_PURE is not 1;
-tests/unit/test_job_flavours.py checks that both offer the same attributes."""
+- priority, deliveries, requeued and the state are C numbers, not
+  pointers (``state`` reads back the very ``STATES`` object that was set,
+  so ``job.state is READY`` holds);
+- the payload is copied once into memory from Python's allocator, exactly
+  its length; ``job.payload`` makes a ``bytes`` of it each time it is read
+  (a claim's reply, QPEEK, a snapshot), and ``payload_len`` is its size
+  without making one;
+- a job is outside the cyclic collector's reach.  A job holds no
+  reference cycle that refcounting cannot free: what it points at (numbers,
+  byte strings, its ``JobExtra``) never points back at it, except a
+  SESSION or QWORK holder (``extra.holder``), whose ``held`` table is
+  emptied whenever it lets its jobs go (the lease ends, the connection
+  closes, a disk fault drops the holdings).  So the collector need not
+  track jobs, and its full collections no longer rescan every live job.
+
+``storage/job.py`` holds the definition (``Job`` there, the rare fields in
+``JobExtra``) and binds its name ``Job`` to this class when it was built and
+LEASEQ_PURE is not 1; tests/unit/test_job_flavours.py checks that both
+offer the same attributes."""
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.string cimport memcpy
 
-from leaseq.storage.job import JobExtra, _extra_field
+from leaseq.storage.job import STATES, JobExtra, _extra_field
+
+cdef tuple _STATE_OF = (None,) + STATES                      # the C number -> the state
+cdef dict _NUMBER_OF = {s: n for n, s in enumerate(_STATE_OF)}    # the state -> its C number
+cdef Py_ssize_t _PAYLOAD_MAX = 0xFFFFFFFF
 
 
 @cython.auto_pickle(False)
 @cython.final
-@cython.no_gc          # jobs hold no reference cycles (see below): the cyclic collector never scans them
+@cython.no_gc          # jobs hold no reference cycles (see above): the cyclic collector never scans them
 cdef class Job:
-    cdef public object id, payload, enqueued_at, visible_at, state, token, deadline, consumer, extra
+    cdef public object id, enqueued_at, visible_at, token, deadline, consumer, extra
+    cdef char *_payload
+    cdef readonly unsigned int payload_len
     cdef public int deliveries
     cdef public signed char priority      # 0-9 (QPUSH ... PRIORITY)
     cdef unsigned char _requeued
+    cdef unsigned char _state             # the index of the state in _STATE_OF
 
     def __init__(self, id, payload, int priority, enqueued_at, visible_at, key=None, flags=0,
                  max_deliveries=0, expire_ms=0):
         self.id = id
-        self.payload = payload
+        _keep(self, payload)
         self.priority = priority
         self.enqueued_at = enqueued_at
         self.visible_at = visible_at
         self.deliveries = 0
-        self.state = None
+        self._state = 0
         self.token = None
         self.deadline = 0
         self.consumer = None
@@ -46,6 +66,28 @@ cdef class Job:
             self.extra = None
         else:
             self.extra = JobExtra(key, flags, max_deliveries, expire_ms)
+
+    def __dealloc__(self):
+        PyMem_Free(self._payload)
+
+    @property
+    def payload(self):
+        return PyBytes_FromStringAndSize(self._payload, self.payload_len)
+
+    @payload.setter
+    def payload(self, value):
+        _keep(self, value)
+
+    @property
+    def state(self):
+        return _STATE_OF[self._state]
+
+    @state.setter
+    def state(self, value):
+        number = _NUMBER_OF.get(value)
+        if number is None:
+            raise ValueError(f"not a job state: {value!r}")
+        self._state = number
 
     @property
     def requeued(self):
@@ -72,3 +114,21 @@ cdef class Job:
     onfail_run = _extra_field("onfail_run", False)
     failed_parent = _extra_field("failed_parent", None)
     progress = _extra_field("progress", None)
+
+
+cdef int _keep(Job job, object payload) except -1:
+    """Copy ``payload`` (bytes, or any bytes-like object) into a buffer of
+    ``job``'s own, in place of the one it had (a function, not a method: a
+    cdef method would cost every job a pointer to the class's table)."""
+    cdef bytes b = payload if type(payload) is bytes else bytes(payload)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    if n > _PAYLOAD_MAX:
+        raise OverflowError("a job's payload is limited to 4 GiB")
+    cdef char *buf = <char *>PyMem_Malloc(n if n else 1)
+    if buf == NULL:
+        raise MemoryError()
+    memcpy(buf, PyBytes_AS_STRING(b), n)
+    PyMem_Free(job._payload)
+    job._payload = buf
+    job.payload_len = <unsigned int>n
+    return 0

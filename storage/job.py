@@ -3,8 +3,8 @@
 ``Job`` keeps the fields every job has in slots; the fields most jobs never
 set live in a ``JobExtra`` made only when one of them is set (a plain job
 stays small).  The class here is the definition; when its compiled twin
-(``_job.pyx``, the same attributes made in C and 16 bytes smaller) was
-built and LEASEQ_PURE is not 1, the name ``Job`` is bound to that one
+(``_job.pyx``, the same attributes made in C, 32 bytes smaller, with the
+payload in a buffer of its own rather than a ``bytes`` object) was built and LEASEQ_PURE is not 1, the name ``Job`` is bound to that one
 (``COMPILED``).  ``Provenance`` is where a dead-lettered job came from.
 
 A job's ``state`` is one of ``STATES`` (``None`` once it has left its queue);
@@ -15,6 +15,7 @@ table.
 from __future__ import annotations
 
 import os
+from operator import attrgetter
 
 DELAYED = b"delayed"
 READY = b"ready"
@@ -104,6 +105,12 @@ class Job:
         self.extra = (None if key is None and not flags and not max_deliveries and not expire_ms
                       else JobExtra(key, flags, max_deliveries, expire_ms))
 
+    @property
+    def payload_len(self) -> int:
+        """The payload's size (the compiled job answers it without making the
+        payload's ``bytes``)."""
+        return len(self.payload)
+
     key = _extra_field("key", None)
     flags = _extra_field("flags", 0)
     max_deliveries = _extra_field("max_deliveries", 0)
@@ -133,8 +140,18 @@ def end_lease(job: Job) -> None:
         holder.lease_ended(job)
 
 
+def _pure_payload_sizes(jobs) -> int:
+    return sum(map(len, map(_PAYLOAD, jobs)))
+
+
+def _compiled_payload_sizes(jobs) -> int:
+    return sum(map(_PAYLOAD_LEN, jobs))
+
+
+_PAYLOAD, _PAYLOAD_LEN = attrgetter("payload"), attrgetter("payload_len")
 PureJob = Job
 COMPILED = False
+payload_sizes = _pure_payload_sizes     # the sum of the payload sizes of ``jobs``, at C speed in both flavours
 if os.environ.get("LEASEQ_PURE") != "1":
     try:
         from ._job import Job   # noqa: F811  (the compiled twin; it imports JobExtra and _extra_field from here)
@@ -142,3 +159,4 @@ if os.environ.get("LEASEQ_PURE") != "1":
         pass
     else:
         COMPILED = True
+        payload_sizes = _compiled_payload_sizes

@@ -12,13 +12,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import islice
 
-from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from .job import CANCELLED, COMPILED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 from .queue import Queue
 
 # What memory_estimate counts per live job beyond its payload, and per queue:
-# `leaseq bench storage` measures 272-285 bytes per job (Job, its indexes and
-# dict entries), and an empty queue's dicts, indexes and config about 4 KiB.
-JOB_BYTES = 280
+# `leaseq bench storage` measures 188-198 bytes per job with the compiled Job
+# (its payload in a buffer of its own), 270-280 with the pure one (Job, the
+# payload's bytes object, its indexes and dict entries), and an empty
+# queue's dicts, indexes and config about 4 KiB.
+JOB_BYTES = 200 if COMPILED else 280
 QUEUE_BYTES = 4096
 
 # dedupe scopes (docs/semantics.md §3.2): the states in which an existing job with the key counts

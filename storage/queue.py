@@ -41,11 +41,11 @@ from .config import QueueConfig
 from .indexes import Bulk, Indexes, band
 from .flow import RateWindow
 from .groups import Groups
-from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease, payload_sizes
 from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
-_ID, _PAYLOAD = attrgetter("id"), attrgetter("payload")
+_ID = attrgetter("id")
 
 
 @dataclass
@@ -148,7 +148,7 @@ class Queue:
         return waiting
 
     def _added(self, jobs: list[Job]) -> None:
-        self.payload_bytes += sum(map(len, map(_PAYLOAD, jobs)))
+        self.payload_bytes += payload_sizes(jobs)
         self.order.extend(map(_ID, jobs))
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
@@ -211,7 +211,7 @@ class Queue:
         leases = self.indexes.leases
         for deadline, ids in by_deadline.items():
             leases.remove_many(deadline, ids)
-        self.payload_bytes -= sum(len(job.payload) for job in jobs)
+        self.payload_bytes -= payload_sizes(jobs)
         self._compact_order()
 
     def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool,
@@ -234,7 +234,7 @@ class Queue:
             self.indexes.move(job, state=state, priority=priority, visible_at=visible_at)
         else:
             self.indexes.move(job, priority=priority)
-        self.payload_bytes += len(payload) - len(job.payload)
+        self.payload_bytes += len(payload) - job.payload_len
         job.payload = payload
 
     def wake_waiting(self, job: Job, now: int) -> None:
@@ -269,7 +269,7 @@ class Queue:
         self.indexes.remove(job)
         job.state = None
         del self.jobs[job.id]
-        self.payload_bytes -= len(job.payload)
+        self.payload_bytes -= job.payload_len
         self._forget_key(job)
         self._compact_order()
 

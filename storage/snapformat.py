@@ -237,7 +237,7 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
                           job.max_deliveries, job.deliveries, job.priority,
                           job.flags | (FLAG_PROGRESS if job.progress is not None else 0), state,
                           bits | (dead_code << 3), len(key), len(token), len(consumer), len(error),
-                          len(job.payload))
+                          job.payload_len)
     parts = [head, key, token, consumer, error, job.payload]
     origin = job.origin
     if origin is not None:

@@ -40,7 +40,7 @@ from crc32c import crc32c
 from . import records, snapformat
 from .config import MEMORY, QueueConfig
 from .indexes import Bulk
-from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance, payload_sizes
 from .queue import Counters
 from .schedules import Schedule
 from .store import Store
@@ -148,7 +148,7 @@ def _job_frames(q):
             plain.append(job)
             kinds.append(job.priority | (snapformat.PLAIN_REQUEUED if job.requeued else 0)
                          | (snapformat.PLAIN_DELAYED if state is DELAYED else 0))
-            size += len(job.payload)
+            size += job.payload_len
             if len(plain) >= PLAIN_FRAME_JOBS or size >= FRAME_BYTES:
                 yield snapformat.SNAP_PLAIN, _plain(q.qid, plain, kinds), len(plain)
                 plain, kinds, size = [], [], 0
@@ -344,7 +344,7 @@ class _Pending:
         """Jobs of a SNAP_JOBS record: indexed one by one."""
         self.jobs += jobs
         self.ids += map(_ID, jobs)
-        self.payload_bytes += sum(map(len, map(_PAYLOAD, jobs)))
+        self.payload_bytes += payload_sizes(jobs)
         self.bulk.single += jobs
 
 

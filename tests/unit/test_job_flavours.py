@@ -38,7 +38,37 @@ def public_attributes(cls) -> set[str]:
 
 def test_both_flavours_offer_the_same_attributes():
     assert public_attributes(job.Job) == public_attributes(PureJob) == \
-        set(PureJob.__slots__) | set(JobExtra.__slots__)
+        set(PureJob.__slots__) | set(JobExtra.__slots__) | {"payload_len"}
+
+
+@pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
+def test_the_payload_reads_back_as_bytes_and_its_size_follows_it(cls):
+    given = bytearray(b"x" * 300)
+    j = cls(1, bytes(given), 0, 10, 10)
+    assert j.payload == bytes(given) and type(j.payload) is bytes and j.payload_len == 300
+    j.payload = b""
+    assert (j.payload, j.payload_len) == (b"", 0)
+    j.payload = b"\x00\r\n" * 5                  # any bytes, NULs and all
+    assert (j.payload, j.payload_len) == (b"\x00\r\n" * 5, 15)
+    assert job.payload_sizes([j, cls(2, b"abc", 0, 10, 10)]) == 18
+
+
+def test_the_compiled_job_copies_its_payload_and_refuses_what_is_not_a_state():
+    """Where the compiled Job is not in use (LEASEQ_PURE=1, no compiler), the
+    pure one is, which stores what it is given."""
+    if not job.COMPILED:
+        assert job.Job is PureJob
+        return
+    given = bytearray(b"abc")
+    j = job.Job(1, given, 0, 10, 10)                # a bytes-like payload is copied, not kept
+    given[0] = ord("X")
+    assert j.payload == b"abc" and j.payload is not j.payload
+    for state in job.STATES + (None,):
+        j.state = state[:1] + state[1:] if state is not None else None    # an equal object: the state itself reads back
+        assert j.state is state
+    with pytest.raises(ValueError, match="not a job state"):
+        j.state = b"sleeping"
+    assert j.state is None                       # a refused state leaves the job as it was
 
 
 @pytest.mark.parametrize("cls", FLAVOURS, ids=lambda c: c.__module__)
