@@ -3,8 +3,9 @@
 ``Job`` keeps the fields every job has in slots; the fields most jobs never
 set live in a ``JobExtra`` made only when one of them is set (a plain job
 stays small).  The class here is the definition; when its compiled twin
-(``_job.pyx``, the same attributes made in C, 32 bytes smaller, with the
-payload in a buffer of its own rather than a ``bytes`` object) was built and LEASEQ_PURE is not 1, the name ``Job`` is bound to that one
+(``_job.pyx``, the same attributes made in C, 48 bytes smaller, with the
+payload in a buffer of its own rather than a ``bytes`` object) was built
+and LEASEQ_PURE is not 1, the name ``Job`` is bound to that one
 (``COMPILED``).  ``Provenance`` is where a dead-lettered job came from.
 
 A job's ``state`` is one of ``STATES`` (``None`` once it has left its queue);
