@@ -43,7 +43,7 @@ import hiredis
 from leaseq.commands import errors
 from functools import lru_cache
 
-from leaseq.storage import job
+from leaseq.storage import job, jobtable
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
@@ -502,8 +502,10 @@ if os.environ.get("LEASEQ_PURE") != "1":
         COMPILED.append("_parser")
 if job.COMPILED:
     COMPILED.append("_job")
+if jobtable.COMPILED:
+    COMPILED.append("_jobtable")
 
 # "compiled" when every module of setup.py's COMPILED list was built and
 # LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
-FLAVOUR = ("compiled" if len(COMPILED) == 3 else "pure" if not COMPILED
+FLAVOUR = ("compiled" if len(COMPILED) == 4 else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

@@ -9,18 +9,19 @@ names, the death rule) stay with them in ``storage.queue``.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from itertools import islice
 
-from .job import CANCELLED, COMPILED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from .job import COMPILED as JOB_COMPILED
+from .jobtable import COMPILED as TABLE_COMPILED
 from .queue import Queue
 
 # What memory_estimate counts per live job beyond its payload, and per queue:
-# `leaseq bench storage` measures 188-198 bytes per job with the compiled Job
-# (its payload in a buffer of its own), 270-280 with the pure one (Job, the
-# payload's bytes object, its indexes and dict entries), and an empty
-# queue's dicts, indexes and config about 4 KiB.
-JOB_BYTES = 200 if COMPILED else 280
+# `leaseq bench storage` measures 135-142 bytes per job with the compiled Job
+# and job table, 270-280 with the pure ones (Job, the payload's bytes object,
+# its indexes and dict entries), and an empty queue's dicts, indexes and
+# config about 4 KiB.
+JOB_BYTES = 150 if JOB_COMPILED and TABLE_COMPILED else 280
 QUEUE_BYTES = 4096
 
 # dedupe scopes (docs/semantics.md §3.2): the states in which an existing job with the key counts
@@ -69,16 +70,10 @@ def duplicate_of(q: Queue, key: bytes, scope: bytes) -> Job | None:
 def scan(q: Queue, cursor: int, count: int, state: bytes | None) -> tuple[int, list[Job]]:
     """Jobs with id > ``cursor`` in ascending id order, at most ``count``
     looked at; returns (next cursor, jobs), next cursor 0 at the end."""
-    order = q.order
-    i = bisect_right(order, cursor)
-    jobs = q.jobs
-    found: list[Job] = []
-    end = min(i + count, len(order))
-    for jid in order[i:end]:
-        job = jobs.get(jid)
-        if job is not None and (state is None or job.state is state):
-            found.append(job)
-    return (order[end - 1] if end < len(order) else 0), found
+    cursor, jobs = q.jobs.scan(cursor, count)
+    if state is not None:
+        jobs = [job for job in jobs if job.state is state]
+    return cursor, jobs
 
 
 def memory_estimate(q: Queue) -> int:
@@ -110,7 +105,7 @@ def latest_dead_lettered(q: Queue, count: int, look_at: int) -> list[Job]:
     a dead-letter queue is appended to, so its recent arrivals are at the
     end of ``jobs`` (ascending ids), and the look stays bounded."""
     found = []
-    for job in islice(reversed(q.jobs.values()), look_at):
+    for job in islice(q.jobs.newest(), look_at):
         if job.origin is not None:
             found.append(job)
             if len(found) == count:

@@ -35,17 +35,16 @@ ack it; a new claim replaces the token and the old one becomes stale.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from .config import QueueConfig
 from .indexes import Bulk, Indexes, band
 from .flow import RateWindow
 from .groups import Groups
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease, payload_sizes
+from .jobtable import JobTable
 from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
-_ID = attrgetter("id")
 
 
 @dataclass
@@ -63,10 +62,9 @@ class Queue:
         self.qid = qid
         self.name = name
         self.config = config
-        self.jobs: dict[int, Job] = {}
+        self.jobs = JobTable()    # id -> Job (storage/jobtable.py)
         self.indexes = Indexes()
         self.keys: dict[bytes, list[int]] = {}
-        self.order: list[int] = []
         self.next_id = 1
         self.id_mark = 0          # ids below this are covered by a logged IDMARK
         self.counters = Counters()
@@ -87,10 +85,6 @@ class Queue:
             if not holders:
                 del self.keys[extra.key]
 
-    def _compact_order(self) -> None:
-        if len(self.order) > 2 * len(self.jobs) + 4096:
-            self.order = list(self.jobs)      # dict order is ascending id order
-
     # -- transitions (called by Store, live and during replay) ------------------------
 
     def use_groups(self) -> Groups:
@@ -110,12 +104,11 @@ class Queue:
         groups = self.indexes.groups
         grouped = False
         waiting: list[Job] = []
-        table = self.jobs
+        self.jobs.extend(jobs)
         delayed_add = self.indexes.delayed.add
         keys = self.keys
         ready: dict[int, list] = {}     # band -> ids, ascending and above every id so far
         for job in jobs:
-            table[job.id] = job
             extra = job.extra           # (job.key, without the property's cost)
             if extra is not None and extra.waiting_for:
                 job.state = WAITING             # for its parents (storage/deps.py)
@@ -149,7 +142,6 @@ class Queue:
 
     def _added(self, jobs: list[Job]) -> None:
         self.payload_bytes += payload_sizes(jobs)
-        self.order.extend(map(_ID, jobs))
         if jobs and jobs[-1].id >= self.next_id:
             self.next_id = jobs[-1].id + 1
 
@@ -159,7 +151,7 @@ class Queue:
         state set: put them in the table and build every index in bulk
         (``Indexes.restore``).  Only the jobs of ``bulk.single`` may have
         rare fields (a key, a group): the others are plain."""
-        self.jobs.update(zip(ids, jobs))
+        self.jobs.put_many(ids, jobs)
         keys = self.keys
         grouped = False
         for job in bulk.single:
@@ -171,7 +163,6 @@ class Queue:
                     grouped = True
         self.indexes.restore(jobs, bulk)
         self.payload_bytes += payload_bytes
-        self.order.extend(ids)
         if ids and ids[-1] >= self.next_id:
             self.next_id = ids[-1] + 1
         if grouped and self.indexes.groups is None:
@@ -212,7 +203,7 @@ class Queue:
         for deadline, ids in by_deadline.items():
             leases.remove_many(deadline, ids)
         self.payload_bytes -= payload_sizes(jobs)
-        self._compact_order()
+        self.jobs.compact()
 
     def release(self, job: Job, visible_at: int, now: int, error: bytes | None, has_error: bool,
                 closed: bool = False) -> None:
@@ -271,7 +262,7 @@ class Queue:
         del self.jobs[job.id]
         self.payload_bytes -= job.payload_len
         self._forget_key(job)
-        self._compact_order()
+        self.jobs.compact()
 
     def remove_all(self) -> int:
         n = len(self.jobs)
@@ -283,7 +274,6 @@ class Queue:
         self.indexes.clear()
         self.results.clear()
         self.keys.clear()
-        self.order.clear()
         return n
 
     # -- lazy expiry -----------------------------------------------------------------------

@@ -22,6 +22,16 @@ from leaseq.storage.recovery import read_log
 JOB_FIELDS = tuple(f for f in PureJob.__slots__ + JobExtra.__slots__ if f not in ("extra", "holder"))
 
 
+def scan_order(q) -> list[int]:
+    """The ids in the order QSCAN walks them."""
+    cursor, ids = 0, []
+    while True:
+        cursor, jobs = q.jobs.scan(cursor, 1000)
+        ids += [job.id for job in jobs]
+        if not cursor:
+            return ids
+
+
 def log_records(directory) -> list[tuple[int, tuple]]:
     """Every record in the log, decoded, TXN kept as one entry."""
     got = []
@@ -110,7 +120,7 @@ def digest(store, now: int | None = None, *, durable_only: bool = False, replaye
             "dead": [] if gone else list(q.indexes.dead),
             "completed": [] if gone else list(q.indexes.completed),
             "keys": {} if gone else dict(q.keys),
-            "scan order": [i for i in q.order if i in jobs],
+            "scan order": [] if gone else scan_order(q),
             "payload_bytes": 0 if gone else q.payload_bytes,
         }
     return {"epoch": None if restarted else store.epoch, "next_qid": store.next_qid, "clock": store.clock,

@@ -689,7 +689,7 @@ def test_memory_queue_definition_and_ids_survive_but_its_jobs_do_not(data_dir):
     q = store.queues[b"m"]
     assert q.config == config
     assert q.durability == MEMORY
-    assert q.jobs == {} and queries.live(q) == 0
+    assert len(q.jobs) == 0 and queries.live(q) == 0
     (job,) = push(store, q, now=T0 + 1)
     assert job.id > 3
     close(store)
