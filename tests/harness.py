@@ -374,6 +374,12 @@ def claim_one(c, q, consumer="w", *options) -> dict:
     return jobs[0]
 
 
+def job_bytes(c) -> int:
+    """What MEMORY USAGE counts for a job beyond its payload in the flavour
+    the daemon runs (storage/queries.py: JOB_BYTES)."""
+    return 150 if c.info("server")["leaseq_flavour"] == "compiled" else 280
+
+
 def error_text(c, *args) -> str:
     """The error reply of a command as redis-py reports it: ``ERR`` is
     stripped, other codes kept."""

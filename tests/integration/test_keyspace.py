@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from harness import as_map, error_text
+from harness import as_map, error_text, job_bytes
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_type_exists_keys(r):
 def test_memory_usage_follows_the_payloads(r):
     """Each job counts its payload and what a job costs beyond it, as
     `leaseq bench storage` measures it in the flavour that runs."""
-    beyond = 150 if r.info("server")["leaseq_flavour"] == "compiled" else 280
+    beyond = job_bytes(r)
     r.execute_command("QCREATE", "m")
     empty = r.memory_usage("m")
     r.execute_command("QPUSHMANY", "m", 10, *(["p" * 1000] * 10))
