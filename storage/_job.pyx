@@ -191,3 +191,42 @@ cdef inline void _settle(Job job):
     cdef _Lease lease = job._lease
     if lease.token is None and lease.consumer is None and lease.deadline == 0:
         job._lease = None
+
+
+cdef inline int _hex(char *out, unsigned long long v) noexcept:
+    """Write ``v`` in lower-case hex (no leading zeros) at ``out``; its length."""
+    cdef char digits[16]
+    cdef int n = 0, i
+    while True:
+        digits[n] = b"0123456789abcdef"[v & 15]
+        n += 1
+        v >>= 4
+        if v == 0:
+            break
+    for i in range(n):
+        out[i] = digits[n - 1 - i]
+    return n
+
+
+def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
+    """``storage.leasing``'s ``TOKEN`` for a new lease on each of ``jobs``,
+    the lease numbers counting from ``first_seq``, written digit by digit
+    (a bytes ``%`` per token was 8 % of W2's claims and acks in a profile)."""
+    cdef char buf[64]
+    cdef char mid[20]
+    cdef Job job
+    cdef unsigned long long seq = first_seq
+    cdef int n, m
+    mid[0] = b"."
+    m = 1 + _hex(mid + 1, epoch)
+    mid[m] = b"."
+    m += 1
+    out = []
+    for job in jobs:
+        n = _hex(buf, job.id)
+        memcpy(buf + n, mid, m)
+        n += m
+        n += _hex(buf + n, seq)
+        out.append(PyBytes_FromStringAndSize(buf, n))
+        seq += 1
+    return out

@@ -191,7 +191,7 @@ class ReadyIndex:
                 return
             n = min(count, len(band))
             if n:
-                del band[:n]
+                _drop_head(band, n)
                 count -= n
 
     def oldest(self) -> int | None:
@@ -203,3 +203,31 @@ class ReadyIndex:
         for band in self._bands:
             band.clear()
         self._len = 0
+
+
+def _drop_head(band: SortedList, n: int) -> None:
+    """Remove the first ``n`` ids of ``band`` (0 < n <= len(band)) at once:
+    whole sublists, then a slice of the next.  ``del band[:n]`` removes
+    them one at a time (a position look-up and a delete each: 13 % of W2's
+    claims and acks in a profile).  Like ``append_new`` this reaches into
+    sortedcontainers' layout, and keeps its invariants as ``_delete`` does:
+    a short first sublist is merged into the next (and split again by
+    ``_expand`` when that makes it too long); tests/unit/test_index.py runs
+    ``SortedList._check`` after it."""
+    lists, maxes = band._lists, band._maxes
+    band._len -= n
+    k = 0
+    while n and n >= len(lists[k]):
+        n -= len(lists[k])
+        k += 1
+    if k:
+        del lists[:k]
+        del maxes[:k]
+    del band._index[:]
+    if n:
+        del lists[0][:n]
+        if len(lists) > 1 and len(lists[0]) < band._load >> 1:
+            lists[1][:0] = lists[0]
+            del lists[0]
+            del maxes[0]
+            band._expand(0)

@@ -20,7 +20,22 @@ previous lease (an expired one whose token still worked) ended.
 from __future__ import annotations
 
 from .indexes import band
-from .job import IN_FLIGHT, Job, end_lease
+from .job import COMPILED, IN_FLIGHT, Job, end_lease
+
+# Lease tokens: ``<job id>.<boot epoch>.<lease number>`` in hex.  Unique for
+# every lease ever granted (the epoch grows at every start), they name their
+# job (``Queue.job_for_token``), contain a dot so they never equal an option
+# keyword, and are short (docs/semantics.md §1.4).
+TOKEN = b"%x.%x.%x"
+
+
+def _pure_lease_tokens(jobs, epoch: int, first_seq: int) -> list[bytes]:
+    return [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
+
+
+lease_tokens = _pure_lease_tokens       # the tokens of new leases on ``jobs``, numbered from ``first_seq``
+if COMPILED:
+    from ._job import lease_tokens      # noqa: F811  (the compiled twin, beside the compiled Job it reads)
 
 
 def lease(q, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:

@@ -36,13 +36,6 @@ from .schedules import Timetable
 ID_BLOCK = 1 << 16
 
 
-# Lease tokens: ``<job id>.<boot epoch>.<lease number>`` in hex.  Unique for
-# every lease ever granted (the epoch grows at every start), they name their
-# job (``Queue.job_for_token``), contain a dot so they never equal an option
-# keyword, and are short (docs/semantics.md §1.4).
-TOKEN = b"%x.%x.%x"
-
-
 class Store:
     def __init__(self, journal: Journal | None = None) -> None:
         self.queues: dict[bytes, Queue] = {}
@@ -184,7 +177,7 @@ class Store:
             first_seq = self.lease_seq + 1
         self.lease_seq = max(self.lease_seq, first_seq + len(jobs) - 1)
         epoch = self.epoch
-        tokens = [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
+        tokens = leasing.lease_tokens(jobs, epoch, first_seq)
         if q.indexes.groups is not None and all(job.state is READY for job in jobs):
             leasing.lease_grouped(q, jobs, tokens, deadline, consumer, ts)
         elif front and q.indexes.groups is None:

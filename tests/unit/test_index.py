@@ -283,3 +283,32 @@ def test_append_new_keeps_the_sorted_lists_invariants(batch_sizes, removed_each_
         bulk._bands[3]._check()
         assert list(bulk) == list(single) and len(bulk) == len(single)
         assert bulk.first(7) == single.first(7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 400)), min_size=1, max_size=6),
+       st.lists(st.integers(0, 900), min_size=1, max_size=8), st.booleans())
+def test_taking_the_front_of_ready_keeps_order_and_the_sorted_lists_invariants(batches, takes, load_small):
+    """``pop_first`` removes the head of the claim order, across sublists
+    and bands at once, and leaves every band a valid SortedList."""
+    idx, model, next_id = ReadyIndex(), [], 1
+    if load_small:                                  # many short sublists: merges and splits
+        for band in idx._bands:
+            band._reset(4)
+    for b, size in batches:
+        ids = list(range(next_id, next_id + size))
+        next_id += size
+        idx.append_new(b, ids)
+        model += [(b, jid) for jid in ids]
+    for take in takes:
+        model.sort()
+        n = min(take, len(model))
+        assert idx.first(n) == [jid for _, jid in model[:n]]
+        idx.pop_first(n)
+        del model[:n]
+        for band in idx._bands:
+            band._check()
+        assert list(idx) == [jid for _, jid in sorted(model)] and len(idx) == len(model)
+        idx.add(1, next_id)                         # the index still takes single ids after it
+        model.append((1, next_id))
+        next_id += 1

@@ -11,8 +11,10 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from leaseq.storage import job
+from leaseq.storage import job, leasing
 from leaseq.storage.job import READY, JobExtra, PureJob
 
 FLAVOURS = [PureJob] + ([job.Job] if job.COMPILED else [])
@@ -148,3 +150,11 @@ def test_dropped_holdings_let_go_of_their_jobs():
         assert held.holder is holder and holder.held == {held: None}
     holdings.drop()
     assert session.held == {} and worker.held == {} and holdings.workers == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(1, 2**62), max_size=5), epoch=st.integers(0, 2**40), first=st.integers(1, 2**62))
+def test_lease_tokens_are_the_same_bytes_in_both_flavours(ids, epoch, first):
+    jobs = [job.Job(jid, b"p", 0, 10, 10) for jid in ids]
+    assert leasing.lease_tokens(jobs, epoch, first) == leasing._pure_lease_tokens(jobs, epoch, first) == \
+        [b"%x.%x.%x" % (jid, epoch, first + i) for i, jid in enumerate(ids)]

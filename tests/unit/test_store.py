@@ -21,8 +21,9 @@ from store_state import digest, log_records
 from leaseq.storage import queries, records
 from leaseq.storage.config import ASYNC, FSYNC, MEMORY, QueueConfig
 from leaseq.storage.job import DELAYED, IN_FLIGHT, READY, Job
+from leaseq.storage.leasing import TOKEN
 from leaseq.storage.recovery import CorruptLog
-from leaseq.storage.store import ID_BLOCK, TOKEN
+from leaseq.storage.store import ID_BLOCK
 from leaseq.storage.wal import DirectoryLocked, lock_directory, segment_name
 
 
