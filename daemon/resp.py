@@ -35,7 +35,6 @@ Replies
 
 from __future__ import annotations
 
-import os
 import re
 
 import hiredis
@@ -44,6 +43,7 @@ from leaseq.commands import errors
 from functools import lru_cache
 
 from leaseq.storage import job, jobtable
+from leaseq.storage.flavour import compiled_twin
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
@@ -483,23 +483,16 @@ def _record(v: Record, resp3: bool) -> bytes:
 encode = encode_pure
 RequestParser = PureRequestParser
 COMPILED: list[str] = []    # the compiled modules in use
-if os.environ.get("LEASEQ_PURE") != "1":
-    try:
-        from . import _resp
-    except ImportError:     # no C compiler at install time: the pure encoder serves
-        pass
-    else:
-        _resp.set_fallback(encode_pure)
-        encode = _resp.encode
-        COMPILED.append("_resp")
-    try:
-        from . import _parser
-    except ImportError:     # likewise the pure parser
-        pass
-    else:
-        _parser.bind(ProtocolError, split_args)
-        RequestParser = _parser.RequestParser
-        COMPILED.append("_parser")
+_resp = compiled_twin("leaseq.daemon._resp")
+if _resp is not None:
+    _resp.set_fallback(encode_pure)
+    encode = _resp.encode
+    COMPILED.append("_resp")
+_parser = compiled_twin("leaseq.daemon._parser")
+if _parser is not None:
+    _parser.bind(ProtocolError, split_args)
+    RequestParser = _parser.RequestParser
+    COMPILED.append("_parser")
 if job.COMPILED:
     COMPILED.append("_job")
 if jobtable.COMPILED:

@@ -15,8 +15,9 @@ table.
 
 from __future__ import annotations
 
-import os
 from operator import attrgetter
+
+from .flavour import compiled_twin
 
 DELAYED = b"delayed"
 READY = b"ready"
@@ -151,13 +152,9 @@ def _compiled_payload_sizes(jobs) -> int:
 
 _PAYLOAD, _PAYLOAD_LEN = attrgetter("payload"), attrgetter("payload_len")
 PureJob = Job
-COMPILED = False
 payload_sizes = _pure_payload_sizes     # the sum of the payload sizes of ``jobs``, at C speed in both flavours
-if os.environ.get("LEASEQ_PURE") != "1":
-    try:
-        from ._job import Job   # noqa: F811  (the compiled twin; it imports JobExtra and _extra_field from here)
-    except ImportError:         # no C compiler at install time: the class above serves
-        pass
-    else:
-        COMPILED = True
-        payload_sizes = _compiled_payload_sizes
+_twin = compiled_twin("leaseq.storage._job")   # (it imports JobExtra and _extra_field from here)
+COMPILED = _twin is not None
+if COMPILED:
+    Job = _twin.Job     # noqa: F811
+    payload_sizes = _compiled_payload_sizes

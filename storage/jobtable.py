@@ -19,9 +19,10 @@ behaviour.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from operator import attrgetter
+
+from .flavour import compiled_twin
 
 _ID = attrgetter("id")
 
@@ -70,11 +71,7 @@ class JobTable(dict):
 
 
 PureJobTable = JobTable
-COMPILED = False
-if os.environ.get("LEASEQ_PURE") != "1":
-    try:
-        from ._jobtable import JobTable   # noqa: F811  (the compiled twin)
-    except ImportError:                   # no C compiler at install time: the class above serves
-        pass
-    else:
-        COMPILED = True
+_twin = compiled_twin("leaseq.storage._jobtable")
+COMPILED = _twin is not None
+if COMPILED:
+    JobTable = _twin.JobTable   # noqa: F811
