@@ -33,11 +33,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 
-from leaseq.storage.job import STATES, JobExtra, _extra_field
+from leaseq.storage.job import IN_FLIGHT, STATES, JobExtra, _extra_field, end_lease
 
 cdef tuple _STATE_OF = (None,) + STATES                      # the C number -> the state
 cdef dict _NUMBER_OF = {s: n for n, s in enumerate(_STATE_OF)}    # the state -> its C number
 cdef Py_ssize_t _PAYLOAD_MAX = 0xFFFFFFFF
+cdef unsigned char _IN_FLIGHT = _NUMBER_OF[IN_FLIGHT]
 
 
 @cython.auto_pickle(False)
@@ -229,4 +230,111 @@ def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
         n += _hex(buf + n, seq)
         out.append(PyBytes_FromStringAndSize(buf, n))
         seq += 1
+    return out
+
+
+# -- the per-job loops of a claim and an ack (storage.leasing has their pure twins and says what they do) --
+
+def take_leases(jobs, tokens, deadline, consumer):
+    """``leasing.take_leases``: each job in flight under its token, with
+    ``deadline`` and ``consumer``, one more delivery; the jobs' ids."""
+    cdef Job job
+    cdef _Lease lease
+    ids = []
+    for job, token in zip(jobs, tokens):
+        lease = job._lease
+        if lease is not None and lease.token is not None:   # an expired lease, now replaced
+            end_lease(job)
+        lease = _leased(job)
+        lease.token = token
+        lease.deadline = deadline
+        lease.consumer = consumer
+        job._state = _IN_FLIGHT
+        job.deliveries += 1
+        ids.append(job.id)
+    return ids
+
+
+def drop_leases(jobs, table):
+    """``leasing.drop_leases``: jobs in flight leave ``table`` with their
+    leases ended; their ids by deadline, and the jobs with rare fields."""
+    cdef Job job
+    cdef _Lease lease
+    cdef dict by_deadline = {}
+    cdef list ids
+    rare = []
+    for job in jobs:
+        if job.extra is not None:
+            end_lease(job)                 # (tells a SESSION or QWORK holder)
+            rare.append(job)
+        elif job._lease is not None:
+            job._lease.token = None
+            _settle(job)
+        lease = job._lease
+        deadline = 0 if lease is None else lease.deadline
+        ids = by_deadline.get(deadline)
+        if ids is None:
+            ids = by_deadline[deadline] = []
+        ids.append(job.id)
+        job._state = 0
+        del table[job.id]
+    return by_deadline, rare
+
+
+def jobs_for_tokens(table, tokens):
+    """``leasing.jobs_for_tokens``: the jobs of ``table`` whose leases these
+    tokens hold, each once, in token order.  The id is read from the hex
+    digits before the first dot; anything else there names no job (a head
+    ``int(head, 16)`` would also take, such as upper-case digits, cannot
+    equal a token the daemon made, so both twins skip it)."""
+    cdef bytes token
+    cdef const unsigned char *s
+    cdef Py_ssize_t n, i
+    cdef unsigned long long jid
+    cdef unsigned char c
+    cdef Job job
+    cdef set seen = set()
+    out = []
+    get = table.get
+    for token in tokens:
+        s = <const unsigned char *>PyBytes_AS_STRING(token)
+        n = PyBytes_GET_SIZE(token)
+        jid = 0
+        i = 0
+        while i < n and i < 17:
+            c = s[i]
+            if c >= 48 and c <= 57:
+                jid = (jid << 4) | (c - 48)
+            elif c >= 97 and c <= 102:
+                jid = (jid << 4) | (c - 87)
+            else:
+                break
+            i += 1
+        if i == 0 or i == 17 or i == n or s[i] != 46:   # no digits, too many, or no dot after them
+            continue
+        found = get(jid)
+        if found is None:
+            continue
+        job = found
+        if job._lease is None or job._lease.token != token or job.id in seen:
+            continue
+        seen.add(job.id)
+        out.append(job)
+    return out
+
+
+def job_replies(record, plain, job_reply, jobs):
+    """``commands.jobs.job_replies``: the reply of each claimed job; a job
+    with no rare fields as ``record(plain, values)`` made here, the others
+    by ``job_reply``."""
+    cdef Job job
+    cdef _Lease lease
+    out = []
+    for job in jobs:
+        lease = job._lease
+        if job.extra is not None or lease is None:
+            out.append(job_reply(job))
+            continue
+        out.append(record(plain, (job.id, PyBytes_FromStringAndSize(job._payload, job.payload_len), lease.token,
+                                  lease.deadline, job.deliveries, job.priority, job.enqueued_at)))
     return out

@@ -33,9 +33,54 @@ def _pure_lease_tokens(jobs, epoch: int, first_seq: int) -> list[bytes]:
     return [TOKEN % (job.id, epoch, first_seq + i) for i, job in enumerate(jobs)]
 
 
+def _pure_take_leases(jobs, tokens, deadline: int, consumer: bytes) -> list[int]:
+    for job, token in zip(jobs, tokens):
+        if job.token is not None:         # an expired lease, now replaced
+            end_lease(job)
+        job.state = IN_FLIGHT
+        job.token = token
+        job.deadline = deadline
+        job.consumer = consumer
+        job.deliveries += 1
+    return [job.id for job in jobs]
+
+
+def _pure_drop_leases(jobs, table) -> tuple[dict[int, list[int]], list[Job]]:
+    by_deadline: dict[int, list[int]] = {}
+    rare = []
+    for job in jobs:
+        end_lease(job)
+        if job.extra is not None:
+            rare.append(job)
+        by_deadline.setdefault(job.deadline, []).append(job.id)
+        job.state = None
+        del table[job.id]
+    return by_deadline, rare
+
+
+def _pure_jobs_for_tokens(table, tokens) -> list[Job]:
+    jobs, seen = [], set()
+    for token in tokens:
+        head, _, _ = token.partition(b".")
+        try:
+            job = table.get(int(head, 16))
+        except ValueError:
+            continue
+        if job is not None and job.token == token and job.id not in seen:
+            seen.add(job.id)
+            jobs.append(job)
+    return jobs
+
+
+# The per-job loops of claims and acks, each with a compiled twin beside the
+# compiled Job it reads and writes (tests/unit/test_leasing.py holds the two
+# to the same results):
 lease_tokens = _pure_lease_tokens       # the tokens of new leases on ``jobs``, numbered from ``first_seq``
+take_leases = _pure_take_leases         # ``jobs`` in flight under ``tokens``, one more delivery each; their ids
+drop_leases = _pure_drop_leases         # jobs in flight out of ``table``, leases ended: ids by deadline, jobs with rare fields
+jobs_for_tokens = _pure_jobs_for_tokens  # the jobs of ``table`` whose leases these tokens hold, each once, in order
 if COMPILED:
-    from ._job import lease_tokens      # noqa: F811  (the compiled twin, beside the compiled Job it reads)
+    from ._job import drop_leases, jobs_for_tokens, lease_tokens, take_leases   # noqa: F811
 
 
 def lease(q, job: Job, token: bytes, deadline: int, consumer: bytes) -> None:
@@ -62,15 +107,7 @@ def lease_front(q, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
 
 def _leased(q, jobs: list, tokens, deadline: int, consumer: bytes) -> None:
     """Jobs just taken out of ``ready``: in flight under their new tokens."""
-    for job, token in zip(jobs, tokens):
-        if job.token is not None:         # an expired lease, now replaced
-            end_lease(job)
-        job.state = IN_FLIGHT
-        job.token = token
-        job.deadline = deadline
-        job.consumer = consumer
-        job.deliveries += 1
-    q.indexes.leases.add_many(deadline, [job.id for job in jobs])
+    q.indexes.leases.add_many(deadline, take_leases(jobs, tokens, deadline, consumer))
 
 
 def extend(q, job: Job, deadline: int) -> None:

@@ -42,6 +42,7 @@ from .flow import RateWindow
 from .groups import Groups
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, end_lease, payload_sizes
 from .jobtable import JobTable
+from . import leasing
 from .results import Results
 
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
@@ -188,16 +189,12 @@ class Queue:
 
     def _remove_leased(self, jobs: list[Job]) -> None:
         """``remove`` for jobs in flight, with their lease entries in bulk."""
-        by_deadline: dict[int, list] = {}
-        table = self.jobs
         groups = self.indexes.groups
-        for job in jobs:
-            if groups is not None:
+        if groups is not None:
+            for job in jobs:
                 groups.leave(job)
-            end_lease(job)
-            by_deadline.setdefault(job.deadline, []).append(job.id)
-            job.state = None
-            del table[job.id]
+        by_deadline, rare = leasing.drop_leases(jobs, self.jobs)
+        for job in rare:
             self._forget_key(job)
         leases = self.indexes.leases
         for deadline, ids in by_deadline.items():
@@ -375,25 +372,13 @@ class Queue:
 
     def job_for_token(self, token: bytes) -> Job | None:
         """The job a token's lease is on, if that lease has not ended (else None)."""
-        head, _, _ = token.partition(b".")
-        try:
-            job = self.jobs.get(int(head, 16))
-        except ValueError:
-            return None
-        if job is not None and job.token == token:
-            return job
-        return None
+        jobs = leasing.jobs_for_tokens(self.jobs, (token,))
+        return jobs[0] if jobs else None
 
     def jobs_for_tokens(self, tokens) -> list[Job]:
         """The jobs whose leases these tokens still hold, each once, in token
         order; stale and unknown tokens are skipped (docs/semantics.md §4.8)."""
-        jobs, seen = [], set()
-        for token in tokens:
-            job = self.job_for_token(token)
-            if job is not None and job.id not in seen:
-                seen.add(job.id)
-                jobs.append(job)
-        return jobs
+        return leasing.jobs_for_tokens(self.jobs, tokens)
 
 
 def nobody_doomed(q: Queue, jobs: list[Job]) -> bool:
