@@ -54,7 +54,7 @@ def _execute(client, args: list, name: bytes, cmd):
     n = len(args)
     if n != cmd.arity if cmd.arity > 0 else n < -cmd.arity:
         return _refuse(client, errors.wrong_arity(cmd.name))
-    if server.auth_required and not client.authenticated and "noauth" not in cmd.flags:
+    if not client.authenticated and server.auth_required and "noauth" not in cmd.flags:
         return _refuse(client, errors.NOAUTH)
     if not client.acl_user.unrestricted and "noauth" not in cmd.flags:
         denied = _permission(client, cmd, args)
