@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import importlib
-
+import json
 import logging
 import os
 import sys
@@ -253,6 +253,33 @@ def _bench(name: str, *args) -> None:
         module.run(*args)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
+
+
+@bench.command("path")
+@click.option("--only", default="batches,single", show_default=True,
+              help="Loads: batches (QPUSHMANY, QCLAIM COUNT 100, QACK of 100), single (a blocked QCLAIM, "
+                   "the QPUSH that wakes it, its QACK).")
+@click.option("--rounds", type=click.IntRange(1), help="Rounds per run (default 2,000 batches, 20,000 single; "
+                                                       "with --instructions 100 and 500).")
+@click.option("--instructions", is_flag=True,
+              help="Count instructions per job under valgrind instead of timing: a figure the machine's load "
+                   "does not move.")
+@JSON_OPTION
+def bench_path(only, rounds, instructions, json_path) -> None:
+    """The daemon's own work per job, in one process (no socket, no other process)."""
+    from leaseq.bench import path
+    modes = tuple(m.strip() for m in only.split(",") if m.strip())
+    unknown = [m for m in modes if m not in path.MODES]
+    if unknown or not modes:
+        raise click.BadParameter(f"unknown load {', '.join(unknown) or '(none)'}; "
+                                 f"choose from {', '.join(path.MODES)}", param_hint="--only")
+    try:
+        figures = path.run(modes, rounds, instructions)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(figures, f, indent=2)
 
 
 @bench.command("http")

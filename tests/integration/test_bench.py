@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows` and `lifecycle` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle` and `path` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -187,3 +187,23 @@ def test_bench_lifecycle_runs_and_reports(tmp_path):
     data = json.loads(out.read_text())
     assert data["cancel"]["count"] == 5 and data["result"]["count"] == 20
     assert 0 < data["cancel"]["median_ms"] <= data["cancel"]["max_ms"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_path_times_both_loads(tmp_path):
+    data = run_bench(tmp_path, "path", "--rounds", "30", figures=("batches: ", "single: ", "us per job, best of"))
+    for mode in ("batches", "single"):
+        assert len(data[mode]["runs"]) == 3 and data[mode]["us_per_job"] == min(data[mode]["runs"]) > 0
+
+
+@pytest.mark.timeout(300)
+def test_bench_path_counts_instructions_under_valgrind(tmp_path):
+    data = run_bench(tmp_path, "path", "--only", "single", "--rounds", "5", "--instructions",
+                     figures=("single: ", "instructions per job", "5 and 20 rounds under callgrind"))
+    assert data["single"]["instructions_per_job"] > 0
+
+
+def test_bench_path_refuses_an_unknown_load():
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "path", "--only", "w9"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and "unknown load w9; choose from batches, single" in run.stderr

@@ -1,0 +1,196 @@
+"""``leaseq bench path``: the daemon's own work per job, in one process.
+
+The real ``Server`` and ``Connection`` objects, fed requests through
+``data_received`` with a stand-in transport that keeps what is written: no
+socket, no load generator, no other process, so the figure is the daemon's
+Python (and compiled) path alone.  Two loads, on a memory queue:
+
+* ``batches``: ``QPUSHMANY`` of 100 jobs, ``QCLAIM ... COUNT 100``, then
+  ``QACK`` of the 100 tokens (a job's life as W1 and W2 of
+  ``leaseq bench queue`` live it);
+* ``single``: a ``QCLAIM ... BLOCK`` that parks, a ``QPUSH`` that wakes it,
+  the turn's end serving it, its ``QACK`` (one job of W3 at a fixed rate).
+
+Each round also parses the claim reply and builds the ack (what a client
+would do), the same in every flavour.  Printed: µs per job (best of three
+runs).  With ``--instructions`` the loop runs twice under valgrind
+(callgrind), ``--rounds`` and four times as many, and the difference of the
+two instruction counts per job is printed: a figure that does not move with
+the machine's load, for comparing two versions of the code
+(docs/performance.md, "Counting instructions").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import hiredis
+
+MODES = ("batches", "single")
+BATCH = 100
+
+
+def pack(*args) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Transport:
+    """What ``Connection`` uses of a transport; keeps what is written."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.written: list[bytes] = []
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", self.port), "sockname": ("127.0.0.1", 6479)}.get(name, default)
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def take(self) -> bytes:
+        data = b"".join(self.written)
+        self.written.clear()
+        return data
+
+    def close(self) -> None:
+        pass
+
+
+async def _reply(conn, transport: Transport, reader) -> object:
+    """The next reply on ``conn``, letting the loop turn until it is written
+    (a reply held for the log waits for the log thread)."""
+    for turn in range(1000):
+        reader.feed(transport.take())
+        reply = reader.gets()
+        if reply is not False:
+            return reply
+        await asyncio.sleep(0 if turn < 3 else 0.001)
+    raise RuntimeError("no reply within 1,000 turns of the loop")
+
+
+async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
+    from leaseq.daemon import config
+    from leaseq.daemon.connection import Connection
+    from leaseq.daemon.server import Server
+    from leaseq.storage.datadir import DataDir
+
+    work = tempfile.mkdtemp(prefix="leaseq-bench-path-")
+    server = Server(config.Settings(port=0, dir=os.path.join(work, "data")))
+    await server.listen()
+    server.attach(DataDir.open(os.path.join(work, "data"), int(time.time() * 1000)))
+    try:
+        def connect(port: int):
+            conn, transport = Connection(server), Transport(port)
+            conn.connection_made(transport)
+            return conn, transport, hiredis.Reader()
+
+        producer, p_out, p_reader = connect(50_001)
+        worker, w_out, w_reader = connect(50_002)
+        producer.data_received(pack("QCREATE", "q", "DURABILITY", "memory"))
+        await _reply(producer, p_out, p_reader)
+        push_many = pack("QPUSHMANY", "q", BATCH, *[b"x" * 128] * BATCH)
+        claim = pack("QCLAIM", "q", "w", "COUNT", BATCH)
+        block = pack("QCLAIM", "q", "w", "COUNT", BATCH, "BLOCK", 10_000)
+        push = pack("QPUSH", "q", b"x" * 128)
+
+        async def batch_round() -> None:
+            producer.data_received(push_many)
+            await _reply(producer, p_out, p_reader)
+            worker.data_received(claim)
+            jobs = await _reply(worker, w_out, w_reader)
+            worker.data_received(pack("QACK", "q", *[job[5] for job in jobs]))
+            await _reply(worker, w_out, w_reader)
+
+        async def single_round() -> None:
+            worker.data_received(block)           # parks: the queue is empty
+            producer.data_received(push)          # wakes it; the turn's end serves it
+            await _reply(producer, p_out, p_reader)
+            jobs = await _reply(worker, w_out, w_reader)
+            worker.data_received(pack("QACK", "q", jobs[0][5]))
+            await _reply(worker, w_out, w_reader)
+
+        one, per_round = (batch_round, BATCH) if mode == "batches" else (single_round, 1)
+        for _ in range(20):                        # warm up
+            await one()
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(rounds):
+                await one()
+            times.append((time.perf_counter() - started) / rounds / per_round * 1e6)
+        return times
+    finally:
+        server.request_shutdown("bench path done")
+        await server.wait_stopped()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def loop(mode: str, rounds: int, repeats: int) -> list[float]:
+    import uvloop
+    return uvloop.run(_run(mode, rounds, repeats))
+
+
+def _instructions(mode: str, rounds: int) -> int:
+    """Instructions executed by a child running ``rounds`` rounds (one repeat)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                          sys.executable, "-m", "leaseq.bench.path", "--mode", mode, "--rounds", str(rounds),
+                          "--repeats", "1"], capture_output=True, text=True, env=os.environ.copy())
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise RuntimeError(f"valgrind failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def run(modes: tuple, rounds: int | None, instructions: bool) -> dict:
+    from leaseq.daemon.resp import FLAVOUR
+    figures = {}
+    for mode in modes:
+        batches = mode == "batches"
+        n = rounds or (2000 if batches else 20000)
+        if instructions:
+            if shutil.which("valgrind") is None:
+                raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
+            n = rounds or (100 if batches else 500)
+            per_round = BATCH if batches else 1
+            few, many = _instructions(mode, n), _instructions(mode, 4 * n)
+            figures[mode] = {"instructions_per_job": (many - few) / (3 * n * per_round)}
+            print(f"{mode}: {figures[mode]['instructions_per_job']:,.0f} instructions per job "
+                  f"({FLAVOUR} flavour; {n:,} and {4 * n:,} rounds under callgrind, diffed)")
+        else:
+            times = loop(mode, n, 3)
+            figures[mode] = {"us_per_job": min(times), "runs": times}
+            print(f"{mode}: {min(times):.2f} us per job, best of {', '.join(f'{t:.2f}' for t in times)} "
+                  f"({FLAVOUR} flavour, {n:,} rounds each)")
+    return figures
+
+
+def main() -> None:
+    """The child under valgrind: ``python -m leaseq.bench.path --mode single --rounds N``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--repeats", type=int, default=1)
+    a = parser.parse_args()
+    loop(a.mode, a.rounds, a.repeats)
+
+
+if __name__ == "__main__":
+    main()
