@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 from . import errors
 from .replies import Error
 
 
-_INT = re.compile(rb"-?[0-9]{1,19}")
-
-
 def to_int(value: bytes) -> int:
     """A signed 64-bit integer argument (Redis's grammar: no sign but '-', no
-    spaces or underscores), with Redis's error for anything else."""
-    if _INT.fullmatch(value) is None:
+    spaces or underscores), with Redis's error for anything else.  (Up to 19
+    ASCII digits after an optional '-': ``bytes.isdigit`` takes only those,
+    and costs a third of a regular expression's match.)"""
+    digits = value[1:] if value[:1] == b"-" else value
+    if not 0 < len(digits) <= 19 or not digits.isdigit():
         raise errors.NOT_INTEGER
     n = int(value)
     if not -(1 << 63) <= n < (1 << 63):

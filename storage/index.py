@@ -148,12 +148,13 @@ class ReadyIndex:
         the list's own invariants (``SortedList._check``) after it."""
         band_list = self._bands[band]
         self._len += len(jids)
-        if not band_list._maxes:
-            band_list.update(jids)
-            return
         lists, maxes, load = band_list._lists, band_list._maxes, band_list._load
-        lists[-1].extend(jids)
-        maxes[-1] = jids[-1]
+        if maxes:
+            lists[-1].extend(jids)
+            maxes[-1] = jids[-1]
+        else:                               # an empty band (``update`` sorts and chunks: a tenth of a push)
+            lists.append(list(jids))
+            maxes.append(jids[-1])
         band_list._len += len(jids)
         del band_list._index[:]             # positions changed: rebuilt when next needed
         while len(lists[-1]) > load << 1:   # split as SortedList._expand does
