@@ -89,12 +89,14 @@ async def _reply(conn, transport: Transport, reader) -> object:
 async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
     from leaseq.daemon import config
     from leaseq.daemon.connection import Connection
+    from leaseq.daemon.process import tune_collector
     from leaseq.daemon.server import Server
     from leaseq.storage.datadir import DataDir
 
     work = tempfile.mkdtemp(prefix="leaseq-bench-path-")
     server = Server(config.Settings(port=0, dir=os.path.join(work, "data")))
     await server.listen()
+    tune_collector()                               # as the daemon does once recovery is done
     server.attach(DataDir.open(os.path.join(work, "data"), int(time.time() * 1000)))
     try:
         def connect(port: int):

@@ -29,6 +29,18 @@ def os_line() -> str:
     return f"{u.sysname} {u.release} {u.machine}"
 
 
+def tune_collector() -> None:
+    """Once recovery is done.  Jobs hold no reference cycles (refcounting
+    frees them), yet in the pure flavour each one is tracked by the cyclic
+    collector (the compiled Job is not: storage/_job.pyx): at the default
+    threshold a push spends more time in collections than in the push.  So
+    the young generation is collected less often and what recovery built goes
+    to the permanent generation; ``keep_old_objects_out_of_collections`` then
+    does the same, from then on, for what survives a second."""
+    gc.set_threshold(50_000, 20, 20)
+    gc.freeze()
+
+
 async def keep_old_objects_out_of_collections(every: float = 0.2, sweep_every: float = 600.0) -> None:
     """Jobs hold no reference cycles (refcounting frees them), yet the cyclic
     collector tracks each one, and its full collections rescan every live job

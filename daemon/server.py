@@ -10,7 +10,6 @@ INFO, shutdown, blocked claimers).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
 from .metrics import Metrics
-from .process import MemoryGuard, every, keep_old_objects_out_of_collections
+from .process import MemoryGuard, every, keep_old_objects_out_of_collections, tune_collector
 from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -260,14 +259,7 @@ async def serve(settings: config.Settings, open_datadir) -> None:
     except BaseException:
         server.abort()
         raise
-    # Jobs hold no reference cycles (refcounting frees them), yet in the pure
-    # flavour each one is tracked by the cyclic collector (the compiled Job is
-    # not: storage/_job.pyx): at the default threshold a push spends
-    # more time in collections than in the push. Collect the young generation
-    # less often, move what recovery built into the permanent generation, and
-    # from then on what survives a second (daemon/process.py).
-    gc.set_threshold(50_000, 20, 20)
-    gc.freeze()
+    tune_collector()
     server.attach(datadir)
     server.spawn(keep_old_objects_out_of_collections())
     await server.wait_stopped()
