@@ -13,12 +13,23 @@ from __future__ import annotations
 from sortedcontainers import SortedDict, SortedList
 
 
+# ``TimeIndex.earliest`` of an empty index: later than any moment (ms since
+# the epoch), so ``index.earliest <= now`` is false without a test for empty
+NEVER = 1 << 62
+
+
 class TimeIndex:
-    __slots__ = ("_by_time", "_len")
+    """``earliest`` is the first moment held (``NEVER`` when empty), kept as
+    a plain attribute: lazy expiry asks every index of a queue whether
+    anything is due at every claim (``earliest <= now``), and a look into the
+    ``SortedDict`` was several Python calls per index."""
+
+    __slots__ = ("_by_time", "_len", "earliest")
 
     def __init__(self) -> None:
         self._by_time = SortedDict()
         self._len = 0
+        self.earliest = NEVER
 
     def __len__(self) -> int:
         return self._len
@@ -35,6 +46,8 @@ class TimeIndex:
         ids = self._by_time.get(when)
         if ids is None:
             self._by_time[when] = {jid}
+            if when < self.earliest:
+                self.earliest = when
         elif jid in ids:
             return
         else:
@@ -47,6 +60,8 @@ class TimeIndex:
         ids = self._by_time.get(when)
         if ids is None:
             ids = self._by_time[when] = set()
+            if when < self.earliest:
+                self.earliest = when
         before = len(ids)
         ids.update(jids)
         self._len += len(ids) - before
@@ -57,7 +72,7 @@ class TimeIndex:
         ids.remove(jid)
         self._len -= 1
         if not ids:
-            del self._by_time[when]
+            self._drop(when)
 
     def remove_many(self, when: int, jids: list) -> None:
         """``remove`` of several entries at one moment, all present."""
@@ -68,11 +83,18 @@ class TimeIndex:
             raise KeyError(f"not all of {len(jids)} ids were indexed at {when}")
         self._len -= len(jids)
         if not ids:
-            del self._by_time[when]
+            self._drop(when)
+
+    def _drop(self, when: int) -> None:
+        """A moment left with no ids goes (and ``earliest`` moves on if it was that one)."""
+        by_time = self._by_time
+        del by_time[when]
+        if when == self.earliest:
+            self.earliest = by_time.peekitem(0)[0] if by_time else NEVER
 
     def first(self) -> int | None:
         """The earliest moment, or None when empty."""
-        return self._by_time.peekitem(0)[0] if self._by_time else None
+        return self.earliest if self._len else None
 
     def last(self, count: int) -> list[int]:
         """Up to ``count`` ids of the latest moments, latest first: a look at
@@ -95,11 +117,13 @@ class TimeIndex:
             by_time.popitem(0)
             due.extend(sorted(ids))
         self._len -= len(due)
+        self.earliest = by_time.peekitem(0)[0] if by_time else NEVER
         return due
 
     def clear(self) -> None:
         self._by_time.clear()
         self._len = 0
+        self.earliest = NEVER
 
 
 class ReadyIndex:

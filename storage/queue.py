@@ -285,7 +285,7 @@ class Queue:
         ready_add = indexes.ready.add
         delayed = indexes.delayed
         groups = indexes.groups
-        if delayed and delayed.first() <= now:
+        if delayed.earliest <= now:
             for jid in delayed.pop_due(now):
                 job = jobs[jid]
                 if groups is not None:
@@ -296,11 +296,11 @@ class Queue:
                     groups.enter(job)
         expired: list[int] = NONE_EXPIRED
         leases = indexes.leases
-        if leases and leases.first() <= now:
+        if leases.earliest <= now:
             expired = leases.pop_due(now)
             self._expired(expired)
         for index in (indexes.dead, indexes.completed, indexes.cancelled):
-            if index and index.first() <= now:
+            if index.earliest <= now:
                 for jid in index.pop_due(now):
                     job = jobs[jid]
                     job.state = None              # already out of its index

@@ -58,7 +58,7 @@ class Results:
     def fold(self, now: int) -> None:
         """Let go of the entries whose time is over."""
         expiry = self.expiry
-        if expiry and expiry.first() <= now:
+        if expiry.earliest <= now:
             entries = self.entries
             for jid in expiry.pop_due(now):
                 self.bytes -= len(entries.pop(jid).value or b"")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leaseq.storage.index import ReadyIndex, TimeIndex
+from leaseq.storage.index import NEVER, ReadyIndex, TimeIndex
 
 
 def filled(*entries):
@@ -312,3 +312,44 @@ def test_taking_the_front_of_ready_keeps_order_and_the_sorted_lists_invariants(b
         idx.add(1, next_id)                         # the index still takes single ids after it
         model.append((1, next_id))
         next_id += 1
+
+
+# -- TimeIndex.earliest: the first moment, kept as an attribute through every change ------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "add_many", "remove", "remove_many", "pop_due", "clear"]),
+                          st.integers(0, 40), st.lists(st.integers(1, 30), max_size=4)), max_size=40))
+def test_earliest_is_always_the_first_moment_held(steps):
+    """``earliest`` (what lazy expiry compares with now) is the smallest
+    moment with an id, or NEVER when there is none, after any sequence of
+    adds, removes, pops and clears; ``first()`` says the same or None."""
+    idx, model = TimeIndex(), {}                      # model: moment -> set of ids
+    for op, when, jids in steps:
+        if op == "add" and jids:
+            idx.add(when, jids[0])
+            model.setdefault(when, set()).add(jids[0])
+        elif op == "add_many":
+            idx.add_many(when, jids)
+            if jids:
+                model.setdefault(when, set()).update(jids)
+        elif op in ("remove", "remove_many") and model:
+            moment = sorted(model)[when % len(model)]
+            held = sorted(model[moment])
+            gone = held[:1] if op == "remove" else held[:max(1, len(jids))]
+            if op == "remove":
+                idx.remove(moment, gone[0])
+            else:
+                idx.remove_many(moment, gone)
+            model[moment] -= set(gone)
+            if not model[moment]:
+                del model[moment]
+        elif op == "pop_due":
+            due = idx.pop_due(when)
+            assert due == [jid for m in sorted(model) if m <= when for jid in sorted(model[m])]
+            model = {m: ids for m, ids in model.items() if m > when}
+        elif op == "clear":
+            idx.clear()
+            model = {}
+        assert idx.earliest == (min(model) if model else NEVER)
+        assert idx.first() == (min(model) if model else None)
+        assert len(idx) == sum(len(ids) for ids in model.values())
