@@ -34,16 +34,13 @@ import time
 
 import hiredis
 
-MODES = ("batches", "single")
 BATCH = 100
+JOBS_PER_ROUND = {"batches": BATCH, "single": 1}
+MODES = tuple(JOBS_PER_ROUND)
 
 
 def pack(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
+    return hiredis.pack_command(args)
 
 
 class Transport:
@@ -129,7 +126,7 @@ async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
             worker.data_received(pack("QACK", "q", jobs[0][5]))
             await _reply(worker, w_out, w_reader)
 
-        one, per_round = (batch_round, BATCH) if mode == "batches" else (single_round, 1)
+        one, per_round = (batch_round if mode == "batches" else single_round), JOBS_PER_ROUND[mode]
         for _ in range(20):                        # warm up
             await one()
         times = []
@@ -154,7 +151,7 @@ def _instructions(mode: str, rounds: int) -> int:
     """Instructions executed by a child running ``rounds`` rounds (one repeat)."""
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                           sys.executable, "-m", "leaseq.bench.path", "--mode", mode, "--rounds", str(rounds),
-                          "--repeats", "1"], capture_output=True, text=True, env=os.environ.copy())
+                          "--repeats", "1"], capture_output=True, text=True)
     found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
     if out.returncode != 0 or found is None:
         raise RuntimeError(f"valgrind failed (exit {out.returncode}): {out.stderr[-2000:]}")
@@ -166,17 +163,16 @@ def run(modes: tuple, rounds: int | None, instructions: bool) -> dict:
     figures = {}
     for mode in modes:
         batches = mode == "batches"
-        n = rounds or (2000 if batches else 20000)
         if instructions:
             if shutil.which("valgrind") is None:
                 raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
             n = rounds or (100 if batches else 500)
-            per_round = BATCH if batches else 1
             few, many = _instructions(mode, n), _instructions(mode, 4 * n)
-            figures[mode] = {"instructions_per_job": (many - few) / (3 * n * per_round)}
+            figures[mode] = {"instructions_per_job": (many - few) / (3 * n * JOBS_PER_ROUND[mode])}
             print(f"{mode}: {figures[mode]['instructions_per_job']:,.0f} instructions per job "
                   f"({FLAVOUR} flavour; {n:,} and {4 * n:,} rounds under callgrind, diffed)")
         else:
+            n = rounds or (2000 if batches else 20000)
             times = loop(mode, n, 3)
             figures[mode] = {"us_per_job": min(times), "runs": times}
             print(f"{mode}: {min(times):.2f} us per job, best of {', '.join(f'{t:.2f}' for t in times)} "
