@@ -207,3 +207,22 @@ def test_bench_path_refuses_an_unknown_load():
     run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "path", "--only", "w9"],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert run.returncode == 2 and "unknown load w9; choose from batches, single" in run.stderr
+
+
+def test_bench_queue_reads_a_claim_reply_by_position_and_by_name(r):
+    """The load generator reads (lease, payload) of each job of a real QCLAIM
+    reply by position; a map in another order (a job with a KEY) is read by
+    name, to the same pair."""
+    from leaseq.bench.queue import LeaseqWire
+
+    r.execute_command("QPUSH", "q", b"plain")
+    r.execute_command("QPUSH", "q", b"keyed", "KEY", "k1")
+    reply = r.execute_command("QCLAIM", "q", "w", "COUNT", 10)
+    wire = LeaseqWire("q")
+    got = wire.claimed(reply)
+    by_name = [dict(zip(job[::2], job[1::2])) for job in reply]
+    assert got == [(f[b"lease"], f[b"payload"]) for f in by_name]
+    assert [p for _lease, p in got] == [b"plain", b"keyed"]
+    shuffled = [job[4:] + job[:4] for job in reply]      # lease first: not the fixed order
+    assert wire.claimed(shuffled) == got
+    assert r.execute_command("QACK", "q", *[lease for lease, _p in got]) == 2
