@@ -51,9 +51,18 @@ def to_float(value: bytes, option: str) -> float:
 _NOT_IN_NAMES = bytes(range(0x21)) + bytes(range(0x7F, 0x100))
 
 
+_NAMES_SEEN: set = set()   # names that passed, so that a queue's every command checks it with a hash
+_NAMES_KEPT = 4096         # at most; when full it starts over
+
+
 def queue_name(value: bytes) -> bytes:
+    if value in _NAMES_SEEN:
+        return value
     if not 1 <= len(value) <= 200 or len(value.translate(None, _NOT_IN_NAMES)) != len(value):
         raise errors.bad_queue_name(value)
+    if len(_NAMES_SEEN) >= _NAMES_KEPT:
+        _NAMES_SEEN.clear()
+    _NAMES_SEEN.add(value)
     return value
 
 

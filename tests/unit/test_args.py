@@ -1,5 +1,7 @@
 """``commands.args.to_int``: Redis's grammar for an integer argument, a
-signed 64-bit number written as an optional '-' and 1 to 19 ASCII digits."""
+signed 64-bit number written as an optional '-' and 1 to 19 ASCII digits.
+``commands.args.queue_name``: 1 to 200 bytes, each a printable ASCII
+character other than space (docs/semantics.md), whatever names it has seen."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from leaseq.commands import errors
-from leaseq.commands.args import to_int
+from leaseq.commands import args
+from leaseq.commands.args import queue_name, to_int
 from leaseq.commands.replies import Error
 
 GRAMMAR = re.compile(rb"-?[0-9]{1,19}")
@@ -42,3 +45,25 @@ def test_the_grammar_and_the_range_decide(value):
         assert to_int(value) == int(value)
     else:
         assert refused(value)
+
+
+def a_queue_name(value: bytes) -> bool:
+    try:
+        return queue_name(value) is value
+    except Error as e:
+        assert str(e) == str(errors.bad_queue_name(value))
+        return False
+
+
+@given(st.one_of(st.binary(max_size=210), st.from_regex(rb"\A[!-~]{1,205}\Z"), st.sampled_from([b"q", b"q ", b"q\x7f"])))
+def test_a_queue_name_is_200_printable_bytes_at_most_seen_before_or_not(value):
+    rule = 1 <= len(value) <= 200 and all(0x21 <= b <= 0x7E for b in value)
+    assert a_queue_name(value) is rule
+    assert a_queue_name(value) is rule          # the second time from the names seen, if it passed
+
+
+def test_the_names_seen_are_bounded():
+    for n in range(args._NAMES_KEPT + 10):
+        queue_name(b"q%d" % n)
+    assert 0 < len(args._NAMES_SEEN) <= args._NAMES_KEPT
+    assert a_queue_name(b"q1") and not a_queue_name(b"q 1")
