@@ -189,6 +189,33 @@ _AFTER = struct.Struct("<QBI")
 _PARENT = struct.Struct("<IQ")
 
 
+# The id and count lists of records: one Struct per length, made once (a
+# format string built and looked up at every record cost more than the pack).
+_U64S: dict = {}
+_U32S: dict = {}
+_LENGTHS_KEPT = 1024        # longer lists (rare) get a Struct of their own each time
+
+
+def _u64s(n: int) -> struct.Struct:
+    """The Struct of ``n`` little-endian unsigned 64-bit integers (ids)."""
+    s = _U64S.get(n)
+    if s is None:
+        s = struct.Struct("<%dQ" % n)
+        if n <= _LENGTHS_KEPT:
+            _U64S[n] = s
+    return s
+
+
+def _u32s(n: int) -> struct.Struct:
+    """The Struct of ``n`` little-endian unsigned 32-bit integers (deliveries)."""
+    s = _U32S.get(n)
+    if s is None:
+        s = struct.Struct("<%dI" % n)
+        if n <= _LENGTHS_KEPT:
+            _U32S[n] = s
+    return s
+
+
 
 class FormatError(ValueError):
     """A record body that does not decode: corruption or a bug, never bad input."""
@@ -304,15 +331,15 @@ def read_parents(b: bytes, off: int) -> tuple:
 def claim(qid: int, ts: int, deadline: int, first_seq: int, consumer: bytes, ids, deliveries=None) -> bytes:
     n = len(ids)
     body = (_CLAIM.pack(qid, ts, deadline, first_seq, n, len(consumer)) + consumer
-            + struct.pack("<%dQ" % n, *ids))
+            + _u64s(n).pack(*ids))
     if deliveries is not None:
-        body += struct.pack("<%dI" % n, *deliveries)
+        body += _u32s(n).pack(*deliveries)
     return body
 
 
 def ack(qid: int, ts: int, ids) -> bytes:
     n = len(ids)
-    return _ACK.pack(qid, ts, n) + struct.pack("<%dQ" % n, *ids)
+    return _ACK.pack(qid, ts, n) + _u64s(n).pack(*ids)
 
 
 def nack(qid: int, ts: int, visible_at: int, error: bytes | None, ids, closed: bool = False) -> bytes:
@@ -320,12 +347,12 @@ def nack(qid: int, ts: int, visible_at: int, error: bytes | None, ids, closed: b
     err = error or b""
     flags = (NACK_ERROR if error is not None else 0) | (NACK_CLOSED if closed else 0)
     return (_NACK.pack(qid, ts, visible_at, flags, n, len(err)) + err
-            + struct.pack("<%dQ" % n, *ids))
+            + _u64s(n).pack(*ids))
 
 
 def dead(qid: int, ts: int, reason: int, target: int, pairs) -> bytes:
     n = len(pairs)
-    return _DEAD.pack(qid, ts, reason, target, n) + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p))
+    return _DEAD.pack(qid, ts, reason, target, n) + _u64s(2 * n).pack(*(x for p in pairs for x in p))
 
 
 def redrive(qid: int, ts: int, ids) -> bytes:
@@ -334,7 +361,7 @@ def redrive(qid: int, ts: int, ids) -> bytes:
 
 def move(qid: int, ts: int, target: int, pairs) -> bytes:
     n = len(pairs)
-    return _MOVE.pack(qid, ts, target, n) + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p))
+    return _MOVE.pack(qid, ts, target, n) + _u64s(2 * n).pack(*(x for p in pairs for x in p))
 
 
 def delete(qid: int, ts: int, ids) -> bytes:
@@ -367,7 +394,7 @@ def clock(offset: int, frozen: bool, frozen_at: int) -> bytes:
 
 def extend(qid: int, ts: int, deadline: int, ids) -> bytes:
     n = len(ids)
-    return _EXTEND.pack(qid, ts, deadline, n) + struct.pack("<%dQ" % n, *ids)
+    return _EXTEND.pack(qid, ts, deadline, n) + _u64s(n).pack(*ids)
 
 
 def idmark(qid: int, next_id: int) -> bytes:
@@ -394,7 +421,7 @@ def unschedule(qid: int, ts: int, name: bytes) -> bytes:
 def fire(qid: int, ts: int, name: bytes, next_tick: int, skipped: int, pairs) -> bytes:
     n = len(pairs)
     return (_FIRE.pack(qid, ts, next_tick, skipped, len(name)) + name + struct.pack("<I", n)
-            + struct.pack("<%dQ" % (2 * n), *(x for p in pairs for x in p)))
+            + _u64s(2 * n).pack(*(x for p in pairs for x in p)))
 
 
 def replace(qid: int, ts: int, visible_at: int, priority: int, pairs) -> bytes:
@@ -431,7 +458,7 @@ class JobRecord:
 def _ids(body: bytes, offset: int, count: int) -> tuple:
     if len(body) != offset + 8 * count:
         raise FormatError("id list length does not match its count")
-    return struct.unpack_from("<%dQ" % count, body, offset)
+    return _u64s(count).unpack_from(body, offset)
 
 
 def decode(rtype: int, body: bytes) -> tuple:
@@ -499,8 +526,8 @@ def _d_claim(b):
     off = _CLAIM.size + clen
     consumer = b[_CLAIM.size:off]
     if len(b) == off + 12 * count:
-        ids = struct.unpack_from("<%dQ" % count, b, off)
-        return qid, ts, deadline, first_seq, consumer, ids, struct.unpack_from("<%dI" % count, b, off + 8 * count)
+        ids = _u64s(count).unpack_from(b, off)
+        return qid, ts, deadline, first_seq, consumer, ids, _u32s(count).unpack_from(b, off + 8 * count)
     return qid, ts, deadline, first_seq, consumer, _ids(b, off, count), None
 
 

@@ -99,7 +99,7 @@ def test_push_of_no_jobs_round_trips():
     assert records.decode(records.PUSH, records.push(1, 2, [])) == (1, 2, [])
 
 
-@pytest.mark.parametrize("ids", [(), (1,), (1, 2, U64)])
+@pytest.mark.parametrize("ids", [(), (1,), (1, 2, U64), tuple(range(3000, 4500))])   # past the Structs kept
 def test_claim_round_trip(ids):
     body = records.claim(4, 10, 30010, 17, b"worker-1", list(ids), [7] * len(ids))
     assert records.decode(records.CLAIM, body) == (4, 10, 30010, 17, b"worker-1", ids, (7,) * len(ids))
@@ -116,7 +116,7 @@ def test_claim_with_binary_consumer_round_trips():
     assert records.decode(records.CLAIM, records.claim(1, 2, 3, 4, consumer, [5]))[4] == consumer
 
 
-@pytest.mark.parametrize("ids", [(), (1,), tuple(range(1, 1001))])
+@pytest.mark.parametrize("ids", [(), (1,), tuple(range(1, 1001)), tuple(range(1, 2001))])
 def test_ack_round_trip(ids):
     assert records.decode(records.ACK, records.ack(2, 55, list(ids))) == (2, 55, ids)
 
@@ -387,3 +387,14 @@ def test_segment_header_with_bad_magic_is_format_error():
 def test_segment_header_of_another_version_is_format_error():
     with pytest.raises(FormatError, match="version 2"):
         records.check_segment_header(_header_with(version=2))
+
+
+def test_id_lists_of_every_length_pack_the_same_bytes_as_their_format():
+    """One Struct per length is kept for lists up to a bound, a fresh one made
+    past it; either way the bytes are the format's, and read back."""
+    for n in (0, 1, 7, records._LENGTHS_KEPT, records._LENGTHS_KEPT + 1, 3000):
+        ids = list(range(U64 - n, U64))
+        for _twice in range(2):
+            assert records._u64s(n).pack(*ids) == struct.pack("<%dQ" % n, *ids)
+            assert records._u32s(n).pack(*[i & 0xFFFFFFFF for i in ids]) == struct.pack("<%dI" % n, *[i & 0xFFFFFFFF for i in ids])
+    assert max(records._U64S) <= records._LENGTHS_KEPT and max(records._U32S) <= records._LENGTHS_KEPT
