@@ -187,9 +187,10 @@ class Store:
                 leasing.lease(q, job, token, deadline, consumer)
             if q.indexes.groups is not None:      # (replay: a job whose lost EXPIRE left it in flight)
                 q.indexes.groups.served(jobs, ts)
-        self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
-                                                                [j.id for j in jobs], [j.deliveries for j in jobs]),
-                                lease=True)
+        if self.journal.logs_jobs_of(q):        # (a memory queue's record would be built to be dropped)
+            self.journal.job_record(q, records.CLAIM, records.claim(q.qid, ts, deadline, first_seq, consumer,
+                                                                    [j.id for j in jobs], [j.deliveries for j in jobs]),
+                                    lease=True)
         flow.handed_out(q, ts, len(jobs))
 
     def ack(self, q: Queue, jobs: list[Job], ts: int, result: bytes | None = None) -> None:
@@ -209,7 +210,7 @@ class Store:
                     q.results.put(jobs[0].id, until, value=result)
                     self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
                 self.log_released(ts)
-        else:
+        elif self.journal.logs_jobs_of(q):
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]),
                                     blind_until=blind_until)
         endings = self.endings
@@ -223,8 +224,9 @@ class Store:
         """Release leases (``closed``: because the holding connection closed)."""
         for job in jobs:
             q.release(job, visible_at, ts, error, error is not None, closed)
-        self.journal.job_record(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs], closed),
-                  lease=True)
+        if self.journal.logs_jobs_of(q):
+            self.journal.job_record(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs],
+                                                                  closed), lease=True)
         self._woken.add(q)
 
     def progress(self, q: Queue, job: Job, value: bytes, ts: int) -> None:
@@ -235,8 +237,9 @@ class Store:
     def extend(self, q: Queue, jobs: list[Job], deadline: int, ts: int) -> None:
         for job in jobs:
             leasing.extend(q, job, deadline)
-        self.journal.job_record(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
-                  lease=True)
+        if self.journal.logs_jobs_of(q):
+            self.journal.job_record(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
+                                    lease=True)
         self._woken.add(q)   # a shortened lease moves the moment blocked claimers wake
 
     # -- expiry, deletion ----------------------------------------------------
