@@ -17,7 +17,11 @@ runs).  With ``--instructions`` the loop runs twice under valgrind
 (callgrind), ``--rounds`` and four times as many, and the difference of the
 two instruction counts per job is printed: a figure that does not move with
 the machine's load, for comparing two versions of the code
-(docs/performance.md, "Counting instructions").
+(docs/performance.md, "Counting instructions").  ``--functions N`` adds
+the N C functions that ran the most of those instructions per job (their
+own, from ``callgrind_annotate`` of both runs, diffed): the interpreter
+itself, and any builtin a Python line calls more often or more dearly than
+it seems to.
 """
 
 from __future__ import annotations
@@ -147,9 +151,10 @@ def loop(mode: str, rounds: int, repeats: int) -> list[float]:
     return uvloop.run(_run(mode, rounds, repeats))
 
 
-def _instructions(mode: str, rounds: int) -> int:
-    """Instructions executed by a child running ``rounds`` rounds (one repeat)."""
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+def _instructions(mode: str, rounds: int, out_file: str = "/dev/null") -> int:
+    """Instructions executed by a child running ``rounds`` rounds (one
+    repeat); callgrind's profile goes to ``out_file``."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
                           sys.executable, "-m", "leaseq.bench.path", "--mode", mode, "--rounds", str(rounds),
                           "--repeats", "1"], capture_output=True, text=True)
     found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
@@ -158,7 +163,30 @@ def _instructions(mode: str, rounds: int) -> int:
     return int(found.group(1))
 
 
-def run(modes: tuple, rounds: int | None, instructions: bool) -> dict:
+# a line of callgrind_annotate's table: "1,234 (5.6%)  /path/file.c:function [/path/object.so]"
+_FUNCTION_LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S.*?)(?:\s+\[[^\]]*\])?\s*$")
+
+
+def _by_function(profile: str) -> dict[str, int]:
+    """Instructions per C function (its own, not its callees') in a callgrind
+    profile: ``file.c:function`` (directories and recursion marks dropped)."""
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", profile],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"callgrind_annotate failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    found: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        m = _FUNCTION_LINE.match(line)
+        if m is None or "PROGRAM TOTALS" in line:
+            continue
+        where = m.group(2)
+        file, _, function = where.rpartition(":")
+        name = f"{os.path.basename(file)}:{function.split(chr(39))[0]}" if file else where
+        found[name] = found.get(name, 0) + int(m.group(1).replace(",", ""))
+    return found
+
+
+def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0) -> dict:
     from leaseq.daemon.resp import FLAVOUR
     figures = {}
     for mode in modes:
@@ -167,10 +195,22 @@ def run(modes: tuple, rounds: int | None, instructions: bool) -> dict:
             if shutil.which("valgrind") is None:
                 raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
             n = rounds or (100 if batches else 500)
-            few, many = _instructions(mode, n), _instructions(mode, 4 * n)
-            figures[mode] = {"instructions_per_job": (many - few) / (3 * n * JOBS_PER_ROUND[mode])}
-            print(f"{mode}: {figures[mode]['instructions_per_job']:,.0f} instructions per job "
-                  f"({FLAVOUR} flavour; {n:,} and {4 * n:,} rounds under callgrind, diffed)")
+            jobs = 3 * n * JOBS_PER_ROUND[mode]
+            with tempfile.TemporaryDirectory(prefix="leaseq-bench-path-") as work:
+                profiles = [os.path.join(work, f"callgrind.{k}") for k in ("few", "many")] if functions else None
+                few = _instructions(mode, n, profiles[0] if functions else "/dev/null")
+                many = _instructions(mode, 4 * n, profiles[1] if functions else "/dev/null")
+                figures[mode] = {"instructions_per_job": (many - few) / jobs}
+                print(f"{mode}: {figures[mode]['instructions_per_job']:,.0f} instructions per job "
+                      f"({FLAVOUR} flavour; {n:,} and {4 * n:,} rounds under callgrind, diffed)")
+                if functions:
+                    before, after = _by_function(profiles[0]), _by_function(profiles[1])
+                    per_job = {k: (after.get(k, 0) - before.get(k, 0)) / jobs for k in set(before) | set(after)}
+                    top = sorted(per_job.items(), key=lambda kv: -kv[1])[:functions]
+                    figures[mode]["functions"] = [[name, round(ir)] for name, ir in top]
+                    total = figures[mode]["instructions_per_job"]
+                    for name, ir in top:
+                        print(f"  {ir:>10,.0f} {100 * ir / total:5.1f} %  {name}")
         else:
             n = rounds or (2000 if batches else 20000)
             times = loop(mode, n, 3)

@@ -264,8 +264,10 @@ def _bench(name: str, *args) -> None:
 @click.option("--instructions", is_flag=True,
               help="Count instructions per job under valgrind instead of timing: a figure the machine's load "
                    "does not move.")
+@click.option("--functions", type=click.IntRange(0), default=0, show_default=True,
+              help="With --instructions: also list the N C functions that ran the most instructions per job.")
 @JSON_OPTION
-def bench_path(only, rounds, instructions, json_path) -> None:
+def bench_path(only, rounds, instructions, functions, json_path) -> None:
     """The daemon's own work per job, in one process (no socket, no other process)."""
     from leaseq.bench import path
     modes = tuple(m.strip() for m in only.split(",") if m.strip())
@@ -274,7 +276,9 @@ def bench_path(only, rounds, instructions, json_path) -> None:
         raise click.BadParameter(f"unknown load {', '.join(unknown) or '(none)'}; "
                                  f"choose from {', '.join(path.MODES)}", param_hint="--only")
     try:
-        figures = path.run(modes, rounds, instructions)
+        if functions and not instructions:
+            raise click.BadParameter("needs --instructions", param_hint="--functions")
+        figures = path.run(modes, rounds, instructions, functions)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     if json_path:

@@ -198,9 +198,20 @@ def test_bench_path_times_both_loads(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_bench_path_counts_instructions_under_valgrind(tmp_path):
-    data = run_bench(tmp_path, "path", "--only", "single", "--rounds", "5", "--instructions",
+    data = run_bench(tmp_path, "path", "--only", "single", "--rounds", "5", "--instructions", "--functions", "4",
                      figures=("single: ", "instructions per job", "5 and 20 rounds under callgrind"))
-    assert data["single"]["instructions_per_job"] > 0
+    single = data["single"]
+    assert single["instructions_per_job"] > 0
+    top = single["functions"]             # the C functions that ran the most of them, most first
+    assert len(top) == 4 and all(":" in name for name, _n in top)
+    counts = [n for _name, n in top]
+    assert counts == sorted(counts, reverse=True) and counts[0] > 0
+
+
+def test_bench_path_lists_functions_only_when_counting():
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "path", "--functions", "5"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and "--functions" in run.stderr and "needs --instructions" in run.stderr
 
 
 def test_bench_path_refuses_an_unknown_load():
