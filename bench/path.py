@@ -181,7 +181,8 @@ def _by_function(profile: str) -> dict[str, int]:
             continue
         where = m.group(2)
         file, _, function = where.rpartition(":")
-        name = f"{os.path.basename(file)}:{function.split(chr(39))[0]}" if file else where
+        function = function.split("'")[0]              # "f'2": f called within itself
+        name = f"{os.path.basename(file)}:{function}" if file else where
         found[name] = found.get(name, 0) + int(m.group(1).replace(",", ""))
     return found
 
@@ -197,9 +198,8 @@ def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0
             n = rounds or (100 if batches else 500)
             jobs = 3 * n * JOBS_PER_ROUND[mode]
             with tempfile.TemporaryDirectory(prefix="leaseq-bench-path-") as work:
-                profiles = [os.path.join(work, f"callgrind.{k}") for k in ("few", "many")] if functions else None
-                few = _instructions(mode, n, profiles[0] if functions else "/dev/null")
-                many = _instructions(mode, 4 * n, profiles[1] if functions else "/dev/null")
+                profiles = [os.path.join(work, f"callgrind.{k}") if functions else "/dev/null" for k in ("few", "many")]
+                few, many = _instructions(mode, n, profiles[0]), _instructions(mode, 4 * n, profiles[1])
                 figures[mode] = {"instructions_per_job": (many - few) / jobs}
                 print(f"{mode}: {figures[mode]['instructions_per_job']:,.0f} instructions per job "
                       f"({FLAVOUR} flavour; {n:,} and {4 * n:,} rounds under callgrind, diffed)")
