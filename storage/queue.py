@@ -279,37 +279,47 @@ class Queue:
         """Move due delayed jobs and expired leases to ready; let go of dead,
         cancelled and completed jobs whose retention is over, and of results
         whose RESULT-TTL is.  Returns the ids whose leases
-        ran out (``Store.fold`` logs them)."""
-        jobs = self.jobs
+        ran out (``Store.fold`` logs them).  It runs at every claim: when
+        nothing is due it only compares each index's ``earliest`` with now."""
         indexes = self.indexes
-        ready_add = indexes.ready.add
-        delayed = indexes.delayed
-        groups = indexes.groups
-        if delayed.earliest <= now:
-            for jid in delayed.pop_due(now):
-                job = jobs[jid]
-                if groups is not None:
-                    groups.leave(job, staying=True)
-                job.state = READY
-                ready_add(band(job), jid)
-                if groups is not None:
-                    groups.enter(job)
+        if indexes.delayed.earliest <= now:
+            self._delayed_due(now)
         expired: list[int] = NONE_EXPIRED
         leases = indexes.leases
         if leases.earliest <= now:
             expired = leases.pop_due(now)
             self._expired(expired)
+        if indexes.dead.earliest <= now or indexes.completed.earliest <= now or indexes.cancelled.earliest <= now:
+            self._retention_over(now)
+        if indexes.groups is not None:
+            indexes.groups.fold(now)
+        if self.results.entries:              # (a dict's truth test: free when no result is kept)
+            self.results.fold(now)
+        return expired
+
+    def _delayed_due(self, now: int) -> None:
+        """Delayed jobs whose moment came: ready now."""
+        jobs = self.jobs
+        ready_add = self.indexes.ready.add
+        groups = self.indexes.groups
+        for jid in self.indexes.delayed.pop_due(now):
+            job = jobs[jid]
+            if groups is not None:
+                groups.leave(job, staying=True)
+            job.state = READY
+            ready_add(band(job), jid)
+            if groups is not None:
+                groups.enter(job)
+
+    def _retention_over(self, now: int) -> None:
+        """Dead, completed and cancelled jobs kept until now: let go."""
+        jobs, indexes = self.jobs, self.indexes
         for index in (indexes.dead, indexes.completed, indexes.cancelled):
             if index.earliest <= now:
                 for jid in index.pop_due(now):
                     job = jobs[jid]
                     job.state = None              # already out of its index
                     self.remove(job)
-        if groups is not None:
-            groups.fold(now)
-        if self.results.entries:              # (a dict's truth test: free when no result is kept)
-            self.results.fold(now)
-        return expired
 
     def _expired(self, ids) -> None:
         """Leases out of ``leases`` that ran out: their jobs are ready again

@@ -314,6 +314,51 @@ def test_taking_the_front_of_ready_keeps_order_and_the_sorted_lists_invariants(b
         next_id += 1
 
 
+# -- ReadyIndex._filled: the bands that hold ids, through every change ---------------------------
+
+def filled_bands(idx: ReadyIndex) -> int:
+    return sum(1 << b for b, band in enumerate(idx._bands) if len(band))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "append_new", "update", "remove", "first", "pop_first", "clear"]),
+                          st.integers(0, ReadyIndex.BANDS - 1), st.integers(0, 30)), max_size=40))
+def test_claims_see_exactly_the_filled_bands(steps):
+    """``first`` and ``pop_first`` walk only the bands ``_filled`` names; it
+    must name exactly those holding ids after every change, or a claim
+    would miss jobs (or look into an empty band)."""
+    idx, model, next_id = ReadyIndex(), set(), 1         # model: (band, id)
+    for op, b, n in steps:
+        if op == "add":
+            idx.add(b, next_id)
+            model.add((b, next_id))
+            next_id += 1
+        elif op in ("append_new", "update") and n:
+            ids = list(range(next_id, next_id + n))
+            next_id += n
+            getattr(idx, op)(b, ids)
+            model.update((b, jid) for jid in ids)
+        elif op == "update":
+            idx.update(b, [])                               # nothing to add fills nothing
+        elif op == "remove" and model:
+            band, jid = sorted(model)[n % len(model)]
+            idx.remove(band, jid)
+            model.discard((band, jid))
+        elif op == "first":
+            assert idx.first(n) == [jid for _, jid in sorted(model)][:n]
+        elif op == "pop_first":
+            k = min(n, len(model))
+            head = sorted(model)[:k]
+            assert idx.first(k) == [jid for _, jid in head]
+            idx.pop_first(k)
+            model.difference_update(head)
+        elif op == "clear":
+            idx.clear()
+            model.clear()
+        assert idx._filled == filled_bands(idx)
+        assert list(idx) == [jid for _, jid in sorted(model)] and len(idx) == len(model)
+
+
 # -- TimeIndex.earliest: the first moment, kept as an attribute through every change ------------
 
 @settings(max_examples=300, deadline=None)
