@@ -15,8 +15,9 @@ Each round also parses the claim reply and builds the ack (what a client
 would do), the same in every flavour.  Printed: µs per job (best of three
 runs).  With ``--instructions`` the loop runs twice under valgrind
 (callgrind), ``--rounds`` and four times as many, and the difference of the
-two instruction counts per job is printed: a figure that does not move with
-the machine's load, for comparing two versions of the code
+two instruction counts per job is printed: a figure that hardly moves with
+the machine's load (timers run by wall time), for comparing two versions
+of the code
 (docs/performance.md, "Counting instructions").  ``--functions N`` adds
 the N C functions that ran the most of those instructions per job (their
 own, from ``callgrind_annotate`` of both runs, diffed): the interpreter
