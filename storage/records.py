@@ -134,6 +134,7 @@ is refused by an older one rather than half-read.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from typing import Iterator
@@ -190,30 +191,21 @@ _PARENT = struct.Struct("<IQ")
 
 
 # The id and count lists of records: one Struct per length, made once (a
-# format string built and looked up at every record cost more than the pack).
-_U64S: dict = {}
-_U32S: dict = {}
-_LENGTHS_KEPT = 1024        # longer lists (rare) get a Struct of their own each time
+# format string built and looked up at every record cost more than the
+# pack); functools' cache keeps the lengths used last.
+_LENGTHS_KEPT = 1024
 
 
+@functools.lru_cache(maxsize=_LENGTHS_KEPT)
 def _u64s(n: int) -> struct.Struct:
     """The Struct of ``n`` little-endian unsigned 64-bit integers (ids)."""
-    s = _U64S.get(n)
-    if s is None:
-        s = struct.Struct("<%dQ" % n)
-        if n <= _LENGTHS_KEPT:
-            _U64S[n] = s
-    return s
+    return struct.Struct("<%dQ" % n)
 
 
+@functools.lru_cache(maxsize=_LENGTHS_KEPT)
 def _u32s(n: int) -> struct.Struct:
     """The Struct of ``n`` little-endian unsigned 32-bit integers (deliveries)."""
-    s = _U32S.get(n)
-    if s is None:
-        s = struct.Struct("<%dI" % n)
-        if n <= _LENGTHS_KEPT:
-            _U32S[n] = s
-    return s
+    return struct.Struct("<%dI" % n)
 
 
 

@@ -390,11 +390,12 @@ def test_segment_header_of_another_version_is_format_error():
 
 
 def test_id_lists_of_every_length_pack_the_same_bytes_as_their_format():
-    """One Struct per length is kept for lists up to a bound, a fresh one made
-    past it; either way the bytes are the format's, and read back."""
+    """One Struct per length, the last lengths used kept up to a bound;
+    either way the bytes are the format's."""
     for n in (0, 1, 7, records._LENGTHS_KEPT, records._LENGTHS_KEPT + 1, 3000):
         ids = list(range(U64 - n, U64))
         for _twice in range(2):
             assert records._u64s(n).pack(*ids) == struct.pack("<%dQ" % n, *ids)
             assert records._u32s(n).pack(*[i & 0xFFFFFFFF for i in ids]) == struct.pack("<%dI" % n, *[i & 0xFFFFFFFF for i in ids])
-    assert max(records._U64S) <= records._LENGTHS_KEPT and max(records._U32S) <= records._LENGTHS_KEPT
+    assert 0 < records._u64s.cache_info().currsize <= records._LENGTHS_KEPT
+    assert 0 < records._u32s.cache_info().currsize <= records._LENGTHS_KEPT
