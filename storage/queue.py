@@ -283,7 +283,7 @@ class Queue:
         nothing is due it only compares each index's ``earliest`` with now."""
         indexes = self.indexes
         if indexes.delayed.earliest <= now:
-            self._delayed_due(now)
+            self._make_ready(indexes.delayed.pop_due(now))     # delayed jobs whose moment came
         expired: list[int] = NONE_EXPIRED
         leases = indexes.leases
         if leases.earliest <= now:
@@ -296,20 +296,6 @@ class Queue:
         if self.results.entries:              # (a dict's truth test: free when no result is kept)
             self.results.fold(now)
         return expired
-
-    def _delayed_due(self, now: int) -> None:
-        """Delayed jobs whose moment came: ready now."""
-        jobs = self.jobs
-        ready_add = self.indexes.ready.add
-        groups = self.indexes.groups
-        for jid in self.indexes.delayed.pop_due(now):
-            job = jobs[jid]
-            if groups is not None:
-                groups.leave(job, staying=True)
-            job.state = READY
-            ready_add(band(job), jid)
-            if groups is not None:
-                groups.enter(job)
 
     def _retention_over(self, now: int) -> None:
         """Dead, completed and cancelled jobs kept until now: let go."""
@@ -324,6 +310,12 @@ class Queue:
     def _expired(self, ids) -> None:
         """Leases out of ``leases`` that ran out: their jobs are ready again
         (the token still works until someone claims the job)."""
+        self._make_ready(ids, requeued=True)
+        self.counters.lease_expired += len(ids)
+
+    def _make_ready(self, ids, requeued: bool = False) -> None:
+        """Jobs already out of their time index (due delayed ones, expired
+        leases: ``requeued``) go into ``ready``, and into their group's turn."""
         jobs = self.jobs
         ready_add = self.indexes.ready.add
         groups = self.indexes.groups
@@ -332,11 +324,11 @@ class Queue:
             if groups is not None:
                 groups.leave(job, staying=True)
             job.state = READY
-            job.requeued = True
+            if requeued:
+                job.requeued = True
             ready_add(band(job), jid)
             if groups is not None:
                 groups.enter(job)
-        self.counters.lease_expired += len(ids)
 
     def expire(self, ids) -> None:
         """Replay of an EXPIRE record: the leases of these in-flight jobs ran
