@@ -286,6 +286,21 @@ def bench_path(only, rounds, instructions, functions, json_path) -> None:
             json.dump(figures, f, indent=2)
 
 
+@bench.command("floor")
+@click.option("--rate", type=click.IntRange(12), default=15000, show_default=True,
+              help="PINGs a second (15,000: the three requests of a job at W3's 5,000 jobs a second).")
+@click.option("--seconds", type=click.FloatRange(0.5), default=8, show_default=True, help="Length of each run.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
+              help="The redis-server to compare with; when it is missing, the floor and leaseq run alone.")
+@JSON_OPTION
+def bench_floor(rate, seconds, reps, redis_server, json_path) -> None:
+    """Server CPU per PING at a fixed rate: redis-server, a bare uvloop server (the least any Python
+    server on uvloop spends for a request) and leaseq."""
+    _bench("floor", rate, seconds, reps, redis_server, json_path)
+
+
 @bench.command("http")
 @click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
 @click.option("--queues", type=click.IntRange(1), default=200, show_default=True, help="Queues /metrics reports.")

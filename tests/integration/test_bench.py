@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle` and `path` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle`, `path` and `floor` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -187,6 +188,43 @@ def test_bench_lifecycle_runs_and_reports(tmp_path):
     data = json.loads(out.read_text())
     assert data["cancel"]["count"] == 5 and data["result"]["count"] == 20
     assert 0 < data["cancel"]["median_ms"] <= data["cancel"]["max_ms"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_floor_pings_each_server_at_the_rate(tmp_path):
+    """redis-server (when installed), the bare uvloop server and leaseq, each
+    answering every PING of the run; leaseq's figure is set beside the floor's."""
+    with_redis = shutil.which("redis-server") is not None
+    data = run_bench(tmp_path, "floor", "--rate", "600", "--seconds", "0.5", "--reps", "2",
+                     figures=("leaseq bench floor: PING at 600/s", "CPU us/request", "leaseq above the floor: "))
+    servers = {"floor", "leaseq"} | ({"redis"} if with_redis else set())
+    assert set(data["results"]) == servers and set(data["runs"]) == servers
+    for kind in servers:
+        assert len(data["runs"][kind]) == 2
+        for run in data["runs"][kind]:
+            assert run["requests"] == 300, run            # 600 a second for 0.5 s, every one answered
+            assert run["cpu_us_per_request"] >= 0          # (CPU ticks are 10 ms: a short run may show 0)
+    assert ("notes" in data) != with_redis
+
+
+def test_bench_floor_server_answers_resp_and_inline_pings():
+    """The floor server answers +PONG to each command of a read, in RESP or inline."""
+    import socket
+    from leaseq.bench.common import free_port, wait_pong
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_pong(proc, port, time.monotonic() + 30, "the floor server")        # inline PING
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"*1\r\n$4\r\nPING\r\n" * 3 + b"*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n")
+            got = b""
+            while len(got) < 4 * len(b"+PONG\r\n"):
+                got += s.recv(1024)
+        assert got == b"+PONG\r\n" * 4
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.mark.timeout(120)
