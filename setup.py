@@ -9,7 +9,8 @@ import os
 from setuptools import Extension, setup
 
 COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
-            ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx")]
+            ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
+            ("leaseq.storage._index", "storage/_index.pyx")]
 
 
 def extensions() -> list:

@@ -42,7 +42,7 @@ import hiredis
 from leaseq.commands import errors
 from functools import lru_cache
 
-from leaseq.storage import job, jobtable
+from leaseq.storage import index, job, jobtable
 from leaseq.storage.flavour import compiled_twin
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
 
@@ -497,8 +497,10 @@ if job.COMPILED:
     COMPILED.append("_job")
 if jobtable.COMPILED:
     COMPILED.append("_jobtable")
+if index.COMPILED:
+    COMPILED.append("_index")
 
 # "compiled" when every module of setup.py's COMPILED list was built and
 # LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
-FLAVOUR = ("compiled" if len(COMPILED) == 4 else "pure" if not COMPILED
+FLAVOUR = ("compiled" if len(COMPILED) == 5 else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

@@ -6,11 +6,19 @@ job of one delayed QPUSHMANY the same visible_at), so a claim of 100 jobs is
 one sorted insert and 100 set additions, and an ack 100 set removals, instead
 of 100 sorted inserts and removals.  Iteration and ``pop_due`` yield
 ``(moment, id)`` in ascending order of both: the order is total.
+
+These are the definitions.  ``storage/_index.pyx`` is their compiled twin,
+the same behaviour with the entries held as C numbers (docs/performance.md,
+"The indexes in C"); ``TimeIndex`` and ``ReadyIndex`` below name it when it
+was built and LEASEQ_PURE is not 1, ``PureTimeIndex`` and ``PureReadyIndex``
+always name these.
 """
 
 from __future__ import annotations
 
 from sortedcontainers import SortedDict, SortedList
+
+from .flavour import compiled_twin
 
 
 # ``TimeIndex.earliest`` of an empty index: later than any moment (ms since
@@ -165,6 +173,10 @@ class ReadyIndex:
         for band in self._bands:
             yield from band
 
+    def items(self) -> list[tuple[int, int]]:
+        """Every entry as (band, id), in claim order."""
+        return [(b, jid) for b, band in enumerate(self._bands) for jid in band]
+
     def add(self, band: int, jid: int) -> None:
         self._bands[band].add(jid)
         self._len += 1
@@ -275,3 +287,10 @@ def _drop_head(band: SortedList, n: int) -> None:
             del lists[0]
             del maxes[0]
             band._expand(0)
+
+
+PureReadyIndex, PureTimeIndex = ReadyIndex, TimeIndex
+_twin = compiled_twin("leaseq.storage._index")
+COMPILED = _twin is not None
+if COMPILED:
+    ReadyIndex, TimeIndex = _twin.ReadyIndex, _twin.TimeIndex   # noqa: F811

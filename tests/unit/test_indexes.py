@@ -17,10 +17,10 @@ KEY_FIELDS = {DELAYED: "visible_at", IN_FLIGHT: "deadline", DEAD: "retain_until"
 
 
 def entries(index) -> list[tuple[int, int]]:
-    """(key, id) pairs of an index; a ready band is recovered from the id's position."""
+    """(key, id) pairs of an index: (moment, id), or (band, id) for ``ready``."""
     if isinstance(index, TimeIndex):
         return list(index)
-    return [(b, jid) for b, ids in enumerate(index._bands) for jid in ids]
+    return index.items()
 
 
 def holders(indexes: Indexes, jid: int) -> list[bytes]:
