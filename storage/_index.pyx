@@ -308,6 +308,24 @@ cdef list keys_list(_Keys s, Py_ssize_t start, Py_ssize_t count, bint backwards,
     return out
 
 
+def _lazily(_Keys keys, bint wide, bint pairs):
+    """The keys, decoded, 256 at a time: a claim that looks for jobs it may
+    deliver (``Queue.claim_head`` with ``doomed``) stops early, and a 1M
+    ready index must not become a list first.  Positions are re-read at
+    every batch, so a change meanwhile can skip or repeat a key, never
+    read freed memory."""
+    cdef Py_ssize_t start = 0
+    while True:
+        if wide:
+            batch = keys_list[leaseq_wide](keys, start, 256, False, pairs, <leaseq_wide *>NULL)
+        else:
+            batch = keys_list[uint64_t](keys, start, 256, False, pairs, <uint64_t *>NULL)
+        if not batch:
+            return
+        yield from batch
+        start += len(batch)
+
+
 @cython.final
 @cython.no_gc              # it holds its keys only, which hold nothing
 @cython.auto_pickle(False)
@@ -327,7 +345,7 @@ cdef class TimeIndex:
         return self._keys.length > 0
 
     def __iter__(self):
-        return iter(keys_list[leaseq_wide](self._keys, 0, self._keys.length, False, True, <leaseq_wide *>NULL))
+        return _lazily(self._keys, True, True)
 
     cdef inline void _moved(self):
         self.earliest = moment_of((<leaseq_wide *>self._keys.chunks[0].data)[0]) if self._keys.length else C_NEVER
@@ -412,7 +430,7 @@ cdef class ReadyIndex:
         return self._keys.length > 0
 
     def __iter__(self):
-        return iter(keys_list[uint64_t](self._keys, 0, self._keys.length, False, False, <uint64_t *>NULL))
+        return _lazily(self._keys, False, False)
 
     def items(self):
         """Every entry as (band, id), in claim order."""

@@ -525,3 +525,16 @@ def test_ready_ids_of_any_size_keep_claim_order(ReadyIndex):
     idx.add(0, 2 ** 40)
     assert idx.items() == [(0, 2 ** 40), (19, 5), (19, 2 ** 50)] and idx.oldest() == 5
     assert idx.first(2) == [2 ** 40, 5]
+
+
+@each_ready_index
+def test_iterating_a_large_ready_index_can_stop_early(ReadyIndex):
+    """A claim that passes over jobs it may not deliver walks the claim
+    order and stops once it has enough (``Queue.claim_head``)."""
+    idx = ReadyIndex()
+    idx.append_new(19, list(range(1, 5001)))
+    idx.add(0, 9000)
+    walk = iter(idx)
+    assert [next(walk) for _ in range(3)] == [9000, 1, 2]
+    assert sum(1 for _ in walk) == 4998                 # the rest, once each
+    assert len(idx) == 5001
