@@ -120,7 +120,7 @@ class FloorServer:
 
 
 class _Started:
-    """One of the three servers, started fresh for a run: (port, pid), stop, kill."""
+    """One of the three servers, started fresh for a run: (port, pid), then stop."""
 
     def __init__(self, kind: str, work: str, server_cpus, redis_path: str | None) -> None:
         self.kind = kind
@@ -139,9 +139,6 @@ class _Started:
 
     def stop(self) -> None:
         self.server.stop()
-
-    def kill(self) -> None:
-        self.server.kill()
 
 
 # -- the load ----------------------------------------------------------------------------

@@ -188,39 +188,32 @@ cdef Py_ssize_t lower(Chunk *c, key_t k):
 
 cdef int insert(_Keys s, key_t k) except -1:
     """Add ``k``; 1 when it was added, 0 when it was there already."""
-    cdef Py_ssize_t ci, pos, half
+    cdef Py_ssize_t ci = chunk_for[key_t](s, k), pos, half
     cdef Chunk *c
     cdef Chunk *tail
     cdef key_t *keys
-    if s.nchunks == 0:
-        c = s.new_chunk(0)
-    else:
-        ci = chunk_for[key_t](s, k)
-        if ci == s.nchunks:                         # above every key: at the end
-            c = s.chunks[ci - 1]
-            if c.n == s.cap:
-                c = s.new_chunk(ci)
+    if ci == s.nchunks:                             # above every key (or none yet): at the end
+        if ci == 0 or s.chunks[ci - 1].n == s.cap:
+            c = s.new_chunk(ci)
         else:
-            c = s.chunks[ci]
-            pos = lower[key_t](c, k)
-            keys = (<key_t *>c.data)
-            if keys[pos] == k:
-                return 0
-            if c.n == s.cap:                        # full: split in halves
-                half = s.cap // 2
-                tail = s.new_chunk(ci + 1)
-                memcpy(tail.data, &keys[half], (s.cap - half) * sizeof(key_t))
-                tail.n = s.cap - half
-                c.n = half
-                if pos > half:                      # (at ``half`` it ends the first half)
-                    c, pos = tail, pos - half
-                    keys = (<key_t *>c.data)
-            memmove(&keys[pos + 1], &keys[pos], (c.n - pos) * sizeof(key_t))
-            keys[pos] = k
-            c.n += 1
-            s.length += 1
-            return 1
-    (<key_t *>c.data)[c.n] = k
+            c = s.chunks[ci - 1]
+        pos = c.n
+    else:
+        c = s.chunks[ci]
+        pos = lower[key_t](c, k)
+        if (<key_t *>c.data)[pos] == k:
+            return 0
+        if c.n == s.cap:                            # full: split in halves
+            half = s.cap // 2
+            tail = s.new_chunk(ci + 1)
+            memcpy(tail.data, &(<key_t *>c.data)[half], (s.cap - half) * sizeof(key_t))
+            tail.n = s.cap - half
+            c.n = half
+            if pos > half:                          # (at ``half`` it ends the first half)
+                c, pos = tail, pos - half
+    keys = <key_t *>c.data
+    memmove(&keys[pos + 1], &keys[pos], (c.n - pos) * sizeof(key_t))
+    keys[pos] = k
     c.n += 1
     s.length += 1
     return 1
@@ -326,23 +319,29 @@ def _lazily(_Keys keys, bint wide, bint pairs):
         start += len(batch)
 
 
-@cython.final
 @cython.no_gc              # it holds its keys only, which hold nothing
 @cython.auto_pickle(False)
-cdef class TimeIndex:
-    """``storage.index.TimeIndex``, compiled: (moment, id) keys, 16 bytes each."""
+cdef class _Index:
+    """What both indexes are: their keys, and their size."""
     cdef _Keys _keys
-    cdef readonly int64_t earliest
-
-    def __cinit__(self):
-        self._keys = _Keys(sizeof(leaseq_wide))
-        self.earliest = C_NEVER
 
     def __len__(self):
         return self._keys.length
 
     def __bool__(self):
         return self._keys.length > 0
+
+
+@cython.final
+@cython.no_gc
+@cython.auto_pickle(False)
+cdef class TimeIndex(_Index):
+    """``storage.index.TimeIndex``, compiled: (moment, id) keys, 16 bytes each."""
+    cdef readonly int64_t earliest
+
+    def __cinit__(self):
+        self._keys = _Keys(sizeof(leaseq_wide))
+        self.earliest = C_NEVER
 
     def __iter__(self):
         return _lazily(self._keys, True, True)
@@ -409,10 +408,9 @@ cdef class TimeIndex:
 @cython.final
 @cython.no_gc
 @cython.auto_pickle(False)
-cdef class ReadyIndex:
+cdef class ReadyIndex(_Index):
     """``storage.index.ReadyIndex``, compiled: (band, id) keys in claim
     order, 8 bytes each (the band above bit 59: ids stay below 2**59)."""
-    cdef _Keys _keys
 
     BANDS = 20
 
@@ -422,12 +420,6 @@ cdef class ReadyIndex:
     @staticmethod
     def band(int priority, bint requeued):
         return (9 - priority) * 2 + (0 if requeued else 1)
-
-    def __len__(self):
-        return self._keys.length
-
-    def __bool__(self):
-        return self._keys.length > 0
 
     def __iter__(self):
         return _lazily(self._keys, False, False)
