@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from . import errors
 from .replies import Error
 
@@ -123,3 +125,29 @@ class OptionReader:
 
     def unknown(self) -> Error:
         raise errors.SYNTAX
+
+
+_OPTIONS_KEPT = 1024       # option lists a ``remembered`` parser keeps; when full it starts over
+
+
+def remembered(parse):
+    """``parse(args, start)``, answered from memory when the same option
+    words came before.  For parsers whose result depends on ``args[start:]``
+    alone, is immutable, and whose valid options are short (numbers and
+    keywords): a worker sends the same ``COUNT 10 BLOCK 5000`` with every
+    claim, and reading them again took a fifteenth of a blocked claim's
+    path.  An error is never remembered: bad options are read (and refused)
+    every time."""
+    seen: dict = {}
+
+    @functools.wraps(parse)
+    def parse_remembered(args: list, start: int):
+        words = tuple(args[start:])
+        found = seen.get(words)
+        if found is None:
+            found = parse(args, start)
+            if len(seen) >= _OPTIONS_KEPT:
+                seen.clear()
+            seen[words] = found
+        return found
+    return parse_remembered

@@ -14,7 +14,7 @@ from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
-from .args import OptionReader, group_name, in_range, queue_name, to_int
+from .args import OptionReader, group_name, in_range, queue_name, remembered, to_int
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
 from .replies import OK, Ints, Map, Record, Shape
 
@@ -358,7 +358,8 @@ class ClaimWait:
         return errors.queue_dropped(self.queue.name)
 
 
-def _claim_options(args: list, start: int):
+@remembered
+def _claim_options(args: list, start: int) -> tuple[int, int | None, int | None, bool]:
     count, lease_ms, block, session = 1, None, None, False
     r = OptionReader(args, start)
     for kw in r:

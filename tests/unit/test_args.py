@@ -1,7 +1,9 @@
 """``commands.args.to_int``: Redis's grammar for an integer argument, a
 signed 64-bit number written as an optional '-' and 1 to 19 ASCII digits.
 ``commands.args.queue_name``: 1 to 200 bytes, each a printable ASCII
-character other than space (docs/semantics.md), whatever names it has seen."""
+character other than space (docs/semantics.md), whatever names it has seen.
+``commands.args.remembered``: a parser of options answered from memory
+gives what reading them again would, and refuses bad ones every time."""
 
 from __future__ import annotations
 
@@ -67,3 +69,62 @@ def test_the_names_seen_are_bounded():
         queue_name(b"q%d" % n)
     assert 0 < len(args._NAMES_SEEN) <= args._NAMES_KEPT
     assert a_queue_name(b"q1") and not a_queue_name(b"q 1")
+
+
+def reading(parse_calls: list):
+    @args.remembered
+    def parse(words: list, start: int):
+        parse_calls.append(tuple(words[start:]))
+        if b"BAD" in words[start:]:
+            raise errors.SYNTAX
+        return len(words) - start
+    return parse
+
+
+def test_the_same_words_are_read_once():
+    calls: list = []
+    parse = reading(calls)
+    assert parse([b"QCLAIM", b"q", b"w", b"COUNT", b"5"], 3) == 2
+    assert parse([b"QCLAIM", b"other", b"x", b"COUNT", b"5"], 3) == 2     # what comes before start is not read
+    assert parse([b"QCLAIM", b"q", b"w", b"COUNT", b"6"], 3) == 2
+    assert calls == [(b"COUNT", b"5"), (b"COUNT", b"6")]
+
+
+def test_bad_words_are_refused_every_time():
+    calls: list = []
+    parse = reading(calls)
+    for _ in range(3):
+        with pytest.raises(Error):
+            parse([b"QCLAIM", b"q", b"w", b"BAD"], 3)
+    assert len(calls) == 3
+
+
+def test_the_words_remembered_are_bounded():
+    calls: list = []
+    parse = reading(calls)
+    for n in range(args._OPTIONS_KEPT + 10):
+        assert parse([b"X", b"%d" % n], 1) == 1
+    assert parse([b"X", b"%d" % (args._OPTIONS_KEPT + 9)], 1) == 1       # still there: the memory started over
+    assert len(calls) == args._OPTIONS_KEPT + 10
+    assert parse([b"X", b"0"], 1) == 1                                    # forgotten when it started over: read again
+    assert len(calls) == args._OPTIONS_KEPT + 11
+
+
+CLAIM_WORDS = st.lists(st.sampled_from([b"COUNT", b"count", b"LEASE", b"BLOCK", b"SESSION", b"NOPE",
+                                        b"0", b"1", b"100", b"-1", b"x", b"99999999999"]), max_size=6)
+
+
+@given(CLAIM_WORDS)
+def test_claim_options_remembered_are_claim_options_read(words):
+    from leaseq.commands.jobs import _claim_options
+    command = [b"QCLAIM", b"q", b"w", *words]
+
+    def outcome(parse):
+        try:
+            return parse(command, 3)
+        except Error as e:
+            return str(e)
+
+    fresh = outcome(_claim_options.__wrapped__)
+    assert outcome(_claim_options) == fresh
+    assert outcome(_claim_options) == fresh            # the second time, from memory when it was good
