@@ -160,10 +160,12 @@ class Blocking:
         if w.timer is not None:
             w.timer.cancel()
             w.timer = None
-        waiters = self.by_queue.get(w.wait.queue)
+        queue = w.wait.queue
+        waiters = self.by_queue.get(queue)
         if waiters and w in waiters:
             waiters.remove(w)
-            self._forget(w.wait.queue)
+            if not waiters:
+                self._forget(queue)
 
     def _timed_out(self, w: Waiter) -> None:
         w.timer = None
@@ -203,31 +205,36 @@ class Blocking:
 
     def serve(self, queue, closing_window: bool = False) -> None:
         """Give the claimable jobs of ``queue`` to its waiters and workers."""
-        waiters = self.by_queue.get(queue, [])
+        waiters = self.by_queue.get(queue, ())
         if closing_window:
             for w in waiters:
                 w.wait.cohort = False
-        elif queue in self.cohorts:
+        elif waiters and queue in self.cohorts:
             waiters = [w for w in waiters if not w.wait.cohort]   # the cohort waits for its window
         waiters = [w for w in waiters if not w.conn.closed]
         workers = self.workers.get(queue, ())
         if waiters or workers:
-            self.server.store.fold(queue, self.server.now_ms())
-            workers = [k for k in workers if not k.conn.closed and k.room]
-        if waiters or workers:
-            takers = waiters + workers
-            asks = [w.wait.count for w in waiters] + [k.room for k in workers]
+            server = self.server
+            now = server.now_ms()
+            server.store.fold(queue, now)
+            if workers:
+                workers = [k for k in workers if not k.conn.closed and k.room]
+                asks = [w.wait.count for w in waiters] + [k.room for k in workers]
+                takers = waiters + workers
+            else:
+                asks = [w.wait.count for w in waiters]
+                takers = waiters
             # what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
-            available = flow.claimable(queue, self.server.now_ms(), sum(asks))
+            available = flow.claimable(queue, now, sum(asks)) if takers else 0
             if available:
-                journal = self.server.store.journal
+                journal = server.store.journal
                 for taker, share in zip(takers, deal(available, asks)):
                     if not share:
                         continue
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs, ticket = journal.claimed(self.server.now_ms, taker.wait.take, share)
+                    jobs, ticket = journal.claimed(server.now_ms, taker.wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)
@@ -241,7 +248,8 @@ class Blocking:
                     self._answer(w, w.wait.expired())
                 elif w.wait.timeout_ms and w.timer is None:
                     w.timer = self.loop.call_later(w.wait.timeout_ms / 1000.0, self._timed_out, w)
-        self._arm(queue)
+        if queue in self.by_queue or queue in self.workers:
+            self._arm(queue)
 
     def wake(self, queue) -> None:
         """Serve ``queue`` at the end of this turn."""
@@ -342,7 +350,7 @@ class Blocking:
             if current[0] <= due:
                 return
             current[1].cancel()
-        delay = max(0, due - self.server.now_ms() + 1) / 1000.0
+        delay = max(0, due - now + 1) / 1000.0
         self.timers[queue] = (due, self.loop.call_later(delay, self._fire, queue))
 
     def _served_late(self, queue, now: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
 DURABILITIES = (FSYNC, ASYNC, MEMORY)
@@ -31,6 +32,13 @@ class QueueConfig:
     group_concurrency: int = 0    # at most this many slots held per group; 0: no limit
     group_rate: tuple = (0, 0)    # (n, ms) per group, as rate
     paused_groups: frozenset = frozenset()   # QPAUSE queue GROUP g: these groups hand out nothing
+
+    @cached_property
+    def limited(self) -> bool:
+        """Whether a rule of the queue's own limits what claims take (a pause,
+        CONCURRENCY, RATE): read at every claim, so worked out once (the
+        options never change in place: QCONFIG SET makes new ones)."""
+        return bool(self.paused or self.concurrency or self.rate[0])
 
     @property
     def grouped(self) -> bool:

@@ -79,6 +79,8 @@ def _rules(q, now: int) -> list[tuple[str, int]]:
 def allowance(q, now: int) -> int | None:
     """How many jobs ``q`` may hand out now (call after folding), or None
     when no rule limits it."""
+    if not q.config.limited:
+        return None
     rules = _rules(q, now)
     return min(n for _reason, n in rules) if rules else None
 

@@ -74,3 +74,14 @@ def test_options_round_trip_through_the_logs_json_and_old_logs_load():
     assert QueueConfig.from_json(old) == QueueConfig()     # a log written before these options
     assert config.same_options(config.with_options(paused=False))
     assert not config.same_options(config.with_options(concurrency=5))
+
+
+def test_each_rule_alone_limits_and_new_options_are_read_afresh():
+    q = queue_with(4)
+    assert not q.config.limited and flow.allowance(q, T0) is None
+    for rule, allowed in [({"paused": True}, 0), ({"concurrency": 2}, 2), ({"rate": (3, 1000)}, 3)]:
+        q.config = QueueConfig().with_options(**rule)
+        assert q.config.limited and flow.allowance(q, T0) == allowed
+        q.config = q.config.with_options(paused=False, concurrency=0, rate=(0, 0))
+        assert not q.config.limited and flow.allowance(q, T0) is None
+    assert "limited" not in QueueConfig(paused=True).to_json()      # worked out, never stored
