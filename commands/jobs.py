@@ -57,8 +57,14 @@ class PushOptions:
         return now
 
 
+NO_OPTIONS = PushOptions()    # a push that gives none (most): shared, so never changed outside the parser
+
+
 def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOptions:
-    """QPUSH / QPUSHMANY options; ``count`` jobs (KEYS takes that many keys)."""
+    """QPUSH / QPUSHMANY options; ``count`` jobs (KEYS takes that many keys).
+    What it returns is read, never changed (it may be ``NO_OPTIONS``)."""
+    if start == len(args):
+        return NO_OPTIONS
     opts = PushOptions()
     r = OptionReader(args, start)
     for kw in r:

@@ -91,7 +91,7 @@ def run(client, cmd, args):
         log.exception("command %s failed", cmd.name.upper())
         return errors.INTERNAL
     finally:
-        client.server.metrics.command(cmd.name, perf_counter() - started)
+        client.server.metrics.commands[cmd.name].observe(perf_counter() - started)
 
 
 def _permission(client, cmd, args: list) -> Error | None:

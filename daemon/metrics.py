@@ -41,6 +41,7 @@ leaseq_connected_clients                   gauge
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import defaultdict
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
@@ -77,16 +78,10 @@ class Histogram:
 class Metrics:
     def __init__(self, server) -> None:
         self.server = server
-        self.commands: dict[str, Histogram] = {}
+        self.commands: defaultdict[str, Histogram] = defaultdict(Histogram)   # name -> durations, once it ran
         self.fsync = Histogram()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-
-    def command(self, name: str, seconds: float) -> None:
-        h = self.commands.get(name)
-        if h is None:
-            h = self.commands[name] = Histogram()
-        h.observe(seconds)
 
     def collect(self):
         server = self.server

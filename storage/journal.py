@@ -44,6 +44,9 @@ from .wal import LogBuffer, Ticket
 class Journal:
     def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
         self.log = log
+        if log is not None:        # asked at every command: the log's own methods, one call each
+            self.mark = log.mark
+            self.ticket_since = log.ticket_since
         self.lease_sync = lease_sync        # lease-durability fsync
         self._txn: list | None = None       # records of the open transaction
         self._txn_sync = False
@@ -113,11 +116,14 @@ class Journal:
     # -- what the daemon asks -------------------------------------------------------------
 
     def mark(self) -> int:
-        return 0 if self.log is None else self.log.mark()
+        """A point in the stream of records, for ``ticket_since`` (without a
+        log; with one, ``__init__`` puts the log's own in its place)."""
+        return 0
 
     def ticket_since(self, mark: int) -> Ticket | None:
-        """What a reply must wait for: the records emitted since ``mark``."""
-        return None if self.log is None else self.log.ticket_since(mark)
+        """What a reply must wait for: the records emitted since ``mark``
+        (none without a log; with one, the log's own method)."""
+        return None
 
     def settled_since(self, mark: int, claim_at: int | None = None) -> Ticket | None:
         """The ticket of a reply that may show anything appended so far

@@ -128,3 +128,18 @@ def test_claim_options_remembered_are_claim_options_read(words):
     fresh = outcome(_claim_options.__wrapped__)
     assert outcome(_claim_options) == fresh
     assert outcome(_claim_options) == fresh            # the second time, from memory when it was good
+
+
+def test_a_push_without_options_gets_the_defaults_whatever_pushes_came_before():
+    from leaseq.commands.jobs import parse_push_options
+    fresh = parse_push_options([b"QPUSH", b"q", b"x", b"PRIORITY", b"1", b"DELAY", b"50", b"GROUP", b"g"], 3, 1,
+                               many=False)
+    assert (fresh.priority, fresh.delay, fresh.groups) == (1, 50, [b"g"])
+    for _ in range(2):
+        plain = parse_push_options([b"QPUSH", b"q", b"x"], 3, 1, many=False)
+        assert (plain.priority, plain.delay, plain.at, plain.keys, plain.groups, plain.after) == (5, None, None, None,
+                                                                                                None, None)
+        assert plain.visible_at(T) == T
+
+
+T = 1_700_000_000_000
