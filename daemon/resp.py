@@ -42,6 +42,7 @@ import hiredis
 from leaseq.commands import errors
 from functools import lru_cache
 
+from leaseq.daemon import clock
 from leaseq.storage import index, job, jobtable
 from leaseq.storage.flavour import compiled_twin
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
@@ -499,8 +500,10 @@ if jobtable.COMPILED:
     COMPILED.append("_jobtable")
 if index.COMPILED:
     COMPILED.append("_index")
+if clock.COMPILED:
+    COMPILED.append("_clock")
 
 # "compiled" when every module of setup.py's COMPILED list was built and
 # LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
-FLAVOUR = ("compiled" if len(COMPILED) == 5 else "pure" if not COMPILED
+FLAVOUR = ("compiled" if len(COMPILED) == 6 else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

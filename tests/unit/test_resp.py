@@ -661,15 +661,16 @@ def test_the_encoder_in_use_gives_the_pure_encoders_bytes(value, resp3):
 
 def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     """bin/setup builds daemon/_resp.pyx, daemon/_parser.pyx,
-    storage/_job.pyx, storage/_jobtable.pyx and storage/_index.pyx when
-    Cython and a C compiler are there; LEASEQ_PURE=1 (the second unit-test
-    run of .ci/run) picks the pure encoder, parser, Job, job table and
-    indexes."""
+    storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx and
+    daemon/_clock.pyx when Cython and a C compiler are there; LEASEQ_PURE=1
+    (the second unit-test run of .ci/run) picks the pure encoder, parser,
+    Job, job table, indexes and clock."""
     if os.environ.get("LEASEQ_PURE") == "1":
         assert resp.FLAVOUR == "pure" and resp.COMPILED == []
         assert resp.encode is resp.encode_pure and resp.RequestParser is resp.PureRequestParser
     elif shutil.which("cc") or shutil.which("gcc"):
-        assert resp.FLAVOUR == "compiled" and resp.COMPILED == ["_resp", "_parser", "_job", "_jobtable", "_index"]
+        assert resp.FLAVOUR == "compiled"
+        assert resp.COMPILED == ["_resp", "_parser", "_job", "_jobtable", "_index", "_clock"]
         assert resp.encode is not resp.encode_pure and resp.RequestParser is not resp.PureRequestParser
     else:                       # no compiler at install time: the pure modules, said so
         assert resp.FLAVOUR == "pure" and resp.encode is resp.encode_pure

@@ -1,0 +1,68 @@
+"""``daemon.clock``: the daemon's time, in both flavours of its reading
+(``Reading``, compiled in daemon/_clock.pyx when built): whole ms since the
+epoch plus the offset, or the frozen moment; DEBUG CLOCK's changes (whose
+values commands bound to 2**53 ms) reach ``on_change`` and the next
+reading."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from leaseq.daemon import clock
+
+FLAVOURS = [clock.PureReading] + ([clock.Reading] if clock.COMPILED else [])
+
+
+def test_the_compiled_reading_is_used_when_built():
+    assert issubclass(clock.Clock, clock.Reading)
+    assert clock.COMPILED is (clock.Reading is not clock.PureReading)
+
+
+@pytest.mark.parametrize("reading", FLAVOURS)
+@pytest.mark.parametrize("offset", [0, 5_000, -86_400_000, 10**12])
+def test_a_running_clock_reads_real_time_plus_the_offset(reading, offset):
+    c = reading(offset, False, 0)
+    for _ in range(100):
+        before = int(time.time() * 1000)
+        now = c.now()
+        after = int(time.time() * 1000)
+        assert type(now) is int
+        assert before + offset <= now <= after + offset
+
+
+@pytest.mark.parametrize("reading", FLAVOURS)
+@pytest.mark.parametrize("at", [0, 1_700_000_000_000, 2**62])
+def test_a_frozen_clock_reads_its_moment(reading, at):
+    c = reading(123, True, at)
+    assert c.now() == at and c.now() == at
+    assert (c.offset, c.frozen, c.frozen_at) == (123, True, at)
+
+
+def test_debug_clock_changes_are_told_and_read():
+    """(On the flavour in use; the LEASEQ_PURE=1 run of the unit tests reads the pure one.)"""
+    changes: list = []
+    c = clock.Clock(0, False, 0, lambda *state: changes.append(state))
+    c.advance(60_000)
+    assert changes[-1] == (60_000, False, 0) and c.now() >= int(time.time() * 1000) + 60_000 - 1
+    c.freeze(2_000_000_000_000)
+    assert c.now() == 2_000_000_000_000 and changes[-1] == (60_000, True, 2_000_000_000_000)
+    c.advance(5)
+    assert c.now() == 2_000_000_000_005
+    c.resume()
+    offset, frozen, _ = changes[-1]
+    assert not frozen and c.offset == offset and abs(c.now() - 2_000_000_000_005) < 1_000
+
+
+@pytest.mark.parametrize("reading", FLAVOURS)
+def test_the_state_is_plain_numbers_and_a_bad_one_is_refused(reading):
+    c = reading(1, False, 0)
+    c.offset = 2
+    c.frozen, c.frozen_at = True, 7
+    assert (c.offset, c.frozen, c.frozen_at, c.now()) == (2, True, 7, 7)
+    if reading is not clock.PureReading:
+        with pytest.raises(TypeError):
+            c.offset = "soon"
+        with pytest.raises(OverflowError):
+            c.frozen_at = 2**63
