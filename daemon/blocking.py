@@ -130,7 +130,7 @@ class Blocking:
         self.workers: dict = {}      # Queue -> [Worker]
         self.timers: dict = {}       # Queue -> (due_ms, TimerHandle)
         self.cohorts: dict = {}      # Queue -> TimerHandle of the open WINDOW
-        self._woken: set = set()     # queues a worker's freed slot asks to serve
+        self.woken: set = set()     # queues a worker's freed slot asks to serve
         self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
 
     def count(self, queue=None) -> int:
@@ -253,24 +253,15 @@ class Blocking:
 
     def wake(self, queue) -> None:
         """Serve ``queue`` at the end of this turn."""
-        self._woken.add(queue)
-
-    @property
-    def has_woken(self) -> bool:
-        return bool(self._woken)
-
-    @property
-    def anyone_waits(self) -> bool:
-        """A parked claim or a work stream exists, on any queue."""
-        return bool(self.by_queue or self.workers)
+        self.woken.add(queue)
 
     def serve_woken(self) -> None:
         """End of a turn: serve the queues whose ready jobs or next due moment
         changed (the store's woken set) and those ``wake`` named."""
         woken = self.server.store.take_woken()
-        if self._woken:
-            woken |= self._woken
-            self._woken = set()
+        if self.woken:
+            woken |= self.woken
+            self.woken = set()
         for q in woken:
             if q in self.by_queue or q in self.workers:
                 self.serve(q)
@@ -317,7 +308,7 @@ class Blocking:
         for timer in self.cohorts.values():
             timer.cancel()
         self.cohorts.clear()
-        self._woken = set()
+        self.woken = set()
 
     def release_all(self) -> None:
         """Shutdown: answer every waiter as if its BLOCK timed out."""

@@ -61,8 +61,8 @@ class Committer:
         stay in the store's woken set until a turn serves them."""
         server = self.server
         blocking = server.blocking
-        return (bool(self.wal.pending) or blocking.has_woken
-                or (server.store.has_woken and blocking.anyone_waits))
+        return bool(self.wal.pending or blocking.woken
+                    or (server.store.woken and (blocking.by_queue or blocking.workers)))
 
     def wait(self, conn) -> None:
         self.waiters.add(conn)

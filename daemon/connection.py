@@ -155,7 +155,7 @@ class Connection(asyncio.Protocol):
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self.flush()
-        if self.outbox.holding or server.committer.work_left():
+        if self.outbox.held or server.committer.work_left():
             server.committer.touch()
 
     def answer(self, reply, ticket: Ticket | None = None) -> None:
@@ -182,7 +182,7 @@ class Connection(asyncio.Protocol):
         """Write the held replies whose tickets ``wal`` has now reached, in
         order; True when none are left."""
         self._write(self.outbox.release(wal.reached))
-        return not self.outbox.holding
+        return not self.outbox.held
 
     def fail_held(self, error, unseen) -> None:
         """The log failed: held replies whose records did not get where their
@@ -197,7 +197,7 @@ class Connection(asyncio.Protocol):
         if data:
             self.transport.write(data)
             self._check_output()
-        if self.quitting and not self.outbox.holding:
+        if self.quitting and not self.outbox.held:
             self.transport.close()
 
     def _check_output(self) -> None:

@@ -40,27 +40,27 @@ from leaseq.storage.wal import Ticket
 
 
 class Outbox:
-    __slots__ = ("_ready", "_held")
+    __slots__ = ("_ready", "held")
 
     def __init__(self) -> None:
         self._ready: list[bytes] = []       # may be written now, in order
-        self._held: deque = deque()         # (Ticket or None, bytes), first one waits for the log
+        self.held: deque = deque()          # (Ticket or None, bytes), the first waits for the log; read only outside
 
     def add(self, data: bytes, ticket: Ticket | None = None) -> bool:
         """Queue one encoded reply; True when it is held (the caller then
         asks to be told when the log moves: ``release``)."""
         if ticket is not None:
-            self._held.append((ticket, data))
+            self.held.append((ticket, data))
             return True
-        if self._held:
-            self._held.append((None, data))
+        if self.held:
+            self.held.append((None, data))
         else:
             self._ready.append(data)
         return False
 
     def hold_place(self, ticket: Ticket) -> None:
         """Rule 4: a parked claim's records; its answer comes later."""
-        self._held.append((ticket, b""))
+        self.held.append((ticket, b""))
 
     def take(self) -> bytes:
         """The replies that need no wait, joined; empties them."""
@@ -73,7 +73,7 @@ class Outbox:
     def release(self, reached: Callable[[Ticket], bool]) -> bytes:
         """The held replies, from the first, whose tickets ``reached`` says
         the log has got to (and the ticketless ones behind them), joined."""
-        held = self._held
+        held = self.held
         chunks = []
         while held:
             ticket, data = held[0]
@@ -86,15 +86,10 @@ class Outbox:
     def fail(self, error: bytes, unseen: bytes) -> bytes:
         """Rule 5: what the held replies become when the log failed, joined;
         nothing is held afterwards."""
-        chunks = [data if ticket is None else error if ticket.own else unseen for ticket, data in self._held if data]
-        self._held.clear()
+        chunks = [data if ticket is None else error if ticket.own else unseen for ticket, data in self.held if data]
+        self.held.clear()
         return b"".join(chunks)
 
     def clear(self) -> None:
         self._ready = []
-        self._held.clear()
-
-    @property
-    def holding(self) -> bool:
-        """A reply waits for the log."""
-        return bool(self._held)
+        self.held.clear()

@@ -47,7 +47,7 @@ class Store:
         self.journal = journal if journal is not None else Journal()
         self.default_config = QueueConfig()     # for dead-letter queues created on demand
         self.clock = (0, False, 0)              # DEBUG clock: offset ms, frozen, frozen at
-        self._woken: set[Queue] = set()         # queues whose ready jobs or next due moment changed
+        self.woken: set[Queue] = set()          # queues whose ready jobs or next due moment changed (read, not changed, outside)
         self.timetable = Timetable(self)        # every queue's schedules (storage/schedules.py)
         self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
         self.deaths = Deaths(self)              # dead letters and the ways back (storage/deaths.py)
@@ -74,15 +74,11 @@ class Store:
 
     def wake(self, q: Queue) -> None:
         """``q``'s ready jobs changed outside its own transitions (a parent elsewhere was done)."""
-        self._woken.add(q)
-
-    @property
-    def has_woken(self) -> bool:
-        return bool(self._woken)
+        self.woken.add(q)
 
     def take_woken(self) -> set[Queue]:
         """The queues woken since the last call (and forget them)."""
-        woken, self._woken = self._woken, set()
+        woken, self.woken = self.woken, set()
         return woken
 
     # -- queues -------------------------------------------------------------------------
@@ -113,7 +109,7 @@ class Store:
         elif config.grouped:
             q.use_groups()
         self.journal.meta_record(records.QUEUE, records.queue(q.qid, ts, q.name, config.to_json()))
-        self._woken.add(q)
+        self.woken.add(q)
 
     def drop_queue(self, q: Queue, ts: int) -> int:
         del self.queues[q.name]
@@ -121,7 +117,7 @@ class Store:
         q.dropped = True
         # a queue re-created under this name continues above every id handed out
         self.dropped_marks[q.name] = max(q.next_id, q.id_mark)
-        self._woken.discard(q)
+        self.woken.discard(q)
         self.timetable.queue_dropped(q)
         with self.journal.transaction():
             self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
@@ -155,7 +151,7 @@ class Store:
         """New jobs enter ``q``: a push's change (a schedule's FIRE makes it too)."""
         waiting = q.add_many(jobs, ts)
         q.counters.pushed += len(jobs)
-        self._woken.add(q)
+        self.woken.add(q)
         if waiting:
             self.deps.add(q, waiting)
 
@@ -166,7 +162,7 @@ class Store:
         for job, payload in pairs:
             q.replace(job, payload, priority, visible_at, ts)
         self.journal.job_record(q, records.REPLACE, body)
-        self._woken.add(q)
+        self.woken.add(q)
 
     def claim(self, q: Queue, jobs: list[Job], deadline: int, consumer: bytes, ts: int,
               first_seq: int | None = None, front: bool = False) -> None:
@@ -217,7 +213,7 @@ class Store:
         if endings.watched:
             endings.ended(q, jobs)
         if flow.has_slots(q):
-            self._woken.add(q)       # a slot is free: a blocked claimer may take it
+            self.woken.add(q)       # a slot is free: a blocked claimer may take it
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
              closed: bool = False) -> None:
@@ -227,7 +223,7 @@ class Store:
         if self.journal.logs_jobs_of(q):
             self.journal.job_record(q, records.NACK, records.nack(q.qid, ts, visible_at, error, [j.id for j in jobs],
                                                                   closed), lease=True)
-        self._woken.add(q)
+        self.woken.add(q)
 
     def progress(self, q: Queue, job: Job, value: bytes, ts: int) -> None:
         """QPROGRESS: the job's latest progress (a lease record: it does not extend the lease)."""
@@ -240,7 +236,7 @@ class Store:
         if self.journal.logs_jobs_of(q):
             self.journal.job_record(q, records.EXTEND, records.extend(q.qid, ts, deadline, [j.id for j in jobs]),
                                     lease=True)
-        self._woken.add(q)   # a shortened lease moves the moment blocked claimers wake
+        self.woken.add(q)   # a shortened lease moves the moment blocked claimers wake
 
     # -- expiry, deletion ----------------------------------------------------
 
@@ -250,7 +246,7 @@ class Store:
         expired = q.fold(now)
         if expired:
             self.journal.note_record(q, records.EXPIRE, records.expire(q.qid, now, expired))
-            self._woken.add(q)
+            self.woken.add(q)
 
     def apply_expire(self, q: Queue, ids) -> None:
         """Replay of an EXPIRE record."""
@@ -306,7 +302,7 @@ class Store:
         if endings.watched:
             endings.ended(q, jobs)
         if flow.has_slots(q):
-            self._woken.add(q)       # a deleted job in flight frees its slot
+            self.woken.add(q)       # a deleted job in flight frees its slot
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
         """The DEBUG clock, logged so a restart keeps the test's time."""

@@ -21,7 +21,7 @@ def test_a_reply_without_a_ticket_goes_out_at_once():
     box = Outbox()
     assert box.add(b"+PONG\r\n") is False
     assert box.take() == b"+PONG\r\n"
-    assert box.take() == b"" and not box.holding
+    assert box.take() == b"" and not box.held
 
 
 def test_replies_that_wait_for_nothing_leave_together_in_order():
@@ -34,11 +34,11 @@ def test_replies_that_wait_for_nothing_leave_together_in_order():
 def test_a_reply_with_a_ticket_is_held_until_the_log_reaches_it():
     box = Outbox()
     assert box.add(b":1\r\n", SYNC1) is True
-    assert box.take() == b"" and box.holding
+    assert box.take() == b"" and box.held
     assert box.release(log_at(written=1, durable=0)) == b""      # written, not yet durable
-    assert box.holding
+    assert box.held
     assert box.release(log_at(written=1, durable=1)) == b":1\r\n"
-    assert not box.holding
+    assert not box.held
 
 
 def test_a_ticket_that_needs_only_the_write_is_released_by_the_write():
@@ -71,9 +71,9 @@ def test_release_stops_at_the_first_reply_the_log_has_not_reached():
     box.add(b":2\r\n", SYNC2)
     box.add(b"+OK\r\n")
     assert box.release(log_at(2, 1)) == b":1\r\n+OK\r\n"
-    assert box.holding
+    assert box.held
     assert box.release(log_at(2, 2)) == b":2\r\n+OK\r\n"
-    assert not box.holding
+    assert not box.held
 
 
 def test_replies_already_sent_are_not_held_back_by_a_later_ticket():
@@ -87,7 +87,7 @@ def test_replies_already_sent_are_not_held_back_by_a_later_ticket():
 def test_a_parked_claim_holds_its_place_without_bytes():
     box = Outbox()
     box.hold_place(WRITE1)               # the QUEUE record a blocked claim logged before parking
-    assert box.holding
+    assert box.held
     box.add(b"*0\r\n")                   # its answer, later: waits behind its own records
     assert box.take() == b""
     assert box.release(log_at(1, 0)) == b"*0\r\n"
@@ -101,14 +101,14 @@ def test_a_failed_log_fails_every_held_reply_with_a_ticket_in_order():
     box.add(b":7\r\n", Ticket(2, True, own=False))   # a read that may show the refused change does not
     err, unseen = b"-MISCONF disk\r\n", b"-MISCONF unseen\r\n"
     assert box.fail(err, unseen) == err + b"$1\r\nx\r\n" + err + unseen
-    assert not box.holding and box.release(log_at(9, 9)) == b""
+    assert not box.held and box.release(log_at(9, 9)) == b""
 
 
 def test_a_failed_log_drops_a_parked_claims_place():
     box = Outbox()
     box.hold_place(SYNC1)
     assert box.fail(b"-MISCONF disk\r\n", b"-MISCONF unseen\r\n") == b""     # the claim gets its own answer
-    assert not box.holding
+    assert not box.held
 
 
 def test_fail_leaves_replies_that_needed_nothing_alone():
@@ -123,4 +123,4 @@ def test_clear_forgets_everything():
     box.add(b"+PONG\r\n")
     box.add(b":1\r\n", SYNC1)
     box.clear()
-    assert box.take() == b"" and not box.holding
+    assert box.take() == b"" and not box.held
