@@ -312,7 +312,7 @@ class Store:
 
 def _unseen_by_claims_until(q: Queue, jobs: list[Job]) -> int:
     """Until when no claim can tell whether the ack of ``jobs`` happened
-    (0: a claim may at once), for ``LogBuffer.settled``: jobs in flight are
+    (0: a claim may at once), for ``LogBuffer.settled_since``: jobs in flight are
     claimable again only at the end of their leases, and on a queue without
     CONCURRENCY, group rules or groups an ack frees no claim's way.  (A job
     some child waits for is acked in a transaction, which never uses this.)"""

@@ -113,7 +113,7 @@ def fsync_directory(directory: str) -> None:
 class Ticket(NamedTuple):
     """What a command's reply waits for: ``generation`` written, and durable
     too when ``fsync`` is set.  ``own``: the command appended records of its
-    own (False: it only read what other commands appended, ``settled``)."""
+    own (False: it only read what other commands appended, ``settled_since``)."""
 
     generation: int
     fsync: bool
@@ -168,8 +168,9 @@ class LogBuffer:
             return None
         return Ticket(self._written + 1, self._last_sync_record > mark)
 
-    def settled(self, own: bool, claim_at: int | None = None) -> Ticket | None:
-        """The ticket of a reply that may show anything appended so far: it
+    def settled_since(self, mark: int, claim_at: int | None = None) -> Ticket | None:
+        """The ticket of a reply that may show anything appended so far
+        (``own`` when its command appended records since ``mark``): it
         waits until every record appended is written, and every one that
         needs fsync is durable, so that no reply ever shows a change the log
         may still refuse (docs/semantics.md §5.2).  None when all are.  A
@@ -180,6 +181,7 @@ class LogBuffer:
         ``claim_at``: the reply hands out jobs claimed at that moment, and
         shows nothing but them: it need not wait for the fsync of records
         no claim can see yet (``append``'s ``blind_until``)."""
+        own = self._appended != mark
         generation = self._written + 1 if self._buffer else self._written
         if self._sync_gen > self._durable and (
                 claim_at is None or self._claim_sync_gen > self._durable

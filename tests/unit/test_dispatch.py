@@ -313,15 +313,15 @@ def test_an_ack_blind_to_claims_joins_the_earliest_deadline_until_it_is_durable(
     log = MemoryLog()
     log.append(records.ACK, b"x", True, blind_until=2000)
     log.append(records.ACK, b"y", True, blind_until=1000)
-    assert log.settled(False, claim_at=999) == Ticket(1, False, False)
-    assert log.settled(False, claim_at=1000) == Ticket(1, True, False)
-    assert log.settled(False) == Ticket(1, True, False)
+    assert log.settled_since(log.mark(), claim_at=999) == Ticket(1, False, False)
+    assert log.settled_since(log.mark(), claim_at=1000) == Ticket(1, True, False)
+    assert log.settled_since(log.mark()) == Ticket(1, True, False)
     log.flush()
     log.synced(log.start_sync(), 0)
     log.append(records.ACK, b"z", True, blind_until=5000)      # the earlier deadlines are on disk
-    assert log.settled(False, claim_at=4999) == Ticket(2, False, False)
+    assert log.settled_since(log.mark(), claim_at=4999) == Ticket(2, False, False)
     log.append(records.PUSH, b"p", True)
-    assert log.settled(False, claim_at=0) == Ticket(2, True, False)
+    assert log.settled_since(log.mark(), claim_at=0) == Ticket(2, True, False)
 
 
 def test_auto_created_queue_is_an_fsynced_record_even_for_a_read_that_creates(core, c):
