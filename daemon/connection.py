@@ -103,10 +103,7 @@ class Connection(asyncio.Protocol):
             self.protocol_error = str(e)
             self.server.stats.protocol_errors += 1
             self.transport.pause_reading()
-        if self.pending:
-            self.pending.extend(commands)
-        else:
-            self.pending = deque(commands)
+        self.pending.extend(commands)
         self.run_pending()
 
     def connection_lost(self, exc) -> None:

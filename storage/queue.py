@@ -388,7 +388,12 @@ def nobody_doomed(q: Queue, jobs: list[Job]) -> bool:
     sets no MAXDELIVERIES or EXPIRE and no job has its own (the common
     case, answered without looking at each job's rare fields)."""
     config = q.config
-    return not config.maxdeliveries and not config.expire and all(job.extra is None for job in jobs)
+    if config.maxdeliveries or config.expire:
+        return False
+    for job in jobs:
+        if job.extra is not None:
+            return False
+    return True
 
 
 def death_reason(q: Queue, job: Job, now: int) -> bytes | None:
