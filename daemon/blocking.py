@@ -209,21 +209,23 @@ class Blocking:
         if closing_window:
             for w in waiters:
                 w.wait.cohort = False
-        elif waiters and queue in self.cohorts:
-            waiters = [w for w in waiters if not w.wait.cohort]   # the cohort waits for its window
-        waiters = [w for w in waiters if not w.conn.closed]
+        cohort_open = not closing_window and queue in self.cohorts     # its cohort waits for the window
+        takers, asks = [], []
+        for w in waiters:
+            if not w.conn.closed and not (cohort_open and w.wait.cohort):
+                takers.append(w)
+                asks.append(w.wait.count)
         workers = self.workers.get(queue, ())
-        if waiters or workers:
+        if takers or workers:
             server = self.server
             now = server.now_ms()
             server.store.fold(queue, now)
-            if workers:
-                workers = [k for k in workers if not k.conn.closed and k.room]
-                asks = [w.wait.count for w in waiters] + [k.room for k in workers]
-                takers = waiters + workers
-            else:
-                asks = [w.wait.count for w in waiters]
-                takers = waiters
+            for k in workers:
+                if not k.conn.closed:
+                    room = k.room
+                    if room:
+                        takers.append(k)
+                        asks.append(room)
             # what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
             available = flow.claimable(queue, now, sum(asks)) if takers else 0
             if available:
