@@ -135,7 +135,7 @@ def remembered(parse):
     words came before.  For parsers whose result depends on ``args[start:]``
     alone, is immutable, and whose valid options are short (numbers and
     keywords): a worker sends the same ``COUNT 10 BLOCK 5000`` with every
-    claim, and reading them again took a fifteenth of a blocked claim's
+    claim, and reading them again took a twentieth of a blocked claim's
     path.  An error is never remembered: bad options are read (and refused)
     every time."""
     seen: dict = {}
