@@ -63,7 +63,9 @@ REASONS = ("pause", "concurrency", "rate") + GROUP_REASONS
 
 def _rules(q, now: int) -> list[tuple[str, int]]:
     """(reason, how many jobs that rule lets out now) for each rule the
-    queue sets, in REASONS order."""
+    queue sets, in REASONS order.  ``QueueConfig.limited`` says whether
+    there is any (tests/unit/test_flow.py holds the two to the same
+    options)."""
     config = q.config
     rules = []
     if config.paused:

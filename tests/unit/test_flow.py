@@ -85,3 +85,19 @@ def test_each_rule_alone_limits_and_new_options_are_read_afresh():
         q.config = q.config.with_options(paused=False, concurrency=0, rate=(0, 0))
         assert not q.config.limited and flow.allowance(q, T0) is None
     assert "limited" not in QueueConfig(paused=True).to_json()      # worked out, never stored
+
+
+def test_limited_names_exactly_the_options_the_rules_read():
+    """Each option set alone, to a value other than its default: the queue
+    is ``limited`` exactly when ``_rules`` finds a rule, so a rule added to
+    one and not the other fails here."""
+    from dataclasses import fields
+    samples = {int: 7, bool: True, tuple: (3, 1000), str: "memory", frozenset: frozenset({b"g"})}
+    for f in fields(QueueConfig):
+        default = getattr(QueueConfig(), f.name)
+        value = samples.get(type(default), "dlq") if default is not None else "dlq"
+        if f.name == "backoff":
+            value = (5, 1.0, 0)
+        q = queue_with(4)
+        q.config = QueueConfig(**{f.name: value})
+        assert q.config.limited is bool(flow._rules(q, T0)), f.name
