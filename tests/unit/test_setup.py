@@ -1,0 +1,61 @@
+"""setup.py: a module Cython refuses is left out, and the install goes on
+with its pure-Python module (the README's setup command must not fail
+because one .pyx does not translate)."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_setup():
+    spec = importlib.util.spec_from_file_location("leaseq_setup_script", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)       # (not __main__: setup() does not run)
+    return module
+
+
+def test_every_compiled_module_has_its_source():
+    for name, path in load_setup().COMPILED:
+        assert (ROOT / path).is_file(), path
+        assert name.rsplit(".", 1)[1] == pathlib.Path(path).stem
+
+
+def test_a_module_cython_refuses_is_left_out_and_the_others_build(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("Cython")
+    monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
+    good, bad = tmp_path / "good.pyx", tmp_path / "bad.pyx"
+    good.write_text("cdef int twice(int x):\n    return 2 * x\n\ndef four():\n    return twice(2)\n")
+    bad.write_text("cdef int broken(int x)\n    return x\n")       # no colon: Cython refuses it
+    built = load_setup().extensions([("x.bad", str(bad)), ("x.good", str(good))])
+    assert [e.name for e in built] == ["x.good"]
+    assert all(e.optional for e in built)           # a C compiler's failure is skipped as well
+    err = capsys.readouterr().err
+    assert f"{bad} is not compiled" in err and "pure-Python module serves instead" in err
+    assert "good.pyx" not in err
+
+
+def test_pure_build_builds_nothing(monkeypatch):
+    monkeypatch.setenv("LEASEQ_PURE_BUILD", "1")
+    assert load_setup().extensions() == []
+
+
+def test_a_module_the_c_compiler_refuses_does_not_stop_the_build(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("Cython")
+    from setuptools import Distribution
+    monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fine.pyx").write_text("def one():\n    return 1\n")
+    (tmp_path / "nohdr.pyx").write_text('cdef extern from "no_such_header_here.h":\n    int nothing\n'
+                                        "def zero():\n    return nothing\n")
+    built = load_setup().extensions([("nohdr", "nohdr.pyx"), ("fine", "fine.pyx")])
+    assert [e.name for e in built] == ["nohdr", "fine"]        # Cython translates both; gcc will refuse one
+    dist = Distribution({"name": "t", "ext_modules": built})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.inplace = True
+    dist.run_command("build_ext")                              # no exception: the failing one is skipped
+    names = [p.name for p in tmp_path.iterdir() if p.suffix == ".so"]
+    assert any(n.startswith("fine.") for n in names) and not any(n.startswith("nohdr.") for n in names)
+    assert "no_such_header_here.h" in capfd.readouterr().err
