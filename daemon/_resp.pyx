@@ -6,9 +6,10 @@ joining a list of formatted bytes.
 The profile of W1/W2 (docs/performance.md) put a quarter of the daemon's
 CPU in encoding replies: a claimed job is a ``Record`` of 7 to 9 fields, a
 push's reply an integer.  Here bulk strings, integers, arrays, ``Record``,
-``Map``, ``Ints`` and nulls are written in C; the rare types (``Simple``,
-``Error``, ``Verbatim``, ``Push``, ``Frames``, ...) go through the pure
-encoder, so there is one definition of every wire form.  ``bin/setup``
+``Map``, ``Ints``, nulls and simple strings (``+OK``, ``+PONG``) are
+written in C; the rare types (``Error``, ``Verbatim``, ``Push``,
+``Frames``, ...) go through the pure encoder.  The property tests hold
+each form written here to the pure encoder's.  ``bin/setup``
 builds this when a C compiler is there; ``daemon/resp.py`` falls back to
 its own encoder otherwise, or when ``LEASEQ_PURE=1``.  The unit tests
 check that both give the same bytes for every reply type.
@@ -17,13 +18,15 @@ check that both give the same bytes for every reply type.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_AsUTF8String
 from libc.string cimport memcpy
 
-from leaseq.commands.replies import Ints, Map, Record
+from leaseq.commands.replies import Ints, Map, Record, Simple
 
 cdef object _Record = Record
 cdef object _Map = Map
 cdef object _Ints = Ints
+cdef object _Simple = Simple
 cdef dict _shapes = {}          # Shape -> (key headers, is-bulk flags), made once per shape
 cdef object _fallback = None    # daemon.resp.encode_pure, for the rare types
 
@@ -169,6 +172,10 @@ cdef int _enc(_Buf b, object v, bint resp3) except -1:
         for item in v:
             b.put_int(item)
         return 0
+    if t is _Simple:                   # +OK, +PONG: no CR or LF in it (commands.replies.Simple)
+        b.put(b"+", 1)
+        b.put_bytes(PyUnicode_AsUTF8String(v))
+        return b.put(b"\r\n", 2)
     return b.put_bytes(_fallback(v, resp3))
 
 

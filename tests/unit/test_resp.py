@@ -646,6 +646,7 @@ LEAVES = st.one_of(
     st.builds(lambda i, p, d: Record(SHAPE_A, (i, p, d)), st.integers(-5, 1 << 63), st.binary(max_size=9),
               st.integers(0, 1 << 62)),
     st.builds(Ints, st.lists(st.integers(-(1 << 66), 1 << 66), max_size=5)),
+    st.text(max_size=12).filter(lambda t: "\r" not in t and "\n" not in t).map(Simple),
 )
 REPLIES = st.recursive(LEAVES, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.tuples(inner, inner),
