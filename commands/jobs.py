@@ -463,9 +463,15 @@ def qwork(client, args):
 # -- completing ------------------------------------------------------------------------
 
 def _split_tokens(args: list, keywords: tuple) -> int:
-    """Index of the first option keyword after the tokens (tokens never equal one)."""
-    i = 2
-    while i < len(args) and args[i].upper() not in keywords:
+    """Index of the first option keyword after the tokens (tokens never equal
+    one).  Every keyword starts with a letter, and a lease token with a
+    digit: an argument whose first byte is below b"A" is a token without
+    upper-casing it (a QACK of 100 tokens makes no 100 copies)."""
+    i, n = 2, len(args)
+    while i < n:
+        a = args[i]
+        if a and a[0] >= 65 and a.upper() in keywords:
+            break
         i += 1
     if i == 2:
         raise errors.wrong_arity(args[0].decode(errors="replace"))

@@ -143,3 +143,35 @@ def test_a_push_without_options_gets_the_defaults_whatever_pushes_came_before():
 
 
 T = 1_700_000_000_000
+
+
+# -- the tokens of QACK, QNACK and QEXTEND -----------------------------------------------
+
+from leaseq.commands import jobs as job_commands     # noqa: E402
+
+TOKEN_KEYWORDS = (job_commands.ACK_KEYWORDS, job_commands.NACK_KEYWORDS, job_commands.EXTEND_KEYWORDS)
+
+
+def test_every_keyword_after_tokens_starts_with_a_letter():
+    # _split_tokens upper-cases only arguments whose first byte may start a keyword
+    for keywords in TOKEN_KEYWORDS:
+        for kw in keywords:
+            assert kw[:1].isalpha() and kw == kw.upper()
+
+
+@given(st.lists(st.binary(max_size=8), min_size=1, max_size=6), st.sampled_from(TOKEN_KEYWORDS),
+       st.integers(0, 1 << 16), st.booleans())
+def test_split_tokens_finds_the_first_keyword_in_any_case(tokens, keywords, casing, with_keyword):
+    kw = keywords[casing % len(keywords)]
+    written = bytes(c ^ 0x20 if (casing >> i) & 1 else c for i, c in enumerate(kw))   # any mix of cases
+    args_ = [b"QACK", b"q"] + tokens + ([written, b"v"] if with_keyword else [])
+    expected = 2
+    while expected < len(args_) and args_[expected].upper() not in keywords:
+        expected += 1
+    assert job_commands._split_tokens(args_, keywords) == expected
+
+
+def test_split_tokens_without_a_token_is_an_arity_error():
+    with pytest.raises(Error) as e:
+        job_commands._split_tokens([b"QACK", b"q", b"result", b"v"], job_commands.ACK_KEYWORDS)
+    assert "wrong number of arguments" in str(e.value)
