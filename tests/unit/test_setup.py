@@ -5,8 +5,6 @@ because one .pyx does not translate)."""
 import importlib.util
 import pathlib
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -24,7 +22,6 @@ def test_every_compiled_module_has_its_source():
 
 
 def test_a_module_cython_refuses_is_left_out_and_the_others_build(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("Cython")
     monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
     good, bad = tmp_path / "good.pyx", tmp_path / "bad.pyx"
     good.write_text("cdef int twice(int x):\n    return 2 * x\n\ndef four():\n    return twice(2)\n")
@@ -43,7 +40,6 @@ def test_pure_build_builds_nothing(monkeypatch):
 
 
 def test_a_module_the_c_compiler_refuses_does_not_stop_the_build(tmp_path, monkeypatch, capfd):
-    pytest.importorskip("Cython")
     from setuptools import Distribution
     monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
     monkeypatch.chdir(tmp_path)
