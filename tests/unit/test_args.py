@@ -3,7 +3,9 @@ signed 64-bit number written as an optional '-' and 1 to 19 ASCII digits.
 ``commands.args.queue_name``: 1 to 200 bytes, each a printable ASCII
 character other than space (docs/semantics.md), whatever names it has seen.
 ``commands.args.remembered``: a parser of options answered from memory
-gives what reading them again would, and refuses bad ones every time."""
+gives what reading them again would, and refuses bad ones every time.
+``commands.jobs._split_tokens``: where the tokens of QACK, QNACK and
+QEXTEND end and their options begin."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 
 from leaseq.commands import errors
 from leaseq.commands import args
+from leaseq.commands import jobs as job_commands
 from leaseq.commands.args import queue_name, to_int
 from leaseq.commands.replies import Error
 
@@ -146,8 +149,6 @@ T = 1_700_000_000_000
 
 
 # -- the tokens of QACK, QNACK and QEXTEND -----------------------------------------------
-
-from leaseq.commands import jobs as job_commands     # noqa: E402
 
 TOKEN_KEYWORDS = (job_commands.ACK_KEYWORDS, job_commands.NACK_KEYWORDS, job_commands.EXTEND_KEYWORDS)
 
