@@ -8,8 +8,7 @@ CPU in encoding replies: a claimed job is a ``Record`` of 7 to 9 fields, a
 push's reply an integer.  Here bulk strings, integers, arrays, ``Record``,
 ``Map``, ``Ints``, nulls and simple strings (``+OK``, ``+PONG``) are
 written in C; the rare types (``Error``, ``Verbatim``, ``Push``,
-``Frames``, ...) go through the pure encoder.  The property tests hold
-each form written here to the pure encoder's.  ``bin/setup``
+``Frames``, ...) go through the pure encoder.  ``bin/setup``
 builds this when a C compiler is there; ``daemon/resp.py`` falls back to
 its own encoder otherwise, or when ``LEASEQ_PURE=1``.  The unit tests
 check that both give the same bytes for every reply type.
