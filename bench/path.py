@@ -189,7 +189,7 @@ def _by_function(profile: str) -> dict[str, int]:
 
 
 def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0) -> dict:
-    from leaseq.daemon.resp import FLAVOUR
+    from leaseq.daemon.dispatch import FLAVOUR
     figures = {}
     for mode in modes:
         batches = mode == "batches"

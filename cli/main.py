@@ -19,7 +19,7 @@ from leaseq.daemon import config
 def _version() -> str:
     """The package's version and which flavour runs: ``0.1.0 (compiled)``
     or ``(pure)`` (docs/performance.md)."""
-    from leaseq.daemon.resp import FLAVOUR
+    from leaseq.daemon.dispatch import FLAVOUR
     try:
         number = version("leaseq")
     except PackageNotFoundError:

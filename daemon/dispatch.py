@@ -25,9 +25,23 @@ from time import perf_counter
 from leaseq.commands import acl, errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
+from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.wal import Ticket
 
+from . import resp
+
 log = logging.getLogger(__name__)
+
+# the plain forms of QPUSH, QCLAIM and QACK, compiled (daemon/_lane.pyx): None when not built
+_lane = compiled_twin("leaseq.daemon._lane")
+lane = _lane.run if _lane is not None else None
+
+# The flavour that runs: "compiled" when every module of setup.py's COMPILED
+# list was built and LEASEQ_PURE is not 1; "pure" when none is; otherwise it
+# names those in use (INFO's leaseq_flavour, ``leaseq --version``).
+COMPILED = resp.COMPILED + (["_lane"] if lane is not None else [])
+FLAVOUR = ("compiled" if len(COMPILED) == 7 else "pure" if not COMPILED
+           else f"partly compiled ({', '.join(COMPILED)})")
 
 
 def execute(client, args: list) -> tuple[object, Ticket | None]:
@@ -36,6 +50,10 @@ def execute(client, args: list) -> tuple[object, Ticket | None]:
     may show the queues (``Command.observes``) every record appended so far
     (``Journal.settled_since``; a claim's only what a claim can see), so
     that no reply shows a change the log may still refuse."""
+    if lane is not None:
+        got = lane(client, args)         # (reply, ticket), or None: not a plain command
+        if got is not None:
+            return got
     journal = client.server.store.journal
     mark = journal.mark()
     name = args[0].lower()

@@ -15,7 +15,7 @@ from collections import deque
 from leaseq.commands.connection import VERSION
 from leaseq.storage import flow, queries
 
-from . import resp
+from . import dispatch
 from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
 
 SAMPLE_EVERY = 0.1
@@ -55,7 +55,7 @@ class Info:
         return {
             "server": [
                 ("leaseq_version", VERSION),
-                ("leaseq_flavour", resp.FLAVOUR),
+                ("leaseq_flavour", dispatch.FLAVOUR),
                 ("leaseq_mode", "standalone"),
                 ("os", os_line()),
                 ("process_id", os.getpid()),

@@ -502,8 +502,3 @@ if index.COMPILED:
     COMPILED.append("_index")
 if clock.COMPILED:
     COMPILED.append("_clock")
-
-# "compiled" when every module of setup.py's COMPILED list was built and
-# LEASEQ_PURE is not 1; "pure" when none is; otherwise it names those in use.
-FLAVOUR = ("compiled" if len(COMPILED) == 6 else "pure" if not COMPILED
-           else f"partly compiled ({', '.join(COMPILED)})")

@@ -93,6 +93,6 @@ def test_the_container_image_copies_every_folder_the_wheel_maps():
 
 
 def test_version_says_which_flavour_runs():
-    from leaseq.daemon.resp import FLAVOUR
+    from leaseq.daemon.dispatch import FLAVOUR
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and result.output.rstrip().endswith(f"({FLAVOUR})"), result.output

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Ints, Map, Push, Record, Shape, Simple, Verbatim
-from leaseq.daemon import resp
+from leaseq.daemon import dispatch, resp
 from leaseq.daemon.resp import PureRequestParser, ProtocolError, RequestParser, encode, split_args, wire_size
 
 # Every parser test runs against the pure parser (the definition) and the one
@@ -663,15 +663,15 @@ def test_the_encoder_in_use_gives_the_pure_encoders_bytes(value, resp3):
 def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     """bin/setup builds daemon/_resp.pyx, daemon/_parser.pyx,
     storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx and
-    daemon/_clock.pyx when Cython and a C compiler are there; LEASEQ_PURE=1
-    (the second unit-test run of .ci/run) picks the pure encoder, parser,
-    Job, job table, indexes and clock."""
+    daemon/_clock.pyx and daemon/_lane.pyx when Cython and a C compiler are
+    there; LEASEQ_PURE=1 (the second unit-test run of .ci/run) picks the pure
+    encoder, parser, Job, job table, indexes and clock, and no lane."""
     if os.environ.get("LEASEQ_PURE") == "1":
-        assert resp.FLAVOUR == "pure" and resp.COMPILED == []
+        assert dispatch.FLAVOUR == "pure" and dispatch.COMPILED == [] and dispatch.lane is None
         assert resp.encode is resp.encode_pure and resp.RequestParser is resp.PureRequestParser
     elif shutil.which("cc") or shutil.which("gcc"):
-        assert resp.FLAVOUR == "compiled"
-        assert resp.COMPILED == ["_resp", "_parser", "_job", "_jobtable", "_index", "_clock"]
+        assert dispatch.FLAVOUR == "compiled"
+        assert dispatch.COMPILED == ["_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_lane"]
         assert resp.encode is not resp.encode_pure and resp.RequestParser is not resp.PureRequestParser
     else:                       # no compiler at install time: the pure modules, said so
-        assert resp.FLAVOUR == "pure" and resp.encode is resp.encode_pure
+        assert dispatch.FLAVOUR == "pure" and resp.encode is resp.encode_pure

@@ -1,0 +1,193 @@
+"""The plain lane (daemon/_lane.pyx) against ``dispatch.execute``'s ordinary
+path: generated command sequences, run once with the lane and once without,
+on two stores that start alike, give the same reply bytes, the same tickets,
+the same counters and command statistics, the same log records and the same
+store.  The sequences mix plain commands with every way of not being plain
+(options, a queue's features, MULTI, a full memory, a failed log, bad
+arguments, names in any case), so both sides of each of the lane's checks
+are run.  The lane is imported directly, so with LEASEQ_PURE=1 (where
+``execute`` runs without it) it is held to the pure path over the pure
+``Job`` and job table as well."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import shutil
+
+from core import T0, Client, Core
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from store_state import digest
+
+from leaseq.commands.jobs import ClaimWait
+from leaseq.daemon import dispatch
+from leaseq.daemon.blocking import Session
+from leaseq.daemon.dispatch import execute
+from leaseq.daemon.resp import encode
+
+try:
+    LANE = importlib.import_module("leaseq.daemon._lane").run
+except ImportError:         # built by bin/setup wherever there is a C compiler
+    LANE = None
+
+QUEUES = {
+    b"mem": [b"DURABILITY", b"memory"],
+    b"disk": [b"DURABILITY", b"fsync", b"RETAIN-COMPLETED", b"60000"],
+    b"short": [b"MAXLEN", b"3", b"DURABILITY", b"async"],
+    b"paced": [b"CONCURRENCY", b"2", b"MAXDELIVERIES", b"2", b"LEASE", b"50"],
+    b"window": [b"WINDOW", b"20", b"DURABILITY", b"memory"],
+}
+NAMES = list(QUEUES) + [b"fresh"]          # "fresh": not created, so a push makes it
+
+queue = st.sampled_from(NAMES)
+case = st.sampled_from([bytes.upper, bytes.lower, lambda b: b[:2].lower() + b[2:].upper()])
+payload = st.sampled_from([b"x", b"", b"y" * 40, b"z" * 300])       # 300: over proto-max-payload below
+claim_options = st.sampled_from([
+    [], [b"COUNT", b"3"], [b"count", b"2", b"BLOCK", b"100"], [b"BLOCK", b"0"], [b"LEASE", b"20"],
+    [b"COUNT", b"0"], [b"COUNT"], [b"BLOCK", b"-1"], [b"SESSION"], [b"COUNT", b"2", b"COUNT", b"2"], [b"NOPE"]])
+consumer = st.sampled_from([b"w1", b"w2", b"", b"c" * 300])
+token_pick = st.one_of(st.integers(0, 40), st.sampled_from([b"garbage", b"", b"1.1.999", b"RESULT", b"result"]))
+
+ops = st.one_of(
+    st.tuples(st.just("push"), case, queue, payload, st.sampled_from([[], [b"PRIORITY", b"7"], [b"GROUP", b"g"]])),
+    st.tuples(st.just("claim"), case, queue, consumer, claim_options),
+    st.tuples(st.just("ack"), case, queue, st.lists(token_pick, min_size=0, max_size=4), st.booleans()),
+    st.tuples(st.just("cycle"), case, queue),
+    st.tuples(st.just("clock"), st.integers(1, 120)),
+    st.tuples(st.just("state"), st.sampled_from(["multi", "exec", "discard", "oom", "disk", "loading", "well"])),
+)
+
+
+def _args(op, tokens: dict) -> list[bytes]:
+    kind = op[0]
+    if kind == "push":
+        _, name, q, p, options = op
+        return [name(b"qpush"), q, p] + options
+    if kind == "claim":
+        _, name, q, who, options = op
+        return [name(b"qclaim"), q, who] + options
+    _, name, q, picks, with_result = op
+    mine = tokens.get(q, [])              # the tokens claims of this queue were given, the latest last
+    chosen = [p if isinstance(p, bytes) else mine[-1 - p % len(mine)] if mine else b"0.0.0" for p in picks]
+    return [name(b"qack"), q] + chosen + ([b"RESULT", b"done"] if with_result else [])
+
+
+class Side:
+    """One store and one client, with the lane or without it."""
+
+    def __init__(self, lane: bool) -> None:
+        self.lane = lane
+        self.core = Core(max_payload=256)
+        self.client = Client(self.core, holder=Session(None))       # SESSION claims hold their leases
+        for name, options in QUEUES.items():
+            self.execute([b"QCREATE", name] + options)
+
+    def execute(self, args: list):
+        saved = dispatch.lane
+        dispatch.lane = LANE if self.lane else None
+        try:
+            reply, ticket = execute(self.client, args)
+        finally:
+            dispatch.lane = saved
+        if isinstance(reply, ClaimWait):
+            shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
+                     reply.cohort)
+        else:
+            shown = encode(reply, False)
+        return shown, ticket, self.client.last_command
+
+    def state(self, what: str) -> None:
+        core = self.core
+        if what in ("multi", "exec", "discard"):
+            self.execute([what.upper().encode()])
+        elif what == "oom":
+            core.oom = True
+        elif what == "disk":
+            core.disk_error = OSError(28, "No space left on device")
+        elif what == "loading":
+            core.loading = True
+        else:
+            core.oom = core.loading = False
+            core.disk_error = None
+
+    def summary(self) -> dict:
+        core = self.core
+        log = core.store.journal.log
+        log.flush()
+        return {"stats": dataclasses.asdict(core.stats),
+                "commands": {name: sum(h.counts) for name, h in core.metrics.commands.items() if sum(h.counts)},
+                "records": log.records(),
+                "store": digest(core.store)}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, min_size=1, max_size=40))
+def test_the_lane_and_the_ordinary_path_do_the_same(sequence):
+    sides = [Side(lane=True), Side(lane=False)]
+    tokens: dict = {}
+    now = T0
+    for op in _spread(sequence):
+        if op[0] == "clock":
+            now += op[1]
+            for side in sides:
+                side.core.at(now)
+            continue
+        if op[0] == "state":
+            for side in sides:
+                side.state(op[1])
+            continue
+        args = _args(op, tokens)
+        got = [side.execute(list(args)) for side in sides]
+        assert got[0] == got[1], args
+        reply = got[0][0]
+        if op[0] == "claim" and isinstance(reply, bytes):
+            tokens.setdefault(op[2], []).extend(_tokens(reply))
+    assert sides[0].summary() == sides[1].summary()
+
+
+def _spread(sequence):
+    """A "cycle" is a job's whole life on one queue: push, claim, ack of
+    the token it was given."""
+    for op in sequence:
+        if op[0] == "cycle":
+            _, name, q = op
+            yield "push", name, q, b"job", []
+            yield "claim", name, q, b"w1", []
+            yield "ack", name, q, [0], False
+        else:
+            yield op
+
+
+def _tokens(reply: bytes) -> list[bytes]:
+    """The lease tokens in an encoded claim reply (RESP2: each after "lease")."""
+    parts = reply.split(b"\r\n")
+    return [parts[i + 2] for i, part in enumerate(parts[:-2]) if part == b"lease"]
+
+
+def test_plain_commands_take_the_lane_and_others_do_not():
+    """The lane answers the plain forms itself (the ordinary path is not
+    asked) and leaves everything else to it."""
+    side = Side(lane=True)
+    lane = LANE
+    assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is not None
+    assert lane(side.client, [b"qclaim", b"mem", b"w", b"COUNT", b"1"]) is not None
+    assert lane(side.client, [b"QACK", b"mem", b"1.1.1"]) is not None
+    for args in ([b"QPUSH", b"mem", b"x", b"PRIORITY", b"1"], [b"QPUSH", b"fresh", b"x"],
+                 [b"QPUSH", b"short", b"x"], [b"QCLAIM", b"window", b"w"], [b"QCLAIM", b"mem", b"w", b"SESSION"],
+                 [b"QCLAIM", b"mem", b""], [b"QACK", b"mem", b"1.1.1", b"RESULT", b"r"], [b"QLEN", b"mem"],
+                 [b"QPUSH", b"mem"], [b"QACKX", b"mem", b"1"]):
+        assert lane(side.client, args) is None, args
+    before = dataclasses.asdict(side.core.stats)
+    side.core.oom = True
+    assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is None
+    assert dataclasses.asdict(side.core.stats) == before        # nothing counted when it passes
+
+
+def test_the_lane_is_built_and_used_unless_told_otherwise():
+    assert LANE is not None or not (shutil.which("cc") or shutil.which("gcc"))
+    if os.environ.get("LEASEQ_PURE") == "1":
+        assert dispatch.lane is None
+    else:
+        assert dispatch.lane is LANE
