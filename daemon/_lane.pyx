@@ -48,12 +48,11 @@ log = logging.getLogger("leaseq.daemon.dispatch")
 cdef enum Kind:
     OTHER, PUSH, CLAIM, ACK
 
-cdef object NAMES = (None, TABLE[b"qpush"].name, TABLE[b"qclaim"].name, TABLE[b"qack"].name)     # by Kind
-cdef Py_ssize_t[4] ARITY
-cdef object[4] OBSERVES
+cdef tuple NAMES = (None, TABLE[b"qpush"].name, TABLE[b"qclaim"].name, TABLE[b"qack"].name)     # by Kind
+cdef Py_ssize_t ARITY[4]
 for _kind_, _name_ in ((PUSH, b"qpush"), (CLAIM, b"qclaim"), (ACK, b"qack")):
     ARITY[_kind_] = TABLE[_name_].arity
-    OBSERVES[_kind_] = TABLE[_name_].observes
+cdef tuple OBSERVES = ("",) + tuple(TABLE[name].observes for name in (b"qpush", b"qclaim", b"qack"))     # by Kind
 cdef int PRIORITY = 5                  # a push without PRIORITY (commands.jobs.PushOptions)
 
 
@@ -88,7 +87,7 @@ cdef Kind _kind(bytes name):
 
 
 cdef inline bint _arity_ok(Kind kind, Py_ssize_t n):
-    cdef Py_ssize_t arity = ARITY[kind]
+    cdef Py_ssize_t arity = ARITY[<int>kind]
     return n == arity if arity > 0 else n >= -arity
 
 
@@ -140,7 +139,7 @@ def run(client, list args):
     journal = store.journal
     mark = journal.mark()
     server.stats.commands += 1
-    client.last_command = name = NAMES[kind]
+    client.last_command = name = NAMES[<int>kind]
     started = _seconds()
     try:
         if kind == PUSH:
@@ -163,7 +162,7 @@ def run(client, list args):
         log.exception("command %s failed", name.upper())
         reply = errors.INTERNAL
     server.metrics.commands[name].observe(_seconds() - started)
-    observes = OBSERVES[kind]
+    observes = OBSERVES[<int>kind]
     if observes:
         return reply, journal.settled_since(mark, server.now_ms() if observes == "claims" else None)
     return reply, journal.ticket_since(mark)
