@@ -147,10 +147,11 @@ def run(client, list args):
             reply = store.take_ids(q, 1)
             store.push(q, [Job(reply, payload, PRIORITY, now, now, None, 0, 0, 0)], now)
         elif kind == CLAIM:
-            reply = claim_now(server, q, consumer, count, q.config.lease if lease_ms is None else lease_ms, None)
+            if lease_ms is None:
+                lease_ms = q.config.lease
+            reply = claim_now(server, q, consumer, count, lease_ms, None)
             if not reply and block is not None and not client.in_exec:
-                reply = ClaimWait(server, q, consumer, count,
-                                  q.config.lease if lease_ms is None else lease_ms, block, None)
+                reply = ClaimWait(server, q, consumer, count, lease_ms, block, None)
         else:
             jobs = jobs_for_tokens(q.jobs, args[2:])
             if jobs:
