@@ -162,6 +162,7 @@ def test_every_keyword_after_tokens_starts_with_a_letter():
 
 @given(st.lists(st.binary(max_size=8), min_size=1, max_size=6), st.sampled_from(TOKEN_KEYWORDS),
        st.integers(0, 1 << 16), st.booleans())
+@example([b"lease"], (b"LEASE",), 0, False)          # a keyword where the first token goes (CI found it)
 def test_split_tokens_finds_the_first_keyword_in_any_case(tokens, keywords, casing, with_keyword):
     kw = keywords[casing % len(keywords)]
     written = bytes(c ^ 0x20 if (casing >> i) & 1 else c for i, c in enumerate(kw))   # any mix of cases
@@ -169,7 +170,12 @@ def test_split_tokens_finds_the_first_keyword_in_any_case(tokens, keywords, casi
     expected = 2
     while expected < len(args_) and args_[expected].upper() not in keywords:
         expected += 1
-    assert job_commands._split_tokens(args_, keywords) == expected
+    if expected == 2:                # a keyword first: no token at all, the arity error (test below)
+        with pytest.raises(Error) as e:
+            job_commands._split_tokens(args_, keywords)
+        assert "wrong number of arguments" in str(e.value)
+    else:
+        assert job_commands._split_tokens(args_, keywords) == expected
 
 
 def test_split_tokens_without_a_token_is_an_arity_error():
