@@ -6,6 +6,7 @@ the package is in pyproject.toml."""
 
 import os
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 
 from setuptools import Extension, setup
 
@@ -39,5 +40,23 @@ def extensions(compiled=COMPILED) -> list:
     return built
 
 
+def remove_old_builds(compiled=COMPILED, root: str = ".") -> list[str]:
+    """Delete the builds an editable install left beside each module's
+    source (``daemon/_lane.cpython-311-x86_64-linux-gnu.so`` ...), before
+    building again: a module that is not built this time (Cython or the C
+    compiler refused it, or LEASEQ_PURE_BUILD=1) must not go on running
+    from its old build while pip, which hides setup's warnings, reports
+    success.  Returns what it deleted."""
+    gone = []
+    for _name, path in compiled:
+        stem = os.path.join(root, os.path.splitext(path)[0])
+        for suffix in EXTENSION_SUFFIXES:
+            if os.path.exists(stem + suffix):
+                os.remove(stem + suffix)
+                gone.append(stem + suffix)
+    return gone
+
+
 if __name__ == "__main__":           # (setuptools runs this file as __main__; tests import it)
+    remove_old_builds()
     setup(ext_modules=extensions())

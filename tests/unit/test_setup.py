@@ -3,6 +3,7 @@ with its pure-Python module (the README's setup command must not fail
 because one .pyx does not translate)."""
 
 import importlib.util
+from importlib.machinery import EXTENSION_SUFFIXES
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -55,3 +56,15 @@ def test_a_module_the_c_compiler_refuses_does_not_stop_the_build(tmp_path, monke
     names = [p.name for p in tmp_path.iterdir() if p.suffix == ".so"]
     assert any(n.startswith("fine.") for n in names) and not any(n.startswith("nohdr.") for n in names)
     assert "no_such_header_here.h" in capfd.readouterr().err
+
+
+def test_old_builds_beside_the_sources_are_removed_before_a_build(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    keep = ["pkg/_a.pyx", "pkg/_a.c", "pkg/_b.pyx", "pkg/other.cpython-311-x86_64-linux-gnu.so"]
+    old = [f"pkg/_a{EXTENSION_SUFFIXES[0]}", "pkg/_b.abi3.so", "pkg/_b.so"]
+    for name in keep + old:
+        (tmp_path / name).write_text("x")
+    gone = load_setup().remove_old_builds([("leaseq.pkg._a", "pkg/_a.pyx"), ("leaseq.pkg._b", "pkg/_b.pyx")],
+                                          str(tmp_path))
+    assert sorted(pathlib.Path(g).relative_to(tmp_path).as_posix() for g in gone) == sorted(old)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(keep)
