@@ -287,18 +287,28 @@ def bench_path(only, rounds, instructions, functions, json_path) -> None:
 
 
 @bench.command("floor")
-@click.option("--rate", type=click.IntRange(12), default=15000, show_default=True,
-              help="PINGs a second (15,000: the three requests of a job at W3's 5,000 jobs a second).")
-@click.option("--seconds", type=click.FloatRange(0.5), default=8, show_default=True, help="Length of each run.")
+@click.option("--queue", is_flag=True,
+              help="Jobs instead of PINGs: W3 at a fixed rate (memory class) against redis-server, a minimal "
+                   "Python queue on uvloop and leaseq.")
+@click.option("--rate", type=click.IntRange(12),
+              help="PINGs a second [default: 15,000, the three requests of a job at W3's 5,000 jobs a second]; "
+                   "with --queue, jobs a second [default: 5,000].")
+@click.option("--seconds", type=click.FloatRange(0.5), help="Length of each run [default: 8; with --queue 10].")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
               help="Interleaved repetitions; the table shows medians.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
               help="The redis-server to compare with; when it is missing, the floor and leaseq run alone.")
 @JSON_OPTION
-def bench_floor(rate, seconds, reps, redis_server, json_path) -> None:
+def bench_floor(queue, rate, seconds, reps, redis_server, json_path) -> None:
     """Server CPU per PING at a fixed rate: redis-server, a bare uvloop server (the least any Python
-    server on uvloop spends for a request) and leaseq."""
-    _bench("floor", rate, seconds, reps, redis_server, json_path)
+    server on uvloop spends for a request) and leaseq; with --queue, per job of W3 beside a minimal
+    Python queue (the least any Python queue on uvloop spends for a job)."""
+    from leaseq.bench import floor
+    run = floor.run_queue if queue else floor.run
+    try:
+        run(rate or (5000 if queue else 15000), seconds or (10 if queue else 8), reps, redis_server, json_path)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @bench.command("http")

@@ -228,6 +228,64 @@ def test_bench_floor_server_answers_resp_and_inline_pings():
 
 
 @pytest.mark.timeout(120)
+def test_bench_floor_queue_runs_w3_on_each_server(tmp_path):
+    """--queue: W3 at a fixed rate on redis-server (when installed), the
+    minimal queue and leaseq; every job pushed is claimed on each."""
+    with_redis = shutil.which("redis-server") is not None
+    data = run_bench(tmp_path, "floor", "--queue", "--rate", "160", "--seconds", "0.5", "--reps", "1",
+                     figures=("leaseq bench floor --queue: W3 at 160 single-job pushes/s", "CPU us/job",
+                              "leaseq against the minimal queue: "))
+    servers = {"minimal", "leaseq"} | ({"redis"} if with_redis else set())
+    assert set(data["results"]) == servers and set(data["runs"]) == servers
+    for kind in servers:
+        (run,) = data["runs"][kind]
+        assert run["jobs"] == 80 and run["claimed_total"] == 80, run    # 8 producers of 10 jobs, all claimed
+    assert ("notes" in data) != with_redis
+
+
+@pytest.mark.timeout(60)
+def test_the_minimal_queue_is_a_lease_queue():
+    """What the minimal queue of ``bench floor --queue`` does: push, claim
+    under a lease token, ack once, park a blocked claim until a push or its
+    BLOCK runs out, and the QINFO counts."""
+    import threading
+
+    import redis
+    from leaseq.bench.common import free_port, wait_pong
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port), "--queue"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_pong(proc, port, time.monotonic() + 30, "the minimal queue")
+        r = redis.Redis(port=port, socket_timeout=10, protocol=2)      # it speaks RESP2 only
+        assert r.execute_command("QCREATE", "q", "DURABILITY", "memory") == b"OK"
+        assert [r.execute_command("QPUSH", "q", p) for p in (b"a", b"b")] == [b"1", b"2"]
+        (job,) = r.execute_command("QCLAIM", "q", "w", "COUNT", 1)
+        assert job[:4] == [b"id", b"1", b"payload", b"a"] and job[4] == b"lease"
+        assert r.execute_command("QINFO", "q") == [b"ready", 1, b"delayed", 0, b"in_flight", 1]
+        assert r.execute_command("QACK", "q", job[5], b"no-such-token") == 1
+        assert r.execute_command("QACK", "q", job[5]) == 0
+        r.execute_command("QCLAIM", "q", "w", "COUNT", 5)                       # takes "b"
+        started = time.monotonic()
+        assert r.execute_command("QCLAIM", "q", "w", "BLOCK", 100) is None     # nothing: BLOCK runs out
+        assert time.monotonic() - started >= 0.09
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(
+            redis.Redis(port=port, socket_timeout=10, protocol=2).execute_command("QCLAIM", "q", "w", "BLOCK", 5000)))
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not got:
+            r.execute_command("QPUSH", "q", b"c")                               # wakes the parked claim
+            waiter.join(0.05)
+        waiter.join(5)
+        assert got and got[0][0][3] == b"c"
+        assert r.info("server")["process_id"] == proc.pid        # what the benchmark accounts the CPU of
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.timeout(120)
 def test_bench_path_times_both_loads(tmp_path):
     data = run_bench(tmp_path, "path", "--rounds", "30", figures=("batches: ", "single: ", "us per job, best of"))
     for mode in ("batches", "single"):
