@@ -24,8 +24,10 @@ With ``--queue`` the unit is a job, not a request: W3 at a fixed rate
 (``leaseq bench queue``'s ``w3rate``, memory class: single-job pushes,
 workers claiming with BLOCK and acking) against redis-server (Streams), a
 *minimal queue* (``MiniQueue`` below: the least a lease queue can do per
-job in Python on uvloop) and leaseq.  The minimal queue's figure is the
-floor for any request path written in Python on this stack
+job in Python on uvloop), the same minimal queue compiled with its state
+in C fields (``bench/_minimal.pyx``, where it was built) and leaseq.  The
+minimal queue's figure is the floor for any request path written in
+Python on this stack, the compiled one's for any path compiled on uvloop
 (docs/performance.md, "The floor under a job").
 """
 
@@ -53,7 +55,9 @@ from .queue import Endpoint, LeaseqServer, RedisServer, Settings, placement, red
 CLIENTS = 12
 PING = b"*1\r\n$4\r\nPING\r\n"
 SERVERS = ("redis", "floor", "leaseq")
-QUEUE_SERVERS = ("redis", "minimal", "leaseq")
+QUEUE_SERVERS = ("redis", "minimal", "compiled", "leaseq")
+QUEUE_LABELS = {"redis": "redis-server", "minimal": "minimal queue, Python", "compiled": "minimal queue, compiled",
+                "leaseq": "leaseq"}
 START_TIMEOUT = 30.0
 
 
@@ -118,7 +122,9 @@ class MiniQueue(asyncio.Protocol):
     end of the loop's turn, as leaseq serves.  Nothing else: no log, no
     options beyond COUNT and BLOCK, no lease expiry, no checks.  Just enough
     of the wire for ``leaseq bench queue``'s W3 (QCREATE, QPUSH, QCLAIM,
-    QACK, QINFO, QDROP, INFO's process_id, PING)."""
+    QACK, QINFO, QDROP, INFO's process_id, PING).  ``bench/_minimal.pyx``
+    is its compiled twin, with the same replies
+    (tests/integration/test_bench.py holds them to the same bytes)."""
 
     queues: dict = {}
     ids = itertools.count(1)
@@ -232,14 +238,27 @@ class MiniQueue(asyncio.Protocol):
         self.run()
 
 
+def compiled_minimal():
+    """The minimal queue compiled (``bench/_minimal.pyx``), or None where it
+    was not built (no C compiler, or LEASEQ_PURE_BUILD=1)."""
+    try:
+        from . import _minimal
+    except ImportError:
+        return None
+    return _minimal
+
+
 def serve(port: int, protocol=_Pong) -> None:
     """``python -m leaseq.bench.floor --serve PORT``: the floor server (with
-    ``--queue``, the minimal queue), until SIGTERM."""
+    ``--queue``, the minimal queue; ``--compiled``, its compiled twin), until
+    SIGTERM."""
     import uvloop
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         MiniQueue.loop = loop
+        if compiled_minimal() is not None:
+            compiled_minimal().set_loop(loop)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         server = await loop.create_server(protocol, HOST, port)
@@ -287,11 +306,14 @@ class FloorServer:
 
 
 class MiniQueueServer(FloorServer):
-    """The minimal queue, started fresh for a run, as ``bench.queue.run_one``
-    starts a server (it speaks leaseq's wire)."""
+    """The minimal queue (or its compiled twin), started fresh for a run, as
+    ``bench.queue.run_one`` starts a server (it speaks leaseq's wire)."""
 
     kind = "leaseq"
-    flags = ("--queue",)
+
+    def __init__(self, server_cpus: set[int] | None, compiled: bool = False) -> None:
+        super().__init__(server_cpus)
+        self.flags = ("--queue", "--compiled") if compiled else ("--queue",)
 
     def start(self, cls: str):
         port, pid = super().start()
@@ -423,29 +445,38 @@ def run_queue(rate: int, seconds: float, reps: int, redis_binary: str, json_path
     """``--queue``: W3 at ``rate`` jobs a second (memory class) against
     redis-server, the minimal queue and leaseq, reps interleaved."""
     def one(kind, work, server_cpus, load_cpus, redis_path) -> dict:
-        server = (MiniQueueServer(server_cpus) if kind == "minimal" else LeaseqServer(work, server_cpus)
-                  if kind == "leaseq" else RedisServer(work, server_cpus, redis_path))
+        if kind in ("minimal", "compiled"):
+            server = MiniQueueServer(server_cpus, compiled=kind == "compiled")
+        elif kind == "leaseq":
+            server = LeaseqServer(work, server_cpus)
+        else:
+            server = RedisServer(work, server_cpus, redis_path)
         figures = run_one(server, "w3rate", "memory", Settings(0, seconds, rate, reps, ("w3rate",), ("memory",),
                                                                load_cpus))
         return {key: figures[key] for key in ("jobs", "claimed_total", "jobs_per_s", "sustained",
                                               "server_cpu_us_per_job", "p99_ms")}
 
-    runs, machine = _interleaved(QUEUE_SERVERS, reps, redis_binary, say, one)
+    built = compiled_minimal() is not None
+    runs, machine = _interleaved(tuple(k for k in QUEUE_SERVERS if k != "compiled" or built), reps, redis_binary,
+                                 say, one)
     result = {"settings": {"queue": True, "rate": rate, "seconds": seconds, "reps": reps},
               "machine": machine, "runs": runs,
               "results": {k: {"jobs_per_s": statistics.median(r["jobs_per_s"] for r in rs),
                               "sustained": f"{sum(r['sustained'] for r in rs)}/{len(rs)}",
                               "server_cpu_us_per_job": statistics.median(r["server_cpu_us_per_job"] for r in rs),
                               "p99_ms": statistics.median(r["p99_ms"] for r in rs)} for k, rs in runs.items()}}
-    if not machine["redis_server"]:
-        result["notes"] = [f"redis-server not found ({redis_binary!r}): the minimal queue and leaseq only"]
+    notes = [] if machine["redis_server"] else [f"redis-server not found ({redis_binary!r}): no Redis figures"]
+    if not built:
+        notes.append("the compiled minimal queue (bench/_minimal.pyx) was not built: the Python one only")
+    if notes:
+        result["notes"] = notes
     return publish(result, report_queue, json_path)
 
 
 def report_queue(result: dict) -> None:
     res, s = result["results"], result["settings"]
     redis = res.get("redis", {}).get("server_cpu_us_per_job")
-    rows = [[kind, f"{res[kind]['jobs_per_s']:,.0f}", res[kind]["sustained"],
+    rows = [[QUEUE_LABELS[kind], f"{res[kind]['jobs_per_s']:,.0f}", res[kind]["sustained"],
              f"{res[kind]['server_cpu_us_per_job']:.1f}",
              f"{res[kind]['server_cpu_us_per_job'] / redis:.2f}" if redis else "-"]
             for kind in QUEUE_SERVERS if kind in res]
@@ -453,9 +484,10 @@ def report_queue(result: dict) -> None:
                f"{s['seconds']:g} s, median of {s['reps']} rep(s); server alone on CPU "
                f"{result['machine']['server_cpus'] or 'any'}",
                ["server", "jobs/s", "sustained", "CPU us/job", "vs redis"], rows, right={1, 2, 3, 4})
-    if "leaseq" in res and "minimal" in res:
-        print(f"leaseq against the minimal queue: "
-              f"{res['leaseq']['server_cpu_us_per_job'] / res['minimal']['server_cpu_us_per_job']:.2f}")
+    for kind in ("minimal", "compiled"):
+        if "leaseq" in res and kind in res:
+            print(f"leaseq against the {QUEUE_LABELS[kind]}: "
+                  f"{res['leaseq']['server_cpu_us_per_job'] / res[kind]['server_cpu_us_per_job']:.2f}")
     for note in result.get("notes", []):
         print(f"note: {note}")
 
@@ -484,8 +516,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", type=int, required=True, help="Run the floor server on this loopback port.")
     parser.add_argument("--queue", action="store_true", help="Serve the minimal queue instead of +PONG.")
+    parser.add_argument("--compiled", action="store_true", help="With --queue: its compiled twin.")
     args = parser.parse_args()
-    serve(args.serve, MiniQueue if args.queue else _Pong)
+    if args.compiled and compiled_minimal() is None:
+        parser.error("the compiled minimal queue (bench/_minimal.pyx) was not built")
+    serve(args.serve, (compiled_minimal().MiniQueue if args.compiled else MiniQueue) if args.queue else _Pong)
 
 
 if __name__ == "__main__":

@@ -234,8 +234,9 @@ def test_bench_floor_queue_runs_w3_on_each_server(tmp_path):
     with_redis = shutil.which("redis-server") is not None
     data = run_bench(tmp_path, "floor", "--queue", "--rate", "160", "--seconds", "0.5", "--reps", "1",
                      figures=("leaseq bench floor --queue: W3 at 160 single-job pushes/s", "CPU us/job",
-                              "leaseq against the minimal queue: "))
-    servers = {"minimal", "leaseq"} | ({"redis"} if with_redis else set())
+                              "leaseq against the minimal queue, Python: ",
+                              "leaseq against the minimal queue, compiled: "))
+    servers = {"minimal", "compiled", "leaseq"} | ({"redis"} if with_redis else set())
     assert set(data["results"]) == servers and set(data["runs"]) == servers
     for kind in servers:
         (run,) = data["runs"][kind]
@@ -243,20 +244,28 @@ def test_bench_floor_queue_runs_w3_on_each_server(tmp_path):
     assert ("notes" in data) != with_redis
 
 
+def start_minimal(*flags: str) -> tuple[subprocess.Popen, int]:
+    """The minimal queue of ``bench floor --queue`` (``--compiled``: its
+    compiled twin) on a free port, answering."""
+    from leaseq.bench.common import free_port, wait_pong
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port), "--queue", *flags],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_pong(proc, port, time.monotonic() + 30, "the minimal queue")
+    return proc, port
+
+
 @pytest.mark.timeout(60)
-def test_the_minimal_queue_is_a_lease_queue():
-    """What the minimal queue of ``bench floor --queue`` does: push, claim
-    under a lease token, ack once, park a blocked claim until a push or its
-    BLOCK runs out, and the QINFO counts."""
+@pytest.mark.parametrize("flags", [(), ("--compiled",)], ids=["python", "compiled"])
+def test_the_minimal_queue_is_a_lease_queue(flags):
+    """What the minimal queue of ``bench floor --queue`` does, in Python and
+    compiled: push, claim under a lease token, ack once, park a blocked
+    claim until a push or its BLOCK runs out, and the QINFO counts."""
     import threading
 
     import redis
-    from leaseq.bench.common import free_port, wait_pong
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port), "--queue"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_minimal(*flags)
     try:
-        wait_pong(proc, port, time.monotonic() + 30, "the minimal queue")
         r = redis.Redis(port=port, socket_timeout=10, protocol=2)      # it speaks RESP2 only
         assert r.execute_command("QCREATE", "q", "DURABILITY", "memory") == b"OK"
         assert [r.execute_command("QPUSH", "q", p) for p in (b"a", b"b")] == [b"1", b"2"]
@@ -283,6 +292,41 @@ def test_the_minimal_queue_is_a_lease_queue():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_two_minimal_queues_answer_the_same_bytes():
+    """The compiled minimal queue is the Python one's twin: the same
+    requests, pipelined and one by one, get the same bytes back."""
+    import socket
+
+    def pack(*args) -> bytes:
+        return b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+
+    script = [pack(b"QCREATE", b"q", b"DURABILITY", b"memory"),
+              pack(b"QPUSH", b"q", b"one") + pack(b"qpush", b"q", b"two") + pack(b"QPUSH", b"q", b"x" * 300),
+              pack(b"QINFO", b"q"),
+              pack(b"QCLAIM", b"q", b"w", b"COUNT", b"2") + pack(b"QCLAIM", b"q", b"w"),
+              pack(b"QACK", b"q", b"1-4", b"2-5", b"nope") + pack(b"QACK", b"q", b"1-4"),
+              pack(b"QCLAIM", b"q", b"w", b"COUNT", b"5") + pack(b"QCLAIM", b"q", b"w", b"BLOCK", b"20"),
+              pack(b"QINFO", b"q") + pack(b"PING") + pack(b"QDROP", b"q")]
+    answers = []
+    for flags in [(), ("--compiled",)]:
+        proc, port = start_minimal(*flags)
+        try:
+            got = []
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                for request in script:
+                    s.sendall(request)
+                    time.sleep(0.1)                   # (the BLOCK 20 runs out within it)
+                    got.append(s.recv(65536))
+            answers.append(got)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    python, compiled = answers
+    assert python == compiled
+    assert python[1] == b"$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n"
+    assert python[4] == b":2\r\n:0\r\n" and python[5].endswith(b"*-1\r\n")
 
 
 @pytest.mark.timeout(120)
