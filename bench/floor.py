@@ -257,8 +257,9 @@ def serve(port: int, protocol=_Pong) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         MiniQueue.loop = loop
-        if compiled_minimal() is not None:
-            compiled_minimal().set_loop(loop)
+        compiled = compiled_minimal()
+        if compiled is not None:
+            compiled.set_loop(loop)
         stop = asyncio.Event()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         server = await loop.create_server(protocol, HOST, port)
@@ -270,6 +271,7 @@ def serve(port: int, protocol=_Pong) -> None:
 
 class FloorServer:
     kind = "floor"
+    name = "the floor server"
     flags: tuple = ()
 
     def __init__(self, server_cpus: set[int] | None) -> None:
@@ -281,7 +283,7 @@ class FloorServer:
         self.proc = subprocess.Popen([sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port), *self.flags],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_pong(self.proc, port, time.monotonic() + START_TIMEOUT, f"the {self.kind} server")
+            wait_pong(self.proc, port, time.monotonic() + START_TIMEOUT, self.name)
         except RuntimeError as e:
             self.kill()
             raise RuntimeError(str(e)) from None
@@ -314,6 +316,7 @@ class MiniQueueServer(FloorServer):
     def __init__(self, server_cpus: set[int] | None, compiled: bool = False) -> None:
         super().__init__(server_cpus)
         self.flags = ("--queue", "--compiled") if compiled else ("--queue",)
+        self.name = "the compiled minimal queue" if compiled else "the minimal queue"
 
     def start(self, cls: str):
         port, pid = super().start()
@@ -443,7 +446,8 @@ def run(rate: int, seconds: float, reps: int, redis_binary: str, json_path: str 
 
 def run_queue(rate: int, seconds: float, reps: int, redis_binary: str, json_path: str | None, say=None) -> dict:
     """``--queue``: W3 at ``rate`` jobs a second (memory class) against
-    redis-server, the minimal queue and leaseq, reps interleaved."""
+    redis-server, the minimal queue in Python and compiled, and leaseq,
+    reps interleaved."""
     def one(kind, work, server_cpus, load_cpus, redis_path) -> dict:
         if kind in ("minimal", "compiled"):
             server = MiniQueueServer(server_cpus, compiled=kind == "compiled")
