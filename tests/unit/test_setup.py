@@ -22,6 +22,14 @@ def test_every_compiled_module_has_its_source():
         assert name.rsplit(".", 1)[1] == pathlib.Path(path).stem
 
 
+def test_the_flavour_knows_every_compiled_module_of_the_daemon():
+    """INFO's leaseq_flavour says "compiled" only when all of them loaded:
+    a module added to setup.py must be added to its list too."""
+    from leaseq.daemon.dispatch import DAEMON_COMPILED
+    names = [name for name, _path in load_setup().COMPILED if not name.startswith("leaseq.bench.")]
+    assert sorted(name.rsplit(".", 1)[1] for name in names) == sorted(DAEMON_COMPILED)
+
+
 def test_a_module_cython_refuses_is_left_out_and_the_others_build(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
     good, bad = tmp_path / "good.pyx", tmp_path / "bad.pyx"
