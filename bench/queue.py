@@ -305,6 +305,15 @@ class LeaseqServer:
             ep.pid = pid
         return ep
 
+    def post_mortem(self) -> str:
+        """When the daemon this run started has exited: its exit status and
+        the end of its log (empty while it runs, or at --url)."""
+        d = self.daemon
+        if d is None or d.proc is None or d.proc.poll() is None:
+            return ""
+        return (f"\nthe leaseq daemon (pid {d.pid}) had exited with {d.proc.returncode}; its log ends:\n"
+                f"{d.log()[-3000:]}")
+
     def stop(self) -> None:
         if self.daemon is not None:
             self.daemon.stop()
@@ -748,7 +757,8 @@ RUNNERS = {"w1": w1, "w2": w2, "w2g": w2g, "w3max": w3max, "w3rate": w3rate}
 
 
 def run_one(server, workload: str, cls: str, s: Settings) -> dict:
-    """One fresh server (or queue), one workload, one class; always stopped."""
+    """One fresh server (or queue), one workload, one class; always stopped.
+    A failed run says whether the daemon it started had exited, and how."""
     ep = server.start(cls)
     try:
         wire = wire_for(server.kind, ep.key)
@@ -759,6 +769,9 @@ def run_one(server, workload: str, cls: str, s: Settings) -> dict:
             wire.drop(conn)     # a daemon at --url keeps running: leave nothing behind
         finally:
             conn.close()
+    except (RuntimeError, OSError) as e:
+        post_mortem = getattr(server, "post_mortem", None)      # (only leaseq's knows its daemon's log)
+        raise RuntimeError(f"{e}{post_mortem() if post_mortem else ''}") from None
     finally:
         server.stop()
     return figures

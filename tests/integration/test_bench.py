@@ -227,6 +227,29 @@ def test_bench_floor_server_answers_resp_and_inline_pings():
         proc.wait(10)
 
 
+@pytest.mark.timeout(60)
+def test_a_failed_run_says_how_the_daemon_ended(tmp_path):
+    """When the daemon a run started is gone (here SIGKILLed as soon as it
+    answered), the run's error gives its exit status and its log's end."""
+    import os
+    import signal
+
+    from leaseq.bench.queue import LeaseqServer, Settings, run_one
+
+    class Dying(LeaseqServer):
+        def start(self, cls):
+            ep = super().start(cls)
+            os.kill(ep.pid, signal.SIGKILL)
+            self.daemon.proc.wait(30)
+            return ep
+
+    with pytest.raises(RuntimeError) as failed:
+        run_one(Dying(str(tmp_path), None), "w1", "memory", Settings(10, 1.0, 100, 1, ("w1",), ("memory",), None))
+    message = str(failed.value)
+    assert f"had exited with {-signal.SIGKILL}; its log ends:" in message, message
+    assert "leaseq ready to serve" in message, message
+
+
 @pytest.mark.timeout(120)
 def test_bench_floor_queue_runs_w3_on_each_server(tmp_path):
     """--queue: W3 at a fixed rate on redis-server (when installed), the
