@@ -61,7 +61,7 @@ class Committer:
         stay in the store's woken set until a turn serves them."""
         server = self.server
         blocking = server.blocking
-        return bool(self.wal.pending or blocking.woken
+        return bool(self.wal.buffer or blocking.woken
                     or (server.store.woken and (blocking.by_queue or blocking.workers)))
 
     def wait(self, conn) -> None:

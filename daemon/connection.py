@@ -17,7 +17,10 @@ waits for that as well.
 
 Flow control: when the transport's write buffer is over its high-water mark
 the connection stops reading (a client that does not read its replies stops
-being served); past ``client-output-buffer-limit`` it is disconnected.
+being served); past ``client-output-buffer-limit`` it is disconnected.  The
+high-water mark is at most that limit, so the buffer's size is looked at
+only while the transport says it is over the mark (``pause_writing``), not
+after every write.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Connection(asyncio.Protocol):
         self.protocol_error = None
         self.quitting = False
         self.closed = False
+        self.writing_paused = False        # the transport's buffer is over its high-water mark
         self.holdings = Holdings(self)     # SESSION leases and work streams (daemon/holdings.py)
 
     # -- the protocol ------------------------------------------------------------------
@@ -89,9 +93,7 @@ class Connection(asyncio.Protocol):
         local = transport.get_extra_info("sockname")
         self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.laddr = f"{local[0]}:{local[1]}" if local else "?"
-        limit = self.server.settings.client_output_buffer_limit
-        if limit:
-            transport.set_write_buffer_limits(high=min(limit, 1 << 20))
+        self.limit_output()
         self.server.admission.register(self)
 
     def data_received(self, data: bytes) -> None:
@@ -117,9 +119,11 @@ class Connection(asyncio.Protocol):
         self.server.unregister(self)
 
     def pause_writing(self) -> None:
+        self.writing_paused = True
         self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         if not self.closed and self.protocol_error is None:
             self.transport.resume_reading()
 
@@ -147,11 +151,12 @@ class Connection(asyncio.Protocol):
                     else:
                         server.blocking.results.park(self, reply)
                     break
-            self.answer(reply, ticket)
+            if reply is not NO_REPLY and self.outbox.add(encode(reply, self.resp3), ticket):   # (answer)
+                server.committer.wait(self)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
-        self.flush()
+        self._write(self.outbox.take())                                                        # (flush)
         if self.outbox.held or server.committer.work_left():
             server.committer.touch()
 
@@ -193,9 +198,19 @@ class Connection(asyncio.Protocol):
             return
         if data:
             self.transport.write(data)
-            self._check_output()
+            if self.writing_paused:          # (the write may have just set it)
+                self._check_output()
         if self.quitting and not self.outbox.held:
             self.transport.close()
+
+    def limit_output(self) -> None:
+        """Put the transport's high-water mark at ``client-output-buffer-limit``
+        or below (at connect, and when CONFIG SET changes the limit), so that
+        a buffer past the limit is always one the transport has paused."""
+        limit = self.server.settings.client_output_buffer_limit
+        self.transport.set_write_buffer_limits(high=min(limit, 1 << 20) if limit else None)
+        if self.writing_paused:
+            self._check_output()
 
     def _check_output(self) -> None:
         limit = self.server.settings.client_output_buffer_limit

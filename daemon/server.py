@@ -153,9 +153,11 @@ class Server:
             self.acl = Acl(TABLE, s.users, s.requirepass)
         if self.datadir is not None:
             config.copy_to_storage(s, self.store, self.datadir)
-        for c in self.clients.values():
+        for c in list(self.clients.values()):
             c.parser.max_args = s.max_args
             c.parser.max_bulk = s.proto_max_bulk_len
+            if "client_output_buffer_limit" in changes:
+                c.limit_output()
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(s.loglevel.upper())
 

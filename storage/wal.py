@@ -125,7 +125,7 @@ class LogBuffer:
     where they are (see the module docstring).  Subclasses write the bytes."""
 
     def __init__(self) -> None:
-        self._buffer: list[bytes] = []
+        self.buffer: list[bytes] = []      # framed records appended, not yet written (read only outside)
         self._appended = 0         # records appended, ever
         self._last_sync_record = 0  # number of the latest appended record that needs fsync
         self._sync_gen = 0         # latest generation holding a record that needs fsync
@@ -144,7 +144,7 @@ class LogBuffer:
         """``blind_until``: no claim can take or skip anything because of this
         record before that moment (an ack of jobs under live leases on a
         queue whose claims an ack cannot free, ``Store.ack``); 0: any claim may."""
-        self._buffer.append(records.frame(rtype, body))
+        self.buffer.append(records.frame(rtype, body))
         self._appended += 1
         if sync:
             self._last_sync_record = self._appended
@@ -182,13 +182,13 @@ class LogBuffer:
         shows nothing but them: it need not wait for the fsync of records
         no claim can see yet (``append``'s ``blind_until``)."""
         own = self._appended != mark
-        generation = self._written + 1 if self._buffer else self._written
+        generation = self._written + 1 if self.buffer else self._written
         if self._sync_gen > self._durable and (
                 claim_at is None or self._claim_sync_gen > self._durable
                 or (self._blind_gen > self._durable and claim_at >= self._blind_until)):
             self._sync_gen = generation
             return Ticket(generation, True, own)
-        if self._buffer:
+        if self.buffer:
             return Ticket(generation, False, own)
         return None
 
@@ -199,7 +199,7 @@ class LogBuffer:
     @property
     def pending(self) -> bool:
         """Records appended and not yet written."""
-        return bool(self._buffer)
+        return bool(self.buffer)
 
     @property
     def sync_wanted(self) -> bool:
@@ -222,11 +222,11 @@ class LogBuffer:
 
     def flush(self) -> int:
         """Write the buffered records (one ``write``); return the generation."""
-        if not self._buffer:
+        if not self.buffer:
             return self._written
-        buf = self._buffer
+        buf = self.buffer
         data = b"".join(buf) if len(buf) > 1 else buf[0]
-        self._buffer = []
+        self.buffer = []
         self._write(data)
         self.bytes_written += len(data)
         self._written += 1

@@ -1158,3 +1158,61 @@ def test_garbage_while_another_client_is_blocked_does_not_disturb_it(fresh, fres
     assert t.failure is None, t.failure
     [job] = results[0]
     assert as_map(job)[b"payload"] == b"payload"
+
+
+def _flood_until_closed(port: int, q: str) -> bool:
+    """Pipeline 300 QPEEKs of a 100 KB job in one write and read nothing:
+    30 MB of replies, far more than the socket buffers hold.  True when
+    the server closes the connection."""
+    s = socket.create_connection((HOST, port), timeout=10)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.sendall(hiredis.pack_command(("QPEEK", q)) * 300)
+        time.sleep(0.5)                 # (a reader that does not read: let the replies pile up)
+        try:
+            while True:
+                if not s.recv(1 << 20):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+    finally:
+        s.close()
+
+
+def test_a_client_that_does_not_read_is_disconnected_past_the_output_buffer_limit(own):
+    """docs/semantics.md §6: past client-output-buffer-limit a client is
+    disconnected; everyone else is served on, and the job is untouched.
+    Also after CONFIG SET lowers the limit for connections already open."""
+    d = own(env={"LEASEQ_CLIENT_OUTPUT_BUFFER_LIMIT": "1000000"})
+    c = d.client(protocol=2)
+    q = unique("obuf")
+    jid = c.execute_command("QPUSH", q, b"x" * 100_000)
+    assert _flood_until_closed(d.port, q)
+    assert c.execute_command("PING") is True
+    assert c.execute_command("QLEN", q) == 1 and c.execute_command("QGET", q, jid) is not None
+
+    c.execute_command("CONFIG", "SET", "client-output-buffer-limit", "67108864")
+    s = socket.create_connection((HOST, d.port), timeout=10)     # opened under the high limit
+    try:
+        s.sendall(hiredis.pack_command(("PING",)))
+        assert s.recv(100) == b"+PONG\r\n"
+        c.execute_command("CONFIG", "SET", "client-output-buffer-limit", "1000000")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.sendall(hiredis.pack_command(("QPEEK", q)) * 300)
+        time.sleep(0.5)
+        closed = False
+        try:
+            while True:
+                if not s.recv(1 << 20):
+                    closed = True
+                    break
+        except (ConnectionResetError, BrokenPipeError):
+            closed = True
+        except socket.timeout:
+            pass
+        assert closed
+    finally:
+        s.close()
+    assert c.execute_command("PING") is True
