@@ -320,11 +320,9 @@ def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, hold
     """Lease up to ``count`` jobs now (dead-lettering any that must not be
     delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
     now = server.now_ms()
-    store = server.store
-    jobs = store.take_claimable(q, now, count)
+    jobs = server.store.claim_next(q, now, count, now + lease_ms, consumer)
     if not jobs:
         return []
-    store.claim(q, jobs, now + lease_ms, consumer, now, front=True)
     if holder is not None:
         for job in jobs:
             holder.hold(q, job)
@@ -464,9 +462,10 @@ def qwork(client, args):
 
 def _split_tokens(args: list, keywords: tuple) -> int:
     """Index of the first option keyword after the tokens (tokens never equal
-    one).  Every keyword starts with a letter, and a lease token with a
-    digit: an argument whose first byte is below b"A" is a token without
-    upper-casing it (a QACK of 100 tokens makes no 100 copies)."""
+    one).  Every keyword starts with a letter, and a lease token with a hex
+    digit (a digit for most: ids 1 to 9, 16 to 159 ...): an argument whose
+    first byte is below b"A" is a token without upper-casing it (a QACK of
+    100 tokens makes no 100 copies)."""
     i, n = 2, len(args)
     while i < n:
         a = args[i]
@@ -493,6 +492,8 @@ def qack(client, args):
         result = args[end + 1]
         if len(result) > server.settings.max_payload:
             raise errors.too_big(len(result), server.settings.max_payload)
+    if result is None:
+        return server.store.ack_tokens(q, args[2:end], server.now_ms())
     jobs = q.jobs_for_tokens(args[2:end])
     if jobs:
         server.store.ack(q, jobs, server.now_ms(), result)

@@ -20,8 +20,9 @@ error, every option and every feature of a queue stays there.  Plain is:
   payload within ``proto-max-payload``;
 * QCLAIM queue consumer [COUNT n] [BLOCK ms] [LEASE ms]: good options, no
   SESSION, the queue exists and has no WINDOW;
-* QACK queue token [token ...]: the queue exists and no argument starts
-  with a letter (so none is RESULT);
+* QACK queue token [token ...]: the queue exists and no argument is
+  RESULT in any case (a token is hex digits and dots: it may start with a
+  letter, ``a.1.5``, but never spells a keyword);
 
 and the client may run everything (an unrestricted user, authenticated,
 not in MULTI, not in the RESP2 pub/sub context), the store is loaded, the
@@ -37,11 +38,10 @@ import logging
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from leaseq.commands import errors
-from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_now
+from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_now, job_replies
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
-from leaseq.storage.job import Job
-from leaseq.storage.leasing import jobs_for_tokens
+from leaseq.storage import store as store_module
 
 log = logging.getLogger("leaseq.daemon.dispatch")
 
@@ -131,9 +131,9 @@ def run(client, list args):
         if session or q.config.window:
             return None
     else:
-        for i in range(2, n):
+        for i in range(2, n):          # RESULT (in any case) is the one keyword; everything else is a token
             a = args[i]
-            if len(a) and a[0] >= 65:
+            if _is(a, len(a), b"result", 6):
                 return None
     # as dispatch.execute and dispatch.run do around a handler
     journal = store.journal
@@ -141,22 +141,29 @@ def run(client, list args):
     server.stats.commands += 1
     client.last_command = name = NAMES[<int>kind]
     started = _seconds()
+    plain = store_module.plain       # the Store methods' compiled twin, asked straight (None: it declined)
     try:
         if kind == PUSH:
             now = server.now_ms()
-            reply = store.take_ids(q, 1)
-            store.push(q, [Job(reply, payload, PRIORITY, now, now, None, 0, 0, 0)], now)
+            reply = None if plain is None else plain.push_one(store, q, payload, PRIORITY, now)
+            if reply is None:
+                reply = store.push_one(q, payload, PRIORITY, now)
         elif kind == CLAIM:
             if lease_ms is None:
                 lease_ms = q.config.lease
-            reply = claim_now(server, q, consumer, count, lease_ms, None)
+            now = server.now_ms()          # claim_now's work, without holder
+            jobs = None if plain is None else plain.claim_next(store, q, now, count, now + lease_ms, consumer)
+            if jobs is None:
+                reply = claim_now(server, q, consumer, count, lease_ms, None)
+            else:
+                reply = job_replies(jobs) if jobs else []
             if not reply and block is not None and not client.in_exec:
                 reply = ClaimWait(server, q, consumer, count, lease_ms, block, None)
         else:
-            jobs = jobs_for_tokens(q.jobs, args[2:])
-            if jobs:
-                store.ack(q, jobs, server.now_ms(), None)
-            reply = len(jobs)
+            now = server.now_ms()
+            reply = None if plain is None else plain.ack_tokens(store, q, args[2:], now)
+            if reply is None:
+                reply = store.ack_tokens(q, args[2:], now)
     except Error as e:
         reply = e
     except Exception:

@@ -41,7 +41,7 @@ lane = _lane.run if _lane is not None else None
 # the two lists together) was built and LEASEQ_PURE is not 1; "pure" when
 # none is; otherwise it names those in use (INFO's leaseq_flavour,
 # ``leaseq --version``).
-DAEMON_COMPILED = ("_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_lane")
+DAEMON_COMPILED = ("_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
 COMPILED = resp.COMPILED + (["_lane"] if lane is not None else [])
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

@@ -99,6 +99,37 @@ def test_qresult_block_is_woken_by_the_ack(daemon):
     assert got["at"] - acked < 5        # woken by the ack, not by the 10 s timeout
 
 
+def test_qresult_block_is_woken_by_a_plain_ack_too(daemon):
+    """An ack without RESULT on a plain queue (the compiled plain path,
+    docs/performance.md) ends the job as well: the blocked QRESULT answers
+    at once that it was acked without one."""
+    c = daemon.client(protocol=2)
+    q = unique("blkplain")
+    c.execute_command("QCREATE", q, "DURABILITY", "memory")
+    jid = c.execute_command("QPUSH", q, "p")
+    job = claim_one(c, q)
+    got = {}
+
+    def wait():
+        w = daemon.client(protocol=2)
+        try:
+            w.execute_command("QRESULT", q, jid, "BLOCK", 10_000)
+        except Exception as e:          # redis-py raises the -NOJOB reply
+            got["error"] = str(e)
+        got["at"] = time.monotonic()
+        w.close()
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    wait_for(lambda: c.info("clients")["blocked_clients"] == 1, 5, "QRESULT blocked")
+    acked = time.monotonic()
+    assert c.execute_command("QACK", q, job[b"lease"]) == 1
+    t.join(10)
+    assert not t.is_alive()
+    assert got["error"].endswith(f"job {jid} of queue '{q}' is unknown or its result expired")
+    assert got["at"] - acked < 5        # woken by the ack, not by the 10 s timeout
+
+
 def test_qresult_block_times_out_with_nil_and_is_woken_by_a_death_or_a_drop(daemon):
     c = daemon.client(protocol=2)
     q = unique("blk2")

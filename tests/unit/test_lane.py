@@ -1,13 +1,15 @@
-"""The plain lane (daemon/_lane.pyx) against ``dispatch.execute``'s ordinary
-path: generated command sequences, run once with the lane and once without,
-on two stores that start alike, give the same reply bytes, the same tickets,
-the same counters and command statistics, the same log records and the same
-store.  The sequences mix plain commands with every way of not being plain
-(options, a queue's features, MULTI, a full memory, a failed log, bad
-arguments, names in any case), so both sides of each of the lane's checks
-are run.  The lane is imported directly, so with LEASEQ_PURE=1 (where
-``execute`` runs without it) it is held to the pure path over the pure
-``Job`` and job table as well."""
+"""The plain lane (daemon/_lane.pyx) and the plain transitions
+(storage/_plain.pyx) against ``dispatch.execute``'s ordinary path and the
+``Store`` methods that define them: generated command sequences, run once
+with both and once with neither, on two stores that start alike, give the
+same reply bytes, the same tickets, the same counters and command
+statistics, the same log records and the same store.  The sequences mix
+plain commands with every way of not being plain (options, a queue's
+features, jobs with rare fields, MULTI, a full memory, a failed log, bad
+arguments, names in any case, leases that ran out), so both sides of each
+check are run.  Both modules are imported directly, so with LEASEQ_PURE=1
+(where the daemon runs without them) they are held to the pure path over
+the pure ``Job``, job table and indexes as well."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import dataclasses
 import importlib
 import os
 import shutil
+
+import pytest
 
 from core import T0, Client, Core
 from hypothesis import HealthCheck, given, settings
@@ -26,11 +30,13 @@ from leaseq.daemon import dispatch
 from leaseq.daemon.blocking import Session
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
+from leaseq.storage import store as store_module
 
 try:
     LANE = importlib.import_module("leaseq.daemon._lane").run
+    PLAIN = importlib.import_module("leaseq.storage._plain")
 except ImportError:         # built by bin/setup wherever there is a C compiler
-    LANE = None
+    LANE = PLAIN = None
 
 QUEUES = {
     b"mem": [b"DURABILITY", b"memory"],
@@ -38,6 +44,7 @@ QUEUES = {
     b"short": [b"MAXLEN", b"3", b"DURABILITY", b"async"],
     b"paced": [b"CONCURRENCY", b"2", b"MAXDELIVERIES", b"2", b"LEASE", b"50"],
     b"window": [b"WINDOW", b"20", b"DURABILITY", b"memory"],
+    b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100", b"RESULT-TTL", b"100"],   # plain; leases and results run out
 }
 NAMES = list(QUEUES) + [b"fresh"]          # "fresh": not created, so a push makes it
 
@@ -48,14 +55,20 @@ claim_options = st.sampled_from([
     [], [b"COUNT", b"3"], [b"count", b"2", b"BLOCK", b"100"], [b"BLOCK", b"0"], [b"LEASE", b"20"],
     [b"COUNT", b"0"], [b"COUNT"], [b"BLOCK", b"-1"], [b"SESSION"], [b"COUNT", b"2", b"COUNT", b"2"], [b"NOPE"]])
 consumer = st.sampled_from([b"w1", b"w2", b"", b"c" * 300])
-token_pick = st.one_of(st.integers(0, 40), st.sampled_from([b"garbage", b"", b"1.1.999", b"RESULT", b"result"]))
+token_pick = st.one_of(st.integers(0, 40), st.sampled_from([b"garbage", b"", b"1.1.999", b"RESULT", b"result",
+                                                                  b"rEsUlT", b"a.1.1", b"results"]))
 
 ops = st.one_of(
-    st.tuples(st.just("push"), case, queue, payload, st.sampled_from([[], [b"PRIORITY", b"7"], [b"GROUP", b"g"]])),
+    st.tuples(st.just("push"), case, queue, payload,
+              st.sampled_from([[], [b"PRIORITY", b"7"], [b"GROUP", b"g"], [b"KEY", b"k"], [b"DELAY", b"50"],
+                               [b"MAXDELIVERIES", b"1"], [b"EXPIRE", b"40"]])),
     st.tuples(st.just("claim"), case, queue, consumer, claim_options),
     st.tuples(st.just("ack"), case, queue, st.lists(token_pick, min_size=0, max_size=4), st.booleans()),
+    st.tuples(st.just("nack"), case, queue, st.lists(token_pick, min_size=1, max_size=2),
+              st.sampled_from([[b"DELAY", b"0"], [b"DELAY", b"30"]])),
     st.tuples(st.just("cycle"), case, queue),
     st.tuples(st.just("clock"), st.integers(1, 120)),
+    st.tuples(st.just("turn")),
     st.tuples(st.just("state"), st.sampled_from(["multi", "exec", "discard", "oom", "disk", "loading", "well"])),
 )
 
@@ -68,10 +81,12 @@ def _args(op, tokens: dict) -> list[bytes]:
     if kind == "claim":
         _, name, q, who, options = op
         return [name(b"qclaim"), q, who] + options
-    _, name, q, picks, with_result = op
+    _, name, q, picks, more = op
     mine = tokens.get(q, [])              # the tokens claims of this queue were given, the latest last
     chosen = [p if isinstance(p, bytes) else mine[-1 - p % len(mine)] if mine else b"0.0.0" for p in picks]
-    return [name(b"qack"), q] + chosen + ([b"RESULT", b"done"] if with_result else [])
+    if kind == "nack":
+        return [name(b"qnack"), q] + chosen + more
+    return [name(b"qack"), q] + chosen + ([b"RESULT", b"done"] if more else [])
 
 
 class Side:
@@ -85,18 +100,19 @@ class Side:
             self.execute([b"QCREATE", name] + options)
 
     def execute(self, args: list):
-        saved = dispatch.lane
-        dispatch.lane = LANE if self.lane else None
+        saved = dispatch.lane, store_module.plain
+        dispatch.lane, store_module.plain = (LANE, PLAIN) if self.lane else (None, None)
         try:
             reply, ticket = execute(self.client, args)
         finally:
-            dispatch.lane = saved
+            dispatch.lane, store_module.plain = saved
         if isinstance(reply, ClaimWait):
             shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
                      reply.cohort)
         else:
             shown = encode(reply, False)
-        return shown, ticket, self.client.last_command
+        woken = sorted(q.name for q in self.core.store.take_woken())     # the queues blocked claimers would be served from
+        return shown, ticket, self.client.last_command, woken
 
     def state(self, what: str) -> None:
         core = self.core
@@ -119,12 +135,53 @@ class Side:
         return {"stats": dataclasses.asdict(core.stats),
                 "commands": {name: sum(h.counts) for name, h in core.metrics.commands.items() if sum(h.counts)},
                 "records": log.records(),
-                "store": digest(core.store)}
+                "store": digest(core.store),
+                "results": {q.name: sorted((jid, e.until, e.value, e.reason) for jid, e in q.results.entries.items())
+                            for q in core.store.queues.values()}}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops, min_size=1, max_size=40))
 def test_the_lane_and_the_ordinary_path_do_the_same(sequence):
+    _same_on_both_sides(sequence)
+
+
+def _life(q: bytes, *push_options: bytes):
+    return [("push", bytes.upper, q, b"job", list(push_options))]
+
+
+def _claim(q: bytes, *options: bytes):
+    return [("claim", bytes.upper, q, b"w1", list(options))]
+
+
+SCENARIOS = {
+    "a job past its EXPIRE is dead-lettered, not claimed": _life(b"mem", b"EXPIRE", b"40") + [("clock", 50)]
+    + _claim(b"mem"),
+    "a job past its MAXDELIVERIES is dead-lettered": _life(b"sync", b"MAXDELIVERIES", b"1") + _claim(b"sync")
+    + [("nack", bytes.upper, b"sync", [0], [b"DELAY", b"0"])] + _claim(b"sync"),
+    "a delayed job comes due": _life(b"mem", b"DELAY", b"50") + _claim(b"mem") + [("clock", 60)] + _claim(b"mem"),
+    "a lease runs out and its job is claimed again; the old token is stale":
+        _life(b"sync") + _claim(b"sync") + [("turn",), ("clock", 150)] + _claim(b"sync")
+        + [("ack", bytes.upper, b"sync", [1, 0], False), ("turn",)] + _claim(b"sync"),
+    "an ack of a job whose lease ran out, back in ready, its token still good":
+        _life(b"sync") + _claim(b"sync") + [("clock", 150)] + _life(b"sync", b"PRIORITY", b"7")
+        + _claim(b"sync") + [("ack", bytes.upper, b"sync", [1], False)] + _claim(b"sync", b"COUNT", b"5"),
+    "a durable ack no claim can see before the lease's end": _life(b"sync") + _life(b"sync") + _claim(b"sync")
+        + [("turn",), ("ack", bytes.upper, b"sync", [0], False)] + _claim(b"sync") + [("turn",)] + _claim(b"sync"),
+    "a kept result runs out at a claim": _life(b"sync") + _claim(b"sync")
+        + [("ack", bytes.upper, b"sync", [0], True), ("clock", 150)] + _life(b"sync") + _claim(b"sync"),
+    "a job with a dedupe key": _life(b"mem", b"KEY", b"k") + _claim(b"mem") + [("ack", bytes.upper, b"mem", [0], False)],
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_each_way_of_not_being_plain(name):
+    """Sequences that reach each check of the plain transitions; a random
+    sequence reaches some of them only now and then."""
+    _same_on_both_sides(SCENARIOS[name])
+
+
+def _same_on_both_sides(sequence):
     sides = [Side(lane=True), Side(lane=False)]
     tokens: dict = {}
     now = T0
@@ -137,6 +194,10 @@ def test_the_lane_and_the_ordinary_path_do_the_same(sequence):
         if op[0] == "state":
             for side in sides:
                 side.state(op[1])
+            continue
+        if op[0] == "turn":          # the end of a turn: everything written and fsynced
+            for side in sides:
+                side.core.store.journal.log.flush_and_sync()
             continue
         args = _args(op, tokens)
         got = [side.execute(list(args)) for side in sides]
@@ -174,9 +235,10 @@ def test_plain_commands_take_the_lane_and_others_do_not():
     assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is not None
     assert lane(side.client, [b"qclaim", b"mem", b"w", b"COUNT", b"1"]) is not None
     assert lane(side.client, [b"QACK", b"mem", b"1.1.1"]) is not None
+    assert lane(side.client, [b"QACK", b"mem", b"a.1.1", b"results"]) is not None     # tokens, not RESULT
     for args in ([b"QPUSH", b"mem", b"x", b"PRIORITY", b"1"], [b"QPUSH", b"fresh", b"x"],
                  [b"QPUSH", b"short", b"x"], [b"QCLAIM", b"window", b"w"], [b"QCLAIM", b"mem", b"w", b"SESSION"],
-                 [b"QCLAIM", b"mem", b""], [b"QACK", b"mem", b"1.1.1", b"RESULT", b"r"], [b"QLEN", b"mem"],
+                 [b"QCLAIM", b"mem", b""], [b"QACK", b"mem", b"1.1.1", b"RESULT", b"r"], [b"QACK", b"mem", b"a.1.1", b"rEsUlT", b"r"], [b"QLEN", b"mem"],
                  [b"QPUSH", b"mem"], [b"QACKX", b"mem", b"1"]):
         assert lane(side.client, args) is None, args
     before = dataclasses.asdict(side.core.stats)
