@@ -7,9 +7,10 @@ A worker's job is three requests, and at one job per request the checks and
 the bookkeeping around each handler cost more than the handler's own work.
 Here they are one C function: the command's name is matched in C, the
 checks of ``dispatch._execute`` are read off the client and the server once,
-and the work goes straight to the same ``Store`` transitions the handlers
-call (``take_ids`` and ``push``, ``claim_now``, ``ack``), so what a command
-does to the queues is still written once, in Python.
+and the work goes straight to the store: ``Store.push_one``,
+``claim_next`` and ``ack_tokens``, or their compiled twin
+(``storage._plain``) asked first, so what a command does to the queues is
+defined once, in Python, and compiled once, in storage.
 
 ``run(client, args)`` answers what ``execute`` answers, ``(reply, ticket)``,
 or None when the command is not plain.  None is decided before anything
@@ -31,6 +32,11 @@ The names, arity and what the reply observes come from
 ``commands.table.TABLE``, as for every command; tests/unit/test_lane.py
 runs generated command sequences with and without the lane and holds them
 to the same replies, tickets, counters, records and store.
+
+``serve_one(blocking, queue)`` is ``Blocking.serve`` for the commonest
+case at one job per request: one plain claim parked on a plain queue,
+served at the end of the turn in which a push woke it;
+tests/unit/test_blocking.py holds it to ``Blocking.serve``.
 """
 
 import logging
@@ -174,3 +180,35 @@ def run(client, list args):
     if observes:
         return reply, journal.settled_since(mark, server.now_ms() if observes == "claims" else None)
     return reply, journal.ticket_since(mark)
+
+
+def serve_one(blocking, queue):
+    """``Blocking.serve(queue)`` when one plain claim waits on it (no work
+    stream, no cohort, no SESSION) and the queue is plain
+    (``storage._plain``): True when served, False (before anything changed)
+    for the ordinary ``serve``.  With one claimer the deal is what there is,
+    up to its COUNT, which is what ``claim_next`` takes."""
+    waiters = blocking.by_queue.get(queue)
+    if waiters is None or len(<list>waiters) != 1 or queue in blocking.workers or queue in blocking.cohorts:
+        return False
+    plain = store_module.plain
+    w = (<list>waiters)[0]
+    wait = w.wait
+    conn = w.conn
+    if plain is None or conn.closed or wait.cohort or wait.holder is not None:
+        return False
+    server = blocking.server
+    store = server.store
+    journal = store.journal
+    mark = journal.mark()
+    now = server.now_ms()
+    jobs = plain.claim_next(store, queue, now, wait.count, now + wait.lease_ms, wait.consumer)
+    if jobs is None:
+        return False
+    if jobs:
+        ticket = journal.settled_since(mark, server.now_ms())
+        blocking.cancel(w)
+        conn.unblock(job_replies(jobs), ticket)
+    if queue in blocking.by_queue or queue in blocking.workers:
+        blocking._arm(queue)
+    return True

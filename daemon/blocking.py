@@ -33,6 +33,7 @@ from leaseq.commands.jobs import claim_now
 from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
 from leaseq.storage import flow
+from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.job import IN_FLIGHT
 
 from .resultwaits import ResultWaits
@@ -40,10 +41,17 @@ from .waiter import Waiter
 
 log = logging.getLogger(__name__)
 
+# ``Blocking.serve`` of a plain queue one plain claim waits on, compiled
+# (daemon/_lane.pyx): None when not built
+_lane = compiled_twin("leaseq.daemon._lane")
+serve_one = _lane.serve_one if _lane is not None else None
+
 
 def deal(available: int, counts: list[int]) -> list[int]:
     """Split ``available`` jobs over claimers asking ``counts``: proportional
     shares, the remainder one by one in waiting order, nobody above its count."""
+    if len(counts) == 1:                # (most often: one claimer waits)
+        return [min(available, counts[0])]
     total = sum(counts)
     if available >= total:
         return list(counts)
@@ -266,7 +274,8 @@ class Blocking:
             self.woken = set()
         for q in woken:
             if q in self.by_queue or q in self.workers:
-                self.serve(q)
+                if serve_one is None or not serve_one(self, q):
+                    self.serve(q)
 
     def time_moved(self) -> None:
         """The clock jumped (DEBUG): timers were set for the old time."""

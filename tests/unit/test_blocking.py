@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from leaseq.commands.jobs import ClaimWait
-from leaseq.daemon.blocking import Blocking
+from leaseq.daemon.blocking import Blocking, deal
 from leaseq.daemon.dispatch import execute
+from leaseq.daemon.resp import encode
+from store_state import digest
 
 from core import T0, Client, Core, call, plain
 
@@ -83,3 +87,157 @@ def test_no_timer_spins_for_claimers_that_cannot_take(world):
     parked.closed = True                            # the claimer went away
     blocking._arm(q)
     assert q not in blocking.timers
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3000), st.lists(st.integers(1, 1000), min_size=1, max_size=12))
+def test_deal_divides_in_proportion_never_above_a_count(available, counts):
+    """docs/semantics.md §3.3: jobs arriving for several blocked claimers
+    are divided in proportion to COUNT, the remainder one by one in waiting
+    order; one claimer alone takes what it asked for, or what there is."""
+    shares = deal(available, counts)
+    total = sum(counts)
+    assert sum(shares) == min(available, total)
+    assert all(0 <= s <= c for s, c in zip(shares, counts))
+    if available < total:
+        for s, c in zip(shares, counts):
+            assert available * c // total <= s <= available * c // total + 1
+
+
+# -- the compiled serve of one plain claim (daemon/_lane.pyx serve_one) against Blocking.serve --------
+
+try:
+    import importlib
+    SERVE_ONE = importlib.import_module("leaseq.daemon._lane").serve_one
+    PLAIN = importlib.import_module("leaseq.storage._plain")
+except ImportError:         # built by bin/setup wherever there is a C compiler
+    SERVE_ONE = PLAIN = None
+
+SERVED_QUEUES = {b"mem": [b"DURABILITY", b"memory"], b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100"],
+                 b"slots": [b"CONCURRENCY", b"1", b"DURABILITY", b"memory"]}
+_park = st.tuples(st.just("park"), st.sampled_from(list(SERVED_QUEUES)), st.integers(1, 3), st.booleans())
+_push = st.tuples(st.just("push"), st.sampled_from(list(SERVED_QUEUES)), st.integers(1, 4),
+                  st.sampled_from([[], [], [b"PRIORITY", b"8"], [b"KEY", b"k"]]))
+_turn = st.tuples(st.just("turn"))
+served_ops = st.one_of(     # (parks, pushes and turns weighed thrice: a park, then a push, then a turn is the case)
+    _park, _park, _park, _push, _push, _push, _turn, _turn, _turn,
+    st.tuples(st.just("clock"), st.integers(1, 150)),
+    st.tuples(st.just("close"), st.integers(0, 9)),
+    st.tuples(st.just("ack"), st.integers(0, 9)),
+)
+
+
+class ServeSide:
+    """A store, its blocking claims and their parked connections, served with
+    the compiled ``serve_one`` or without it."""
+
+    def __init__(self, compiled: bool) -> None:
+        from leaseq.daemon import blocking as blocking_module
+        from leaseq.storage import store as store_module
+        self.modules, self.compiled = (blocking_module, store_module), compiled
+        self.core = Core()
+        self.core.committer = Committer()
+        self.loop = asyncio.new_event_loop()
+        self.blocking = Blocking(self.core, self.loop)
+        self.client = Client(self.core)
+        self.parked: list = []              # every Parked, in order
+        self.answers: list = []             # (who, encoded reply) in the order they came
+        for name, options in SERVED_QUEUES.items():
+            self.run([b"QCREATE", name] + options)
+
+    def run(self, args):
+        blocking_module, store_module = self.modules
+        saved = blocking_module.serve_one, store_module.plain
+        if self.compiled:
+            blocking_module.serve_one, store_module.plain = SERVE_ONE, PLAIN
+        else:
+            blocking_module.serve_one, store_module.plain = None, None
+        try:
+            if args == "turn":
+                self.blocking.serve_woken()
+                return None
+            return execute(self.client, args)[0]
+        finally:
+            blocking_module.serve_one, store_module.plain = saved
+
+    def do(self, op) -> None:
+        kind = op[0]
+        if kind == "park":
+            _, q, count, blocks = op
+            reply = self.run([b"QCLAIM", q, b"w", b"COUNT", str(count).encode()] + ([b"BLOCK", b"20000"] if blocks else []))
+            if isinstance(reply, ClaimWait):
+                conn = _Recorded(self.answers, len(self.parked))
+                self.parked.append(conn)
+                self.blocking.park(conn, reply)
+            else:
+                self.answers.append(("direct", encode(reply, False)))
+        elif kind == "push":
+            _, q, n, options = op
+            self.answers.append(("push", encode(self.run([b"QPUSHMANY", q, str(n).encode()] + [b"p"] * n + options), False)))
+        elif kind == "turn":
+            self.run("turn")
+        elif kind == "clock":
+            self.core.at(self.core.now_ms() + op[1])
+        elif kind == "close" and self.parked:
+            self.parked[op[1] % len(self.parked)].closed = True
+        elif kind == "ack":
+            tokens = [t for entry in self.answers for t in _lease_tokens(entry[1])]
+            if tokens:
+                token = tokens[op[1] % len(tokens)]
+                held = [name for name in SERVED_QUEUES if self.core.store.queues[name].job_for_token(token)]
+                q = held[0] if held else b"mem"         # (a stale token: acked where it came from or not)
+                self.answers.append(("ack", encode(self.run([b"QACK", q, token]), False)))
+
+    def summary(self) -> dict:
+        log = self.core.store.journal.log
+        log.flush()
+        return {"answers": self.answers, "records": log.records(), "store": digest(self.core.store),
+                "waiting": {q.name: len(ws) for q, ws in self.blocking.by_queue.items()},
+                "timers": {q.name: due for q, (due, _handle) in self.blocking.timers.items()}}
+
+    def close(self) -> None:
+        self.blocking.release_all()
+        self.loop.close()
+
+
+class _Recorded(Parked):
+    """A parked connection whose answers, and the tickets they wait on, go in
+    the side's common record."""
+
+    def __init__(self, common: list, who: int) -> None:
+        super().__init__()
+        self.common, self.who = common, who
+
+    def unblock(self, reply, ticket=None) -> None:
+        super().unblock(reply, ticket)
+        self.common.append((self.who, encode(reply, False), ticket))
+
+
+def _lease_tokens(data: bytes) -> list[bytes]:
+    parts = data.split(b"\r\n")
+    return [parts[i + 2] for i, part in enumerate(parts[:-2]) if part == b"lease"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(served_ops, min_size=1, max_size=40))
+@example([("park", b"sync", 2, True), ("push", b"sync", 3, []), ("turn",), ("clock", 120), ("park", b"sync", 3, True),
+          ("turn",), ("ack", 0), ("park", b"mem", 1, True), ("close", 2), ("push", b"mem", 1, []), ("turn",)])
+@example([("park", b"mem", 1, True), ("close", 0), ("push", b"mem", 1, []), ("turn",), ("park", b"sync", 2, True),
+          ("turn",), ("push", b"sync", 1, []), ("turn",), ("clock", 40)])
+@example([("park", b"slots", 1, True), ("push", b"slots", 2, [b"KEY", b"k"]), ("turn",), ("park", b"slots", 1, True),
+          ("turn",), ("ack", 0), ("turn",)])
+def test_serve_one_and_serve_do_the_same(sequence):
+    """Generated parks, pushes, turns, clock steps, closed claimers and acks
+    on a plain memory queue, a plain fsync queue whose leases run out, and
+    a queue with CONCURRENCY (not plain): the same answers in the same
+    order, the same records, store, waiters and timers with the compiled
+    serve of one plain claim as with ``Blocking.serve``."""
+    sides = [ServeSide(compiled=True), ServeSide(compiled=False)]
+    try:
+        for op in sequence:
+            for side in sides:
+                side.do(op)
+        assert sides[0].summary() == sides[1].summary()
+    finally:
+        for side in sides:
+            side.close()
