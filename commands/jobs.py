@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import random
 
-from leaseq.storage import flow, queries
+from leaseq.storage import flow, plain, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
 from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, READY, Job
@@ -320,7 +320,7 @@ def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, hold
     """Lease up to ``count`` jobs now (dead-lettering any that must not be
     delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
     now = server.now_ms()
-    jobs = server.store.claim_next(q, now, count, now + lease_ms, consumer)
+    jobs = plain.claim_next(server.store, q, now, count, now + lease_ms, consumer)
     if not jobs:
         return []
     if holder is not None:
@@ -493,7 +493,7 @@ def qack(client, args):
         if len(result) > server.settings.max_payload:
             raise errors.too_big(len(result), server.settings.max_payload)
     if result is None:
-        return server.store.ack_tokens(q, args[2:end], server.now_ms())
+        return plain.ack_tokens(server.store, q, args[2:end], server.now_ms())
     jobs = q.jobs_for_tokens(args[2:end])
     if jobs:
         server.store.ack(q, jobs, server.now_ms(), result)

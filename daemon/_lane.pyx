@@ -7,8 +7,8 @@ A worker's job is three requests, and at one job per request the checks and
 the bookkeeping around each handler cost more than the handler's own work.
 Here they are one C function: the command's name is matched in C, the
 checks of ``dispatch._execute`` are read off the client and the server once,
-and the work goes straight to the store: ``Store.push_one``,
-``claim_next`` and ``ack_tokens``, or their compiled twin
+and the work goes straight to the store: ``storage.plain``'s
+``push_one``, ``claim_next`` and ``ack_tokens``, their compiled twin
 (``storage._plain``) asked first, so what a command does to the queues is
 defined once, in Python, and compiled once, in storage.
 
@@ -47,7 +47,7 @@ from leaseq.commands import errors
 from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_now, job_replies
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
-from leaseq.storage import store as store_module
+from leaseq.storage import plain as plain_module
 
 log = logging.getLogger("leaseq.daemon.dispatch")
 
@@ -147,13 +147,13 @@ def run(client, list args):
     server.stats.commands += 1
     client.last_command = name = NAMES[<int>kind]
     started = _seconds()
-    plain = store_module.plain       # the Store methods' compiled twin, asked straight (None: it declined)
+    plain = plain_module.twin        # storage.plain's compiled twin, asked straight (None: it declined)
     try:
         if kind == PUSH:
             now = server.now_ms()
             reply = None if plain is None else plain.push_one(store, q, payload, PRIORITY, now)
             if reply is None:
-                reply = store.push_one(q, payload, PRIORITY, now)
+                reply = plain_module.push_one(store, q, payload, PRIORITY, now)
         elif kind == CLAIM:
             if lease_ms is None:
                 lease_ms = q.config.lease
@@ -169,7 +169,7 @@ def run(client, list args):
             now = server.now_ms()
             reply = None if plain is None else plain.ack_tokens(store, q, args[2:], now)
             if reply is None:
-                reply = store.ack_tokens(q, args[2:], now)
+                reply = plain_module.ack_tokens(store, q, args[2:], now)
     except Error as e:
         reply = e
     except Exception:
@@ -191,7 +191,7 @@ def serve_one(blocking, queue):
     waiters = blocking.by_queue.get(queue)
     if waiters is None or len(<list>waiters) != 1 or queue in blocking.workers or queue in blocking.cohorts:
         return False
-    plain = store_module.plain
+    plain = plain_module.twin
     w = (<list>waiters)[0]
     wait = w.wait
     conn = w.conn

@@ -1,10 +1,9 @@
 # cython: language_level=3
-"""The compiled twin of three transitions of ``storage.store.Store`` on a
-*plain* queue (docs/performance.md, "The plain transitions"):
+"""The compiled twin of ``storage.plain`` on a *plain* queue (docs/performance.md, "The plain transitions"):
 ``push_one`` (a QPUSH of one job without options), ``claim_next`` (what a
 claim changes: ``take_claimable``, then ``claim`` of what it took) and
-``ack_tokens`` (a QACK without RESULT).  The methods of the same names in
-store.py are their definitions; each of these answers what its definition
+``ack_tokens`` (a QACK without RESULT).  The functions of the same names in
+storage/plain.py are their definitions; each of these answers what its definition
 would, or None, decided before anything changes: then the definition runs.
 
 At one job per command a job's life is these three, and in Python each is
@@ -39,7 +38,7 @@ cdef inline bint _logged(journal, q):
 
 
 def push_one(store, q, payload, int priority, now):
-    """``Store.push_one`` on a plain queue: the new job's id, or None."""
+    """``plain.push_one`` on a plain queue: the new job's id, or None."""
     indexes = q.indexes
     if indexes.groups is not None:
         return None
@@ -63,7 +62,7 @@ def push_one(store, q, payload, int priority, now):
 
 
 def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
-    """``Store.claim_next`` on a plain queue: the jobs leased, or None."""
+    """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
     indexes = q.indexes
     config = q.config
     if indexes.groups is not None or config.limited or config.maxdeliveries or config.expire:
@@ -96,7 +95,7 @@ def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
 
 
 def ack_tokens(store, q, tokens, now):
-    """``Store.ack_tokens`` on a plain queue: how many jobs were completed, or None."""
+    """``plain.ack_tokens`` on a plain queue: how many jobs were completed, or None."""
     config = q.config
     if config.retain_completed or q.indexes.groups is not None or store.deps.children:
         return None

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from . import flow, leasing, records
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
-from .flavour import compiled_twin
 from .job import IN_FLIGHT, READY, Job
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
@@ -35,11 +34,6 @@ from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
 ID_BLOCK = 1 << 16
-
-# The whole change of a plain QPUSH, claim and QACK on a plain queue,
-# compiled (storage/_plain.pyx): None when not built.  ``push_one``,
-# ``claim_next`` and ``ack_tokens`` below are its definitions.
-plain = compiled_twin("leaseq.storage._plain")
 
 
 class Store:
@@ -160,43 +154,6 @@ class Store:
         self.woken.add(q)
         if waiting:
             self.deps.add(q, waiting)
-
-    # -- a plain command's whole change (a compiled twin for plain queues) ----------------------
-
-    def push_one(self, q: Queue, payload: bytes, priority: int, now: int) -> int:
-        """A push of one job with no options but ``priority`` (QPUSH's plain
-        form): ``take_ids``, then ``push``; the job's id."""
-        if plain is not None:
-            jid = plain.push_one(self, q, payload, priority, now)
-            if jid is not None:
-                return jid
-        jid = self.take_ids(q, 1)
-        self.push(q, [Job(jid, payload, priority, now, now)], now)
-        return jid
-
-    def claim_next(self, q: Queue, now: int, count: int, deadline: int, consumer: bytes) -> list[Job]:
-        """A claim's whole change: ``take_claimable``, then ``claim`` of the
-        jobs it took (leased until ``deadline``); those jobs."""
-        if plain is not None:
-            jobs = plain.claim_next(self, q, now, count, deadline, consumer)
-            if jobs is not None:
-                return jobs
-        jobs = self.take_claimable(q, now, count)
-        if jobs:
-            self.claim(q, jobs, deadline, consumer, now, front=True)
-        return jobs
-
-    def ack_tokens(self, q: Queue, tokens, now: int) -> int:
-        """QACK without RESULT: the jobs these tokens still hold, completed
-        (``ack``); how many."""
-        if plain is not None:
-            n = plain.ack_tokens(self, q, tokens, now)
-            if n is not None:
-                return n
-        jobs = q.jobs_for_tokens(tokens)
-        if jobs:
-            self.ack(q, jobs, now)
-        return len(jobs)
 
     def replace(self, q: Queue, pairs: list, priority: int, visible_at: int, ts: int) -> None:
         """KEY ... REPLACE: ``pairs`` (ready or delayed job, new payload); see

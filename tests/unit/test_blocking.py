@@ -133,8 +133,8 @@ class ServeSide:
 
     def __init__(self, compiled: bool) -> None:
         from leaseq.daemon import blocking as blocking_module
-        from leaseq.storage import store as store_module
-        self.modules, self.compiled = (blocking_module, store_module), compiled
+        from leaseq.storage import plain as plain_module
+        self.modules, self.compiled = (blocking_module, plain_module), compiled
         self.core = Core()
         self.core.committer = Committer()
         self.loop = asyncio.new_event_loop()
@@ -146,19 +146,19 @@ class ServeSide:
             self.run([b"QCREATE", name] + options)
 
     def run(self, args):
-        blocking_module, store_module = self.modules
-        saved = blocking_module.serve_one, store_module.plain
+        blocking_module, plain_module = self.modules
+        saved = blocking_module.serve_one, plain_module.twin
         if self.compiled:
-            blocking_module.serve_one, store_module.plain = SERVE_ONE, PLAIN
+            blocking_module.serve_one, plain_module.twin = SERVE_ONE, PLAIN
         else:
-            blocking_module.serve_one, store_module.plain = None, None
+            blocking_module.serve_one, plain_module.twin = None, None
         try:
             if args == "turn":
                 self.blocking.serve_woken()
                 return None
             return execute(self.client, args)[0]
         finally:
-            blocking_module.serve_one, store_module.plain = saved
+            blocking_module.serve_one, plain_module.twin = saved
 
     def do(self, op) -> None:
         kind = op[0]

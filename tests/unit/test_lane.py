@@ -1,6 +1,6 @@
 """The plain lane (daemon/_lane.pyx) and the plain transitions
-(storage/_plain.pyx) against ``dispatch.execute``'s ordinary path and the
-``Store`` methods that define them: generated command sequences, run once
+(storage/_plain.pyx) against ``dispatch.execute``'s ordinary path and
+``storage.plain``'s functions that define them: generated command sequences, run once
 with both and once with neither, on two stores that start alike, give the
 same reply bytes, the same tickets, the same counters and command
 statistics, the same log records and the same store.  The sequences mix
@@ -30,7 +30,7 @@ from leaseq.daemon import dispatch
 from leaseq.daemon.blocking import Session
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
-from leaseq.storage import store as store_module
+from leaseq.storage import plain as plain_module
 
 try:
     LANE = importlib.import_module("leaseq.daemon._lane").run
@@ -100,12 +100,12 @@ class Side:
             self.execute([b"QCREATE", name] + options)
 
     def execute(self, args: list):
-        saved = dispatch.lane, store_module.plain
-        dispatch.lane, store_module.plain = (LANE, PLAIN) if self.lane else (None, None)
+        saved = dispatch.lane, plain_module.twin
+        dispatch.lane, plain_module.twin = (LANE, PLAIN) if self.lane else (None, None)
         try:
             reply, ticket = execute(self.client, args)
         finally:
-            dispatch.lane, store_module.plain = saved
+            dispatch.lane, plain_module.twin = saved
         if isinstance(reply, ClaimWait):
             shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
                      reply.cohort)
