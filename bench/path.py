@@ -13,7 +13,11 @@ Python (and compiled) path alone.  Two loads, on a memory queue:
 
 Each round also parses the claim reply and builds the ack (what a client
 would do), the same in every flavour.  Printed: µs per job (best of three
-runs).  With ``--instructions`` the loop runs twice under valgrind
+runs).  ``--gap-us N`` sleeps N µs after each round, off the clock, so the
+CPU goes idle between jobs as it does between the requests of a daemon
+serving 5,000 single-job pushes a second: the work after an idle gap
+costs more than back to back (docs/performance.md, "The plain
+transitions").  With ``--instructions`` the loop runs twice under valgrind
 (callgrind), ``--rounds`` and four times as many, and the difference of the
 two instruction counts per job is printed: a figure that hardly moves with
 the machine's load (timers run by wall time), for comparing two versions
@@ -88,7 +92,7 @@ async def _reply(conn, transport: Transport, reader) -> object:
     raise RuntimeError("no reply within 1,000 turns of the loop")
 
 
-async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
+async def _run(mode: str, rounds: int, repeats: int, gap: float = 0.0) -> list[float]:
     from leaseq.daemon import config
     from leaseq.daemon.connection import Connection
     from leaseq.daemon.process import tune_collector
@@ -136,10 +140,15 @@ async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
             await one()
         times = []
         for _ in range(repeats):
+            idle = 0.0
             started = time.perf_counter()
             for _ in range(rounds):
                 await one()
-            times.append((time.perf_counter() - started) / rounds / per_round * 1e6)
+                if gap:                            # the CPU idles here: the loop is blocked, nothing runs
+                    slept = time.perf_counter()
+                    time.sleep(gap)
+                    idle += time.perf_counter() - slept
+            times.append((time.perf_counter() - started - idle) / rounds / per_round * 1e6)
         return times
     finally:
         server.request_shutdown("bench path done")
@@ -147,9 +156,9 @@ async def _run(mode: str, rounds: int, repeats: int) -> list[float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def loop(mode: str, rounds: int, repeats: int) -> list[float]:
+def loop(mode: str, rounds: int, repeats: int, gap: float = 0.0) -> list[float]:
     import uvloop
-    return uvloop.run(_run(mode, rounds, repeats))
+    return uvloop.run(_run(mode, rounds, repeats, gap))
 
 
 def _instructions(mode: str, rounds: int, out_file: str = "/dev/null") -> int:
@@ -188,7 +197,7 @@ def _by_function(profile: str) -> dict[str, int]:
     return found
 
 
-def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0) -> dict:
+def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0, gap_us: int = 0) -> dict:
     from leaseq.daemon.dispatch import FLAVOUR
     figures = {}
     for mode in modes:
@@ -214,10 +223,11 @@ def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0
                         print(f"  {ir:>10,.0f} {100 * ir / total:5.1f} %  {name}")
         else:
             n = rounds or (2000 if batches else 20000)
-            times = loop(mode, n, 3)
-            figures[mode] = {"us_per_job": min(times), "runs": times}
+            times = loop(mode, n, 3, gap_us / 1e6)
+            figures[mode] = {"us_per_job": min(times), "runs": times, "gap_us": gap_us}
+            gap = f", {gap_us:,} us idle after each round, not counted" if gap_us else ""
             print(f"{mode}: {min(times):.2f} us per job, best of {', '.join(f'{t:.2f}' for t in times)} "
-                  f"({FLAVOUR} flavour, {n:,} rounds each)")
+                  f"({FLAVOUR} flavour, {n:,} rounds each{gap})")
     return figures
 
 

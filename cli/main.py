@@ -266,8 +266,11 @@ def _bench(name: str, *args) -> None:
                    "does not move.")
 @click.option("--functions", type=click.IntRange(0), default=0, show_default=True,
               help="With --instructions: also list the N C functions that ran the most instructions per job.")
+@click.option("--gap-us", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
+              help="Sleep this many us after each round, off the clock: the CPU idles between jobs, as it does "
+                   "between the requests of a daemon at 5,000 single-job pushes a second.")
 @JSON_OPTION
-def bench_path(only, rounds, instructions, functions, json_path) -> None:
+def bench_path(only, rounds, instructions, functions, gap_us, json_path) -> None:
     """The daemon's own work per job, in one process (no socket, no other process)."""
     from leaseq.bench import path
     modes = tuple(m.strip() for m in only.split(",") if m.strip())
@@ -278,7 +281,10 @@ def bench_path(only, rounds, instructions, functions, json_path) -> None:
     try:
         if functions and not instructions:
             raise click.BadParameter("needs --instructions", param_hint="--functions")
-        figures = path.run(modes, rounds, instructions, functions)
+        if gap_us and instructions:
+            raise click.BadParameter("times the work; --instructions counts it, which a gap does not change",
+                                     param_hint="--gap-us")
+        figures = path.run(modes, rounds, instructions, functions, gap_us)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
     if json_path:

@@ -371,6 +371,21 @@ def test_bench_path_counts_instructions_under_valgrind(tmp_path):
     assert counts == sorted(counts, reverse=True) and counts[0] > 0
 
 
+@pytest.mark.timeout(120)
+def test_bench_path_idles_between_rounds_off_the_clock(tmp_path):
+    data = run_bench(tmp_path, "path", "--only", "single", "--rounds", "30", "--gap-us", "2000",
+                     figures=("single: ", "us per job, best of", "2,000 us idle after each round, not counted"))
+    single = data["single"]
+    assert single["gap_us"] == 2000 and len(single["runs"]) == 3
+    assert 0 < single["us_per_job"] < 2000          # the 2 ms of each round's sleep are not counted
+
+
+def test_bench_path_gap_is_refused_when_counting():
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "path", "--instructions", "--gap-us", "100"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 2 and "--gap-us" in run.stderr and "which a gap does not change" in run.stderr
+
+
 def test_bench_path_lists_functions_only_when_counting():
     run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "path", "--functions", "5"],
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
