@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from harness import Daemon, as_map, bgsave, claim_one, error_text, qget, qinfo, unique, wait_for
 
@@ -76,35 +77,13 @@ def test_a_result_too_big_is_refused(own):
     assert qinfo(c, "q")[b"in_flight"] == 1
 
 
-def test_qresult_block_is_woken_by_the_ack(daemon):
+@pytest.mark.parametrize("with_result", [True, False], ids=["with RESULT", "plain"])
+def test_qresult_block_is_woken_by_the_ack(daemon, with_result):
+    """The ack wakes a blocked QRESULT at once: with the result, or, for a
+    plain QACK on a plain queue (the compiled plain path,
+    docs/performance.md), with -NOJOB, as the job ended without one."""
     c = daemon.client(protocol=2)
     q = unique("blk")
-    jid = c.execute_command("QPUSH", q, "p")
-    job = claim_one(c, q)
-    got = {}
-
-    def wait():
-        w = daemon.client(protocol=2)
-        got["reply"] = w.execute_command("QRESULT", q, jid, "BLOCK", 10_000)
-        got["at"] = time.monotonic()
-        w.close()
-
-    t = threading.Thread(target=wait, daemon=True)
-    t.start()
-    wait_for(lambda: c.info("clients")["blocked_clients"] == 1, 5, "QRESULT blocked")
-    acked = time.monotonic()
-    assert c.execute_command("QACK", q, job[b"lease"], "RESULT", "done") == 1
-    t.join(10)
-    assert not t.is_alive() and got["reply"] == b"done"
-    assert got["at"] - acked < 5        # woken by the ack, not by the 10 s timeout
-
-
-def test_qresult_block_is_woken_by_a_plain_ack_too(daemon):
-    """An ack without RESULT on a plain queue (the compiled plain path,
-    docs/performance.md) ends the job as well: the blocked QRESULT answers
-    at once that it was acked without one."""
-    c = daemon.client(protocol=2)
-    q = unique("blkplain")
     c.execute_command("QCREATE", q, "DURABILITY", "memory")
     jid = c.execute_command("QPUSH", q, "p")
     job = claim_one(c, q)
@@ -113,9 +92,9 @@ def test_qresult_block_is_woken_by_a_plain_ack_too(daemon):
     def wait():
         w = daemon.client(protocol=2)
         try:
-            w.execute_command("QRESULT", q, jid, "BLOCK", 10_000)
-        except Exception as e:          # redis-py raises the -NOJOB reply
-            got["error"] = str(e)
+            got["reply"] = w.execute_command("QRESULT", q, jid, "BLOCK", 10_000)
+        except redis.ResponseError as e:
+            got["reply"] = str(e)
         got["at"] = time.monotonic()
         w.close()
 
@@ -123,10 +102,13 @@ def test_qresult_block_is_woken_by_a_plain_ack_too(daemon):
     t.start()
     wait_for(lambda: c.info("clients")["blocked_clients"] == 1, 5, "QRESULT blocked")
     acked = time.monotonic()
-    assert c.execute_command("QACK", q, job[b"lease"]) == 1
+    assert c.execute_command("QACK", q, job[b"lease"], *(["RESULT", "done"] if with_result else [])) == 1
     t.join(10)
     assert not t.is_alive()
-    assert got["error"].endswith(f"job {jid} of queue '{q}' is unknown or its result expired")
+    if with_result:
+        assert got["reply"] == b"done"
+    else:
+        assert got["reply"] == f"NOJOB job {jid} of queue '{q}' is unknown or its result expired"
     assert got["at"] - acked < 5        # woken by the ack, not by the 10 s timeout
 
 
