@@ -249,7 +249,9 @@ def check_rule3_one_lease_holder(seen: Seen, v: Verdict) -> None:
     last successful QEXTEND, or the claim's deadline; every successful QEXTEND
     of A came before B's claim (after it, A's token was stale).  No overlap is
     a violation if A's lease was ended first by a successful QNACK (or QACK:
-    then rule 2 applies), or maybe by one whose reply was lost.  With
+    then rule 2 applies), or maybe by one whose reply was lost: sent in an
+    earlier run, or before B's claim in the same run (a kill right after B's
+    claim resets the connection before the reply is read).  With
     lease-durability async, overlaps that lost lease records explain
     (``_lost_lease_excuses``) are counted in ``overlaps from lost lease
     records``.  Also: no token is handed out twice."""
@@ -262,7 +264,7 @@ def check_rule3_one_lease_holder(seen: Seen, v: Verdict) -> None:
                 if b.token == a.token:
                     v.bad("other", ("token", b.token), f"token {b.token!r} handed out twice")
                     continue
-                if b.start >= a_end or ended or any(o.inc < b.inc for o in maybe_ended):
+                if b.start >= a_end or ended or any(o.inc < b.inc or o.t_send <= b.start for o in maybe_ended):
                     continue
                 if not seen.exact_leases and b.inc > a.inc and _lost_lease_excuses(seen, job, a, b):
                     v.stats["overlaps from lost lease records"] += 1
