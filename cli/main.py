@@ -304,14 +304,26 @@ def bench_path(only, rounds, instructions, functions, gap_us, json_path) -> None
               help="Interleaved repetitions; the table shows medians.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
               help="The redis-server to compare with; when it is missing, the floor and leaseq run alone.")
+@click.option("--instructions", is_flag=True,
+              help="With --queue: count each server's user-space instructions and cache misses a job under "
+                   "valgrind (callgrind) instead of timing it, jobs one at a time; --rate, --seconds and --reps "
+                   "do not apply.")
 @JSON_OPTION
-def bench_floor(queue, rate, seconds, reps, redis_server, json_path) -> None:
+def bench_floor(queue, rate, seconds, reps, redis_server, instructions, json_path) -> None:
     """Server CPU per PING at a fixed rate: redis-server, a bare uvloop server (the least any Python
     server on uvloop spends for a request) and leaseq; with --queue, per job of W3 beside a minimal
     Python queue (the least any Python queue on uvloop spends for a job)."""
     from leaseq.bench import floor
-    run = floor.run_queue if queue else floor.run
+    if instructions and not queue:
+        raise click.UsageError("--instructions counts jobs: give it with --queue")
+    if instructions and (rate or seconds):
+        raise click.UsageError("--instructions runs jobs one at a time: --rate and --seconds do not apply")
     try:
+        if instructions:
+            from leaseq.bench import instructions as counting
+            counting.run(redis_server, json_path)
+            return
+        run = floor.run_queue if queue else floor.run
         run(rate or (5000 if queue else 15000), seconds or (10 if queue else 8), reps, redis_server, json_path)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None

@@ -415,3 +415,34 @@ def test_bench_queue_reads_a_claim_reply_by_position_and_by_name(r):
     shuffled = [job[4:] + job[:4] for job in reply]      # lease first: not the fixed order
     assert wire.claimed(shuffled) == got
     assert r.execute_command("QACK", "q", *[lease for lease, _p in got]) == 2
+
+
+@pytest.mark.timeout(300)
+def test_bench_floor_queue_counts_instructions_over_sockets(tmp_path):
+    """--instructions: each server runs under callgrind and takes jobs in
+    lockstep over real sockets; a job's count leaves out what the server
+    runs idle, and its cache misses are counted with it."""
+    from leaseq.bench import instructions
+    out = tmp_path / "count.json"
+    data = instructions.run("redis-server", str(out), kinds=("minimal", "leaseq"), jobs=20, idle_s=1.0,
+                            say=lambda _msg: None)
+    assert json.loads(out.read_text())["results"].keys() == data["results"].keys() == {"minimal", "leaseq"}
+    for kind, r in data["results"].items():
+        assert r["jobs"] == 20, (kind, r)                                # every job pushed was claimed and acked
+        assert r["instructions"] > r["i1_misses"] > 0 and r["d1_misses"] > 0, (kind, r)
+        assert r["instructions"] == r["events_per_job"]["Ir"]
+    leaseq = data["results"]["leaseq"]
+    assert leaseq["idle_per_s"] > 0                                     # leaseq's timers tick while it idles,
+    assert leaseq["instructions"] < leaseq["load_instructions"] / 20    # and what they ran is not a job's
+
+
+def test_bench_floor_instructions_needs_queue_and_valgrind(monkeypatch):
+    for args, said in ((("--instructions",), "--instructions counts jobs: give it with --queue"),
+                       (("--queue", "--instructions", "--rate", "50"), "--rate and --seconds do not apply")):
+        run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "floor", *args],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert run.returncode == 2 and said in run.stderr, run.stderr
+    from leaseq.bench import instructions
+    monkeypatch.setattr(instructions.shutil, "which", lambda _name: None)
+    with pytest.raises(RuntimeError, match=r"--instructions needs valgrind \(Debian package valgrind\)"):
+        instructions.run("redis-server", None)

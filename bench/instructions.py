@@ -1,0 +1,217 @@
+"""``leaseq bench floor --queue --instructions``: a job's instructions over sockets.
+
+The servers of ``leaseq bench floor --queue`` (redis-server, the minimal
+queue in Python and compiled, leaseq), each run under valgrind (callgrind,
+with its cache simulation) and served the same jobs over real sockets.
+Callgrind counts what the server's own process executes in user space:
+its code, the interpreter, uvloop, libc; not the kernel's.  Printed per
+server and job: instructions, and the first-level cache misses of the
+simulated CPU (instruction fetches, data reads and writes), and the
+instructions against the compiled minimal queue's.
+
+Why count, when ``leaseq bench floor --queue`` times the same servers:
+CPU time per job at 5,000 a second moves by a tenth or more from one run
+to the next on a shared machine, while a count moves by about a
+hundredth.  What the counts say about time is in docs/performance.md,
+"What a job costs over sockets, counted".
+
+The load is a job in lockstep, the ``single`` round of ``leaseq bench
+path`` over sockets: a worker's claim with a long BLOCK parks, a producer's
+push ``PARK_S`` later wakes it, the worker takes the job and acks it, and
+only then the next claim goes.  Every request comes alone and every claim
+parks, whatever the server's speed under valgrind (a fixed rate would
+batch requests when the server is slow and time claims out when it is
+fast).  Method: the server starts under callgrind; the queue is made;
+callgrind's counters are zeroed (``callgrind_control -z``), the server
+idles ``IDLE_S`` seconds and is dumped (``-d``): what its timers cost a
+second.  Zeroed again, ``JOBS`` jobs run, dumped again: a job's count is
+the load's less the idle rate over the load's length, over the jobs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from .common import HOST, free_port, leaseq_command, pin_threads, print_grid, publish, wait_pong
+from .queue import Conn, placement, redis_version, wire_for
+
+JOBS = 300                  # jobs in lockstep
+PARK_S = 0.02               # from a claim's send to the push that wakes it: the claim has parked by then
+BLOCK_MS = 60_000           # the claims' BLOCK: they never time out
+IDLE_S = 5.0                # the idle window that measures the timers
+START_TIMEOUT = 180.0       # a server starting under valgrind
+DUMP_TIMEOUT = 60.0
+KINDS = ("redis", "minimal", "compiled", "leaseq")
+LABELS = {"redis": "redis-server", "minimal": "minimal queue, Python", "compiled": "minimal queue, compiled",
+          "leaseq": "leaseq"}
+
+
+def server_command(kind: str, port: int, data_dir: str, redis_path: str | None) -> list[str]:
+    """How ``kind`` is started, without valgrind (each as ``leaseq bench floor --queue`` starts it)."""
+    if kind == "leaseq":
+        return leaseq_command() + ["serve", "--port", str(port), "--dir", data_dir]
+    if kind in ("minimal", "compiled"):
+        return [sys.executable, "-m", "leaseq.bench.floor", "--serve", str(port), "--queue"] + \
+            (["--compiled"] if kind == "compiled" else [])
+    return [redis_path, "--bind", HOST, "--port", str(port), "--protected-mode", "yes", "--daemonize", "no",
+            "--dir", data_dir, "--save", "", "--appendonly", "no"]
+
+
+class Counted:
+    """One server under callgrind; ``count(fn)`` runs ``fn`` with the
+    counters zeroed before and dumped after: ({event: count}, seconds),
+    the events callgrind names (Ir instructions, I1mr, D1mr, D1mw ...)."""
+
+    def __init__(self, kind: str, work: str, server_cpus, redis_path: str | None) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.data_dir = os.path.join(work, kind)
+        os.makedirs(self.data_dir)
+        self.out = os.path.join(work, f"callgrind.{kind}")
+        self.log = open(os.path.join(work, f"{kind}.log"), "wb")
+        cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--callgrind-out-file={self.out}.%p"] + \
+            server_command(kind, self.port, self.data_dir, redis_path)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_pong(self.proc, self.port, time.monotonic() + START_TIMEOUT, f"{LABELS[kind]} under valgrind")
+        except RuntimeError:
+            self.stop()
+            raise
+        if server_cpus:
+            pin_threads(self.proc.pid, server_cpus)
+
+    def _control(self, *args: str) -> None:
+        out = subprocess.run(["callgrind_control", *args, str(self.proc.pid)], capture_output=True, text=True,
+                             timeout=DUMP_TIMEOUT)
+        if out.returncode != 0:
+            raise RuntimeError(f"callgrind_control {' '.join(args)} failed: {out.stderr or out.stdout}")
+
+    def count(self, fn) -> tuple[dict, float]:
+        dumps = set(glob.glob(f"{self.out}.{self.proc.pid}.*"))
+        self._control("-z")
+        started = time.monotonic()
+        fn()
+        seconds = time.monotonic() - started
+        self._control("-d")
+        deadline = time.monotonic() + DUMP_TIMEOUT
+        while time.monotonic() < deadline:
+            for path in set(glob.glob(f"{self.out}.{self.proc.pid}.*")) - dumps:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+                events, found = re.search(r"^events:(.*)$", text, re.M), re.search(r"^summary:(.*)$", text, re.M)
+                if events and found:
+                    counts = [int(n) for n in found.group(1).split()]          # (trailing zeros left out)
+                    names = events.group(1).split()
+                    return dict(zip(names, counts + [0] * (len(names) - len(counts)))), seconds
+            time.sleep(0.1)
+        raise RuntimeError(f"callgrind wrote no dump of {LABELS[self.kind]} within {DUMP_TIMEOUT:g} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+def lockstep(producer: Conn, worker: Conn, wire, jobs: int) -> int:
+    """``jobs`` jobs one at a time: claim (parks), push (wakes it), ack; the jobs acked."""
+    claim = wire.claim("w", 1, BLOCK_MS)
+    push, _stamp_at = wire.push_one()
+    done = 0
+    for _ in range(jobs):
+        worker.sock.sendall(claim)
+        time.sleep(PARK_S)
+        producer.call(push)
+        got = wire.claimed(worker.read(1)[0])
+        if len(got) != 1:
+            raise RuntimeError(f"a parked claim got {len(got)} jobs for one push")
+        data, n = wire.ack([h for h, _p in got])
+        worker.call(data, n)
+        done += 1
+    return done
+
+
+def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int, idle_s: float = IDLE_S) -> dict:
+    """One server: per job of ``jobs`` in lockstep, its instructions and
+    cache misses (the idle rate taken off), and what it runs a second idle."""
+    server = Counted(kind, work, server_cpus, redis_path)
+    try:
+        key = "bench-instructions"
+        wire = wire_for("redis" if kind == "redis" else "leaseq", key)
+        producer, worker = Conn(HOST, server.port, timeout=120), Conn(HOST, server.port, timeout=120)
+        try:
+            wire.create(producer, "memory")
+            idle, idle_s = server.count(lambda: time.sleep(idle_s))
+            acked = []
+            load, load_s = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+            left = wire.live(producer)
+            wire.drop(producer)
+        finally:
+            producer.close()
+            worker.close()
+    finally:
+        server.stop()
+    if left:
+        raise RuntimeError(f"{LABELS[kind]}: {left} jobs left in the queue after {jobs} acked")
+    per_job = {event: (load[event] - idle[event] / idle_s * load_s) / jobs for event in load}
+    return {"jobs": acked[0], "seconds": load_s, "idle_per_s": idle["Ir"] / idle_s, "load_instructions": load["Ir"],
+            "instructions": per_job["Ir"], "i1_misses": per_job["I1mr"],
+            "d1_misses": per_job["D1mr"] + per_job["D1mw"], "events_per_job": per_job}
+
+
+def ep_kind(kind: str) -> str:
+    """The wire a server speaks, as ``bench.queue`` names it."""
+    return "redis" if kind == "redis" else "leaseq"
+
+
+def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS, idle_s: float = IDLE_S,
+        say=None) -> dict:
+    """Count each of ``kinds`` in turn (redis only when installed, the
+    compiled minimal queue only where it was built)."""
+    from .floor import compiled_minimal
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
+    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    server_cpus, _load_cpus = placement()
+    redis_path = shutil.which(redis_binary)
+    redis_ver = redis_version(redis_path) if redis_path else None
+    chosen = [k for k in kinds if (k != "redis" or redis_ver) and (k != "compiled" or compiled_minimal())]
+    work = tempfile.mkdtemp(prefix="leaseq-bench-instructions-")
+    results = {}
+    try:
+        for kind in chosen:
+            say(f"{LABELS[kind]} under callgrind")
+            results[kind] = measure(kind, work, server_cpus, redis_path, jobs, idle_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {"settings": {"jobs": jobs, "park_s": PARK_S, "idle_s": idle_s},
+              "machine": {"redis_server": redis_ver}, "results": results}
+    notes = [f"{LABELS[k]}: not counted ({'redis-server not found' if k == 'redis' else 'not built'})"
+             for k in kinds if k not in chosen]
+    if notes:
+        result["notes"] = notes
+    return publish(result, report, json_path)
+
+
+def report(result: dict) -> None:
+    res, s = result["results"], result["settings"]
+    base = res.get("compiled", {}).get("instructions")
+    rows = [[LABELS[k], f"{r['instructions']:,.0f}", f"{r['instructions'] / base:.2f}" if base else "-",
+             f"{r['i1_misses']:,.0f}", f"{r['d1_misses']:,.0f}", f"{r['idle_per_s']:,.0f}"] for k, r in res.items()]
+    print_grid(f"leaseq bench floor --queue --instructions: {s['jobs']:,} jobs in lockstep over sockets (a parked "
+               f"claim, the push that wakes it, the ack), each server under callgrind; user space only, per job",
+               ["server", "instructions", "vs compiled minimal", "I1 misses", "D1 misses", "idle instructions/s"],
+               rows, right={1, 2, 3, 4, 5})
+    for note in result.get("notes", []):
+        print(f"note: {note}")
