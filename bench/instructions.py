@@ -148,7 +148,7 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
     server = Counted(kind, work, server_cpus, redis_path)
     try:
         key = "bench-instructions"
-        wire = wire_for("redis" if kind == "redis" else "leaseq", key)
+        wire = wire_for(wire_kind(kind), key)
         producer, worker = Conn(HOST, server.port, timeout=120), Conn(HOST, server.port, timeout=120)
         try:
             wire.create(producer, "memory")
@@ -170,7 +170,7 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
             "d1_misses": per_job["D1mr"] + per_job["D1mw"], "events_per_job": per_job}
 
 
-def ep_kind(kind: str) -> str:
+def wire_kind(kind: str) -> str:
     """The wire a server speaks, as ``bench.queue`` names it."""
     return "redis" if kind == "redis" else "leaseq"
 
