@@ -46,6 +46,7 @@ JOBS = 300                  # jobs in lockstep
 PARK_S = 0.02               # from a claim's send to the push that wakes it: the claim has parked by then
 BLOCK_MS = 60_000           # the claims' BLOCK: they never time out
 IDLE_S = 5.0                # the idle window that measures the timers
+JOB_LIMIT_S = 1.0           # a job in lockstep takes about 50 ms under callgrind; the load stops past this average
 START_TIMEOUT = 180.0       # a server starting under valgrind
 DUMP_TIMEOUT = 60.0
 KINDS = ("redis", "minimal", "compiled", "leaseq")
@@ -66,8 +67,9 @@ def server_command(kind: str, port: int, data_dir: str, redis_path: str | None) 
 
 class Counted:
     """One server under callgrind; ``count(fn)`` runs ``fn`` with the
-    counters zeroed before and dumped after: ({event: count}, seconds),
-    the events callgrind names (Ir instructions, I1mr, D1mr, D1mw ...)."""
+    counters zeroed before and dumped after: ({event: count}, seconds,
+    the dump's path), the events callgrind names (Ir instructions, I1mr,
+    D1mr, D1mw ...)."""
 
     def __init__(self, kind: str, work: str, server_cpus, redis_path: str | None) -> None:
         self.kind = kind
@@ -93,7 +95,7 @@ class Counted:
         if out.returncode != 0:
             raise RuntimeError(f"callgrind_control {' '.join(args)} failed: {out.stderr or out.stdout}")
 
-    def count(self, fn) -> tuple[dict, float]:
+    def count(self, fn) -> tuple[dict, float, str]:
         dumps = set(glob.glob(f"{self.out}.{self.proc.pid}.*"))
         self._control("-z")
         started = time.monotonic()
@@ -109,7 +111,7 @@ class Counted:
                 if events and found:
                     counts = [int(n) for n in found.group(1).split()]          # (trailing zeros left out)
                     names = events.group(1).split()
-                    return dict(zip(names, counts + [0] * (len(names) - len(counts)))), seconds
+                    return dict(zip(names, counts + [0] * (len(names) - len(counts)))), seconds, path
             time.sleep(0.1)
         raise RuntimeError(f"callgrind wrote no dump of {LABELS[self.kind]} within {DUMP_TIMEOUT:g} s")
 
@@ -125,11 +127,15 @@ class Counted:
 
 
 def lockstep(producer: Conn, worker: Conn, wire, jobs: int) -> int:
-    """``jobs`` jobs one at a time: claim (parks), push (wakes it), ack; the jobs acked."""
+    """``jobs`` jobs one at a time: claim (parks), push (wakes it), ack; the
+    jobs acked.  At most ``JOB_LIMIT_S`` a job on average, or it stops."""
     claim = wire.claim("w", 1, BLOCK_MS)
     push, _stamp_at = wire.push_one()
+    deadline = time.monotonic() + jobs * JOB_LIMIT_S
     done = 0
     for _ in range(jobs):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{jobs} jobs in lockstep took more than {jobs * JOB_LIMIT_S:g} s")
         worker.sock.sendall(claim)
         time.sleep(PARK_S)
         producer.call(push)
@@ -142,9 +148,12 @@ def lockstep(producer: Conn, worker: Conn, wire, jobs: int) -> int:
     return done
 
 
-def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int, idle_s: float = IDLE_S) -> dict:
+def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int, idle_s: float = IDLE_S,
+            functions: int = 0) -> dict:
     """One server: per job of ``jobs`` in lockstep, its instructions and
-    cache misses (the idle rate taken off), and what it runs a second idle."""
+    cache misses (the idle rate taken off), and what it runs a second idle;
+    with ``functions``, that many of its C functions with the most misses
+    of their own during the load."""
     server = Counted(kind, work, server_cpus, redis_path)
     try:
         key = "bench-instructions"
@@ -152,9 +161,10 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
         producer, worker = Conn(HOST, server.port, timeout=120), Conn(HOST, server.port, timeout=120)
         try:
             wire.create(producer, "memory")
-            idle, idle_s = server.count(lambda: time.sleep(idle_s))
+            idle, idle_s, _ = server.count(lambda: time.sleep(idle_s))
             acked = []
-            load, load_s = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+            load, load_s, dump = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+            top = most_missing(dump, functions, jobs) if functions else None
             left = wire.live(producer)
             wire.drop(producer)
         finally:
@@ -167,7 +177,49 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
     per_job = {event: (load[event] - idle[event] / idle_s * load_s) / jobs for event in load}
     return {"jobs": acked[0], "seconds": load_s, "idle_per_s": idle["Ir"] / idle_s, "load_instructions": load["Ir"],
             "instructions": per_job["Ir"], "i1_misses": per_job["I1mr"],
-            "d1_misses": per_job["D1mr"] + per_job["D1mw"], "events_per_job": per_job}
+            "d1_misses": per_job["D1mr"] + per_job["D1mw"], "events_per_job": per_job,
+            **({"functions": top} if top is not None else {})}
+
+
+# a row of callgrind_annotate's table: one cell per event ("1,234 (5.6%)", or "." for none), then file:function
+_ROW = re.compile(r"^\s*((?:(?:[\d,]+ \(\s*[\d.]+%\)|\.)\s+)+)(\S.*?)(?:\s+\[[^\]]*\])?\s*$")
+_CELL = re.compile(r"([\d,]+) \(\s*[\d.]+%\)|\.")
+
+
+def most_missing(dump: str, n: int, jobs: int) -> list[dict]:
+    """The ``n`` C functions with the most first-level misses of their own
+    (I1 + D1) in a dump, per job: {function, instructions, i1_misses,
+    d1_misses}.  A dump taken while the server runs credits the functions
+    on its stack at that moment (the loop, the interpreter's frames) with
+    the whole run; rows that claim half the total or more are those, and
+    are left out: their own share is in the total, not in this list."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", dump],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"callgrind_annotate failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    shown = re.search(r"^Events shown:\s*(.*)$", out.stdout, re.M)
+    events = shown.group(1).split() if shown else []
+    rows: dict[str, dict] = {}
+    total = 0
+    for line in out.stdout.splitlines():
+        m = _ROW.match(line)
+        if m is None:
+            continue
+        cells = [int(c.group(1).replace(",", "")) if c.group(1) else 0 for c in _CELL.finditer(m.group(1))]
+        counts = dict(zip(events, cells))
+        if "PROGRAM TOTALS" in line:
+            total = counts.get("Ir", 0)
+            continue
+        if total and counts.get("Ir", 0) * 2 >= total:
+            continue
+        file, _, function = m.group(2).rpartition(":")
+        function = function.split("'")[0]              # "f'2": f called within itself
+        name = f"{os.path.basename(file)}:{function}" if file else m.group(2)
+        row = rows.setdefault(name, {"function": name, "instructions": 0, "i1_misses": 0, "d1_misses": 0})
+        row["instructions"] += counts.get("Ir", 0) / jobs
+        row["i1_misses"] += counts.get("I1mr", 0) / jobs
+        row["d1_misses"] += (counts.get("D1mr", 0) + counts.get("D1mw", 0)) / jobs
+    return sorted(rows.values(), key=lambda r: -(r["i1_misses"] + r["d1_misses"]))[:n]
 
 
 def wire_kind(kind: str) -> str:
@@ -176,9 +228,10 @@ def wire_kind(kind: str) -> str:
 
 
 def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS, idle_s: float = IDLE_S,
-        say=None) -> dict:
+        functions: int = 0, say=None) -> dict:
     """Count each of ``kinds`` in turn (redis only when installed, the
-    compiled minimal queue only where it was built)."""
+    compiled minimal queue only where it was built); ``functions``: list
+    that many of leaseq's C functions with the most misses."""
     from .floor import compiled_minimal
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
@@ -192,7 +245,8 @@ def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS,
     try:
         for kind in chosen:
             say(f"{LABELS[kind]} under callgrind")
-            results[kind] = measure(kind, work, server_cpus, redis_path, jobs, idle_s)
+            results[kind] = measure(kind, work, server_cpus, redis_path, jobs, idle_s,
+                                    functions if kind == "leaseq" else 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = {"settings": {"jobs": jobs, "park_s": PARK_S, "idle_s": idle_s},
@@ -213,5 +267,12 @@ def report(result: dict) -> None:
                f"claim, the push that wakes it, the ack), each server under callgrind; user space only, per job",
                ["server", "instructions", "vs compiled minimal", "I1 misses", "D1 misses", "idle instructions/s"],
                rows, right={1, 2, 3, 4, 5})
+    top = res.get("leaseq", {}).get("functions")
+    if top:
+        print_grid(f"leaseq's {len(top)} C functions with the most first-level misses of their own, per job "
+                   f"(not the event loop's or the interpreter's loop: see most_missing in bench/instructions.py)",
+                   ["function", "instructions", "I1 misses", "D1 misses"],
+                   [[f["function"], f"{f['instructions']:,.0f}", f"{f['i1_misses']:,.0f}", f"{f['d1_misses']:,.0f}"]
+                    for f in top], right={1, 2, 3})
     for note in result.get("notes", []):
         print(f"note: {note}")

@@ -308,8 +308,10 @@ def bench_path(only, rounds, instructions, functions, gap_us, json_path) -> None
               help="With --queue: count each server's user-space instructions and cache misses a job under "
                    "valgrind (callgrind) instead of timing it, jobs one at a time; --rate, --seconds and --reps "
                    "do not apply.")
+@click.option("--functions", type=click.IntRange(0), default=0, show_default=True,
+              help="With --instructions: also list leaseq's N C functions with the most cache misses per job.")
 @JSON_OPTION
-def bench_floor(queue, rate, seconds, reps, redis_server, instructions, json_path) -> None:
+def bench_floor(queue, rate, seconds, reps, redis_server, instructions, functions, json_path) -> None:
     """Server CPU per PING at a fixed rate: redis-server, a bare uvloop server (the least any Python
     server on uvloop spends for a request) and leaseq; with --queue, per job of W3 beside a minimal
     Python queue (the least any Python queue on uvloop spends for a job)."""
@@ -318,10 +320,12 @@ def bench_floor(queue, rate, seconds, reps, redis_server, instructions, json_pat
         raise click.UsageError("--instructions counts jobs: give it with --queue")
     if instructions and (rate or seconds):
         raise click.UsageError("--instructions runs jobs one at a time: --rate and --seconds do not apply")
+    if functions and not instructions:
+        raise click.BadParameter("needs --instructions", param_hint="--functions")
     try:
         if instructions:
             from leaseq.bench import instructions as counting
-            counting.run(redis_server, json_path)
+            counting.run(redis_server, json_path, functions=functions)
             return
         run = floor.run_queue if queue else floor.run
         run(rate or (5000 if queue else 15000), seconds or (10 if queue else 8), reps, redis_server, json_path)

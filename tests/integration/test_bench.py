@@ -425,7 +425,7 @@ def test_bench_floor_queue_counts_instructions_over_sockets(tmp_path):
     from leaseq.bench import instructions
     out = tmp_path / "count.json"
     data = instructions.run("redis-server", str(out), kinds=("minimal", "leaseq"), jobs=20, idle_s=1.0,
-                            say=lambda _msg: None)
+                            functions=5, say=lambda _msg: None)
     assert json.loads(out.read_text())["results"].keys() == data["results"].keys() == {"minimal", "leaseq"}
     for kind, r in data["results"].items():
         assert r["jobs"] == 20, (kind, r)                                # every job pushed was claimed and acked
@@ -434,11 +434,17 @@ def test_bench_floor_queue_counts_instructions_over_sockets(tmp_path):
     leaseq = data["results"]["leaseq"]
     assert leaseq["idle_per_s"] > 0                                     # leaseq's timers tick while it idles,
     assert leaseq["instructions"] < leaseq["load_instructions"] / 20    # and what they ran is not a job's
+    top = leaseq["functions"]               # leaseq's C functions with the most misses of their own, most first
+    assert len(top) == 5 and "functions" not in data["results"]["minimal"]
+    misses = [f["i1_misses"] + f["d1_misses"] for f in top]
+    assert misses == sorted(misses, reverse=True) and misses[-1] > 0
+    assert all(":" in f["function"] and 0 < f["instructions"] < leaseq["instructions"] / 2 for f in top)
 
 
 def test_bench_floor_instructions_needs_queue_and_valgrind(monkeypatch):
     for args, said in ((("--instructions",), "--instructions counts jobs: give it with --queue"),
-                       (("--queue", "--instructions", "--rate", "50"), "--rate and --seconds do not apply")):
+                       (("--queue", "--instructions", "--rate", "50"), "--rate and --seconds do not apply"),
+                       (("--queue", "--functions", "5"), "needs --instructions")):
         run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "floor", *args],
                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert run.returncode == 2 and said in run.stderr, run.stderr
