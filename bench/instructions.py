@@ -40,6 +40,7 @@ import tempfile
 import time
 
 from .common import HOST, free_port, leaseq_command, pin_threads, print_grid, publish, wait_pong
+from .floor import QUEUE_LABELS, QUEUE_SERVERS, compiled_minimal
 from .queue import Conn, placement, redis_version, wire_for
 
 JOBS = 300                  # jobs in lockstep
@@ -49,9 +50,8 @@ IDLE_S = 5.0                # the idle window that measures the timers
 JOB_LIMIT_S = 1.0           # a job in lockstep takes about 50 ms under callgrind; the load stops past this average
 START_TIMEOUT = 180.0       # a server starting under valgrind
 DUMP_TIMEOUT = 60.0
-KINDS = ("redis", "minimal", "compiled", "leaseq")
-LABELS = {"redis": "redis-server", "minimal": "minimal queue, Python", "compiled": "minimal queue, compiled",
-          "leaseq": "leaseq"}
+KINDS = QUEUE_SERVERS       # the servers of ``leaseq bench floor --queue``, by the same names
+LABELS = QUEUE_LABELS
 
 
 def server_command(kind: str, port: int, data_dir: str, redis_path: str | None) -> list[str]:
@@ -232,7 +232,6 @@ def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS,
     """Count each of ``kinds`` in turn (redis only when installed, the
     compiled minimal queue only where it was built); ``functions``: list
     that many of leaseq's C functions with the most misses."""
-    from .floor import compiled_minimal
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
     say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
