@@ -140,7 +140,7 @@ class QueuePattern:
         self.matches = compile_glob(glob.encode())
 
 
-@dataclass
+@dataclass(slots=True)
 class User:
     name: str
     units: Units

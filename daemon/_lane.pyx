@@ -97,6 +97,33 @@ cdef inline bint _arity_ok(Kind kind, Py_ssize_t n):
     return n == arity if arity > 0 else n >= -arity
 
 
+include "../storage/_slots.pxi"
+
+# What ``run`` reads of the client, the server and the store on every request
+# (``Slots``: at the offset, after one comparison of the class)
+cdef Slots CLIENT = Slots("leaseq.daemon.connection.Connection",
+                          ("authenticated", "multi", "acl_user", "holdings", "server", "resp3", "in_exec",
+                           "last_command"))
+cdef enum:
+    C_AUTHENTICATED, C_MULTI, C_ACL_USER, C_HOLDINGS, C_SERVER, C_RESP3, C_IN_EXEC, C_LAST_COMMAND
+cdef Slots USER = Slots("leaseq.commands.acl.User", ("unrestricted",))
+cdef Slots HOLDINGS = Slots("leaseq.daemon.holdings.Holdings", ("subscriptions",))
+cdef Slots SERVER = Slots("leaseq.daemon.server.Server",
+                          ("loading", "disk_error", "store", "oom", "settings", "stats", "metrics", "now_ms"))
+cdef enum:
+    S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS
+cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
+cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
+cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
+cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal"))
+cdef enum:
+    ST_QUEUES, ST_JOURNAL
+cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config",))
+cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("mark", "settled_since", "ticket_since"))
+cdef enum:
+    J_MARK, J_SETTLED_SINCE, J_TICKET_SINCE
+
+
 def run(client, list args):
     """``(reply, ticket)`` as ``dispatch.execute`` answers, or None: not plain."""
     cdef Py_ssize_t n = len(args), i
@@ -110,21 +137,24 @@ def run(client, list args):
     if not _arity_ok(kind, n):
         return None
     # the checks of dispatch._execute, all passed
-    if not client.authenticated or client.multi is not None or not client.acl_user.unrestricted:
+    if (not get(CLIENT, client, C_AUTHENTICATED) or get(CLIENT, client, C_MULTI) is not None
+            or not get(USER, get(CLIENT, client, C_ACL_USER), 0)):
         return None
-    if client.holdings.subscriptions and not client.resp3:
+    if get(HOLDINGS, get(CLIENT, client, C_HOLDINGS), 0) and not get(CLIENT, client, C_RESP3):
         return None
-    server = client.server
-    if server.loading or server.disk_error is not None:
+    server = get(CLIENT, client, C_SERVER)
+    if get(SERVER, server, S_LOADING) or get(SERVER, server, S_DISK_ERROR) is not None:
         return None
-    store = server.store
-    q = store.queues.get(args[1])
+    store = get(SERVER, server, S_STORE)
+    q = (<dict>get(STORE, store, ST_QUEUES)).get(args[1])
     if q is None:
         return None
+    config = get(QUEUE, q, 0)
     # the plain form of the command
     if kind == PUSH:
         payload = args[2]
-        if n != 3 or server.oom or len(<bytes>payload) > server.settings.max_payload or q.config.maxlen:
+        if (n != 3 or get(SERVER, server, S_OOM)
+                or len(<bytes>payload) > get(SETTINGS, get(SERVER, server, S_SETTINGS), 0) or config.maxlen):
             return None
     elif kind == CLAIM:
         consumer = args[2]
@@ -134,7 +164,7 @@ def run(client, list args):
             count, lease_ms, block, session = _claim_options(args, 3)
         except Error:
             return None
-        if session or q.config.window:
+        if session or config.window:
             return None
     else:
         for i in range(2, n):          # RESULT (in any case) is the one keyword; everything else is a token
@@ -142,31 +172,34 @@ def run(client, list args):
             if _is(a, len(a), b"result", 6):
                 return None
     # as dispatch.execute and dispatch.run do around a handler
-    journal = store.journal
-    mark = journal.mark()
-    server.stats.commands += 1
-    client.last_command = name = NAMES[<int>kind]
+    journal = get(STORE, store, ST_JOURNAL)
+    mark = get(JOURNAL, journal, J_MARK)()
+    stats = get(SERVER, server, S_STATS)
+    put(STATS, stats, 0, get(STATS, stats, 0) + 1)
+    name = NAMES[<int>kind]
+    put(CLIENT, client, C_LAST_COMMAND, name)
+    now_ms = get(SERVER, server, S_NOW_MS)
     started = _seconds()
     plain = plain_module.twin        # storage.plain's compiled twin, asked straight (None: it declined)
     try:
         if kind == PUSH:
-            now = server.now_ms()
+            now = now_ms()
             reply = None if plain is None else plain.push_one(store, q, payload, PRIORITY, now)
             if reply is None:
                 reply = plain_module.push_one(store, q, payload, PRIORITY, now)
         elif kind == CLAIM:
             if lease_ms is None:
-                lease_ms = q.config.lease
-            now = server.now_ms()          # claim_now's work, without holder
+                lease_ms = config.lease
+            now = now_ms()          # claim_now's work, without holder
             jobs = None if plain is None else plain.claim_next(store, q, now, count, now + lease_ms, consumer)
             if jobs is None:
                 reply = claim_now(server, q, consumer, count, lease_ms, None)
             else:
                 reply = job_replies(jobs) if jobs else []
-            if not reply and block is not None and not client.in_exec:
+            if not reply and block is not None and not get(CLIENT, client, C_IN_EXEC):
                 reply = ClaimWait(server, q, consumer, count, lease_ms, block, None)
         else:
-            now = server.now_ms()
+            now = now_ms()
             reply = None if plain is None else plain.ack_tokens(store, q, args[2:], now)
             if reply is None:
                 reply = plain_module.ack_tokens(store, q, args[2:], now)
@@ -175,11 +208,22 @@ def run(client, list args):
     except Exception:
         log.exception("command %s failed", name.upper())
         reply = errors.INTERNAL
-    server.metrics.commands[name].observe(_seconds() - started)
+    get(METRICS, get(SERVER, server, S_METRICS), 0)[name].observe(_seconds() - started)
     observes = OBSERVES[<int>kind]
     if observes:
-        return reply, journal.settled_since(mark, server.now_ms() if observes == "claims" else None)
-    return reply, journal.ticket_since(mark)
+        return reply, get(JOURNAL, journal, J_SETTLED_SINCE)(mark, now_ms() if observes == "claims" else None)
+    return reply, get(JOURNAL, journal, J_TICKET_SINCE)(mark)
+
+
+cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking", ("by_queue", "workers", "cohorts", "server"))
+cdef enum:
+    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER
+cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn"))
+cdef Slots CLAIM_WAIT = Slots("leaseq.commands.jobs.ClaimWait",
+                              ("cohort", "holder", "count", "lease_ms", "consumer"))
+cdef enum:
+    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER
+cdef Slots CONN = Slots("leaseq.daemon.connection.Connection", ("closed",))
 
 
 def serve_one(blocking, queue):
@@ -188,27 +232,37 @@ def serve_one(blocking, queue):
     (``storage._plain``): True when served, False (before anything changed)
     for the ordinary ``serve``.  With one claimer the deal is what there is,
     up to its COUNT, which is what ``claim_next`` takes."""
-    waiters = blocking.by_queue.get(queue)
-    if waiters is None or len(<list>waiters) != 1 or queue in blocking.workers or queue in blocking.cohorts:
+    waiters = (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
+    if (waiters is None or len(<list>waiters) != 1 or queue in get(BLOCKING, blocking, B_WORKERS)
+            or queue in get(BLOCKING, blocking, B_COHORTS)):
         return False
     plain = plain_module.twin
     w = (<list>waiters)[0]
-    wait = w.wait
-    conn = w.conn
-    if plain is None or conn.closed or wait.cohort or wait.holder is not None:
+    wait = get(WAITER, w, 0)
+    conn = get(WAITER, w, 1)
+    if (plain is None or get(CONN, conn, 0) or get(CLAIM_WAIT, wait, W_COHORT)
+            or get(CLAIM_WAIT, wait, W_HOLDER) is not None):
         return False
-    server = blocking.server
-    store = server.store
-    journal = store.journal
-    mark = journal.mark()
-    now = server.now_ms()
-    jobs = plain.claim_next(store, queue, now, wait.count, now + wait.lease_ms, wait.consumer)
+    server = get(BLOCKING, blocking, B_SERVER)
+    store = get(SERVER, server, S_STORE)
+    journal = get(STORE, store, ST_JOURNAL)
+    now_ms = get(SERVER, server, S_NOW_MS)
+    mark = get(JOURNAL, journal, J_MARK)()
+    now = now_ms()
+    jobs = plain.claim_next(store, queue, now, get(CLAIM_WAIT, wait, W_COUNT),
+                            now + get(CLAIM_WAIT, wait, W_LEASE_MS), get(CLAIM_WAIT, wait, W_CONSUMER))
     if jobs is None:
         return False
     if jobs:
-        ticket = journal.settled_since(mark, server.now_ms())
+        ticket = get(JOURNAL, journal, J_SETTLED_SINCE)(mark, now_ms())
         blocking.cancel(w)
         conn.unblock(job_replies(jobs), ticket)
-    if queue in blocking.by_queue or queue in blocking.workers:
+    if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
         blocking._arm(queue)
     return True
+
+
+def layouts():
+    """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
+    return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, BLOCKING, WAITER,
+            CLAIM_WAIT, CONN]

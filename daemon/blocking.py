@@ -131,6 +131,8 @@ class Worker(Session):
 
 
 class Blocking:
+    __slots__ = ("server", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results")
+
     def __init__(self, server, loop) -> None:
         self.server = server
         self.loop = loop

@@ -32,7 +32,7 @@ def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = ())
     return field(default=default, metadata={"kind": kind, "help": help, "mutable": mutable, "choices": choices})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Settings:
     port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False)
     bind: str = _s("127.0.0.1", "str", "address to listen on; 127.0.0.1 keeps a sidecar private", mutable=False)

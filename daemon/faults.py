@@ -5,7 +5,7 @@ moment writing resumes, without stopping the daemon (docs/operations.md,
 ``failed`` runs on the loop when ``daemon.committer`` (or a snapshot's
 fsync) gets the ``OSError``:
 
-1. ``error`` is set: ``daemon.dispatch`` answers every command flagged
+1. ``server.disk_error`` is set: ``daemon.dispatch`` answers every command flagged
    ``write`` with -MISCONF before it runs.
 2. The committer releases the replies the log did reach and turns every
    other held reply into -MISCONF; blocked claims get it too, QWORK streams
@@ -24,7 +24,7 @@ then ``_recover``, a task:
    waiting commands run on it, in order;
 5. about once a second try ``DataDir.resume`` (a new segment and its BOOT
    record, fsynced); when it works, the committer takes the new log
-   (``Server.replace_after_disk_fault(wal=...)``) and ``error`` is cleared.
+   (``Server.replace_after_disk_fault(wal=...)``) and ``server.disk_error`` is cleared.
 
 ``entered`` counts the faults since start (step 1, once per fault, however
 long it lasts or however many writes it refuses): /metrics shows it as
@@ -45,9 +45,10 @@ log = logging.getLogger(__name__)
 
 
 class DiskFaults:
+    __slots__ = ("server", "entered", "rebuilding", "_rebuilt")
+
     def __init__(self, server) -> None:
         self.server = server
-        self.error: OSError | None = None
         self.entered = 0                      # faults since start (leaseq_wal_write_errors_total)
         self.rebuilding = False               # step 4 runs: no command may read the old store
         self._rebuilt: asyncio.Event | None = None
@@ -55,12 +56,12 @@ class DiskFaults:
     def failed(self, error: OSError, fsync_failed: bool) -> None:
         """The log's write (``fsync_failed`` False) or fsync failed: steps
         1-2 now, 3-5 in the background."""
-        if self.error is not None:
+        server = self.server
+        if server.disk_error is not None:
             return
-        self.error = error
+        server.disk_error = error
         self.entered += 1
         self.rebuilding = True
-        server = self.server
         log.error("the log cannot be written (%s): commands that change queues get -MISCONF until it can; "
                   "reads go on", error)
         misconf = errors.misconf(error)
@@ -105,7 +106,7 @@ class DiskFaults:
         if datadir.wal is None:
             return
         server.replace_after_disk_fault(wal=datadir.wal)
-        self.error = None
+        server.disk_error = None
         log.info("the log is writable again: writes resume")
 
     def _done_rebuilding(self) -> None:
@@ -127,6 +128,6 @@ class DiskFaults:
             await self._rebuilt.wait()
 
     def info_fields(self) -> list[tuple[str, object]]:
-        error = self.error
+        error = self.server.disk_error
         return [("log_write_status", "err" if error else "ok"),
                 ("log_write_error", (error.strerror or str(error)) if error else "")]

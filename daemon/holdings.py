@@ -15,6 +15,8 @@ from .blocking import Session
 
 
 class Holdings:
+    __slots__ = ("conn", "_session", "workers", "subscriptions")
+
     def __init__(self, conn) -> None:
         self.conn = conn
         self._session: Session | None = None

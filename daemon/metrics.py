@@ -76,6 +76,8 @@ class Histogram:
 
 
 class Metrics:
+    __slots__ = ("server", "commands", "fsync", "registry")
+
     def __init__(self, server) -> None:
         self.server = server
         self.commands: defaultdict[str, Histogram] = defaultdict(Histogram)   # name -> durations, once it ran
@@ -139,7 +141,7 @@ class Metrics:
         yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
         disk = server.disk
         yield GaugeMetricFamily("leaseq_wal_writable", "1 while the log can be written, 0 during a disk fault "
-                                "(INFO's log_write_status).", value=0 if disk.error is not None else 1)
+                                "(INFO's log_write_status).", value=0 if server.disk_error is not None else 1)
         yield CounterMetricFamily("leaseq_wal_write_errors", "Disk faults since start: a write or fsync of the "
                                   "log failed and writes stopped until the disk took them again.",
                                   value=disk.entered)

@@ -37,7 +37,7 @@ from .snapshots import Snapshots
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class Stats:
     connections: int = 0
     commands: int = 0
@@ -56,6 +56,8 @@ class Server:
     the idle-client ``reaper`` (daemon/admission.py), ``info``
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
     ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
+    __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping", "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error", "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots")
+
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
@@ -75,7 +77,8 @@ class Server:
         self.reaper = IdleReaper(self)
         self.memory = MemoryGuard(self)
         self.info = Info(self)
-        self.disk = DiskFaults(self)             # a log that cannot be written (daemon/faults.py)
+        self.disk_error: OSError | None = None   # why the log cannot be written: write commands get -MISCONF
+        self.disk = DiskFaults(self)             # ... set and cleared by this (daemon/faults.py)
         self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
         self._stopped: asyncio.Event | None = None
         self._tasks: list = []
@@ -132,12 +135,6 @@ class Server:
             self.alarm.time_moved()
 
     # -- what handlers call (commands.context.ServerContext) ----------------------------------
-
-    @property
-    def disk_error(self) -> OSError | None:
-        """Why the log cannot be written (commands that change queues get
-        -MISCONF meanwhile), or None."""
-        return self.disk.error
 
     @property
     def auth_required(self) -> bool:

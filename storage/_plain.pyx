@@ -31,31 +31,60 @@ from leaseq.storage.leasing import drop_leases, jobs_for_tokens, lease_tokens, t
 
 cdef int PUSH = records.PUSH, CLAIM = records.CLAIM, ACK = records.ACK
 
+include "_slots.pxi"
 
-cdef inline bint _logged(journal, q):
+# What the three read and change of the store, the queue and its parts
+# (``Slots``: at the offset, after one comparison of the class)
+cdef Slots STORE = Slots("leaseq.storage.store.Store",
+                         ("journal", "woken", "lease_seq", "epoch", "deps", "endings"))
+cdef enum:
+    ST_JOURNAL, ST_WOKEN, ST_LEASE_SEQ, ST_EPOCH, ST_DEPS, ST_ENDINGS
+cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue",
+                         ("indexes", "config", "next_id", "id_mark", "jobs", "payload_bytes", "counters", "qid",
+                          "durability", "results"))
+cdef enum:
+    Q_INDEXES, Q_CONFIG, Q_NEXT_ID, Q_ID_MARK, Q_JOBS, Q_PAYLOAD_BYTES, Q_COUNTERS, Q_QID, Q_DURABILITY, Q_RESULTS
+cdef Slots INDEXES = Slots("leaseq.storage.indexes.Indexes",
+                           ("groups", "ready", "delayed", "leases", "dead", "completed", "cancelled"))
+cdef enum:
+    I_GROUPS, I_READY, I_DELAYED, I_LEASES, I_DEAD, I_COMPLETED, I_CANCELLED
+cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig",
+                          ("limited", "maxdeliveries", "expire", "retain_completed", "concurrency",
+                           "group_concurrency"))
+cdef enum:
+    K_LIMITED, K_MAXDELIVERIES, K_EXPIRE, K_RETAIN_COMPLETED, K_CONCURRENCY, K_GROUP_CONCURRENCY
+cdef Slots COUNTERS = Slots("leaseq.storage.queue.Counters", ("pushed", "acked"))
+cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log",))
+cdef Slots RESULTS = Slots("leaseq.storage.results.Results", ("entries",))
+cdef Slots DEPS = Slots("leaseq.storage.deps.Deps", ("children",))
+cdef Slots ENDINGS = Slots("leaseq.storage.results.EndWatch", ("watched",))
+
+
+cdef inline bint _logged(journal, q) except -1:
     """``Journal.logs_jobs_of``."""
-    return journal.log is not None and q.durability is not MEMORY
+    return get(JOURNAL, journal, 0) is not None and get(QUEUE, q, Q_DURABILITY) is not MEMORY
 
 
 def push_one(store, q, payload, int priority, now):
     """``plain.push_one`` on a plain queue: the new job's id, or None."""
-    indexes = q.indexes
-    if indexes.groups is not None:
+    indexes = get(QUEUE, q, Q_INDEXES)
+    if get(INDEXES, indexes, I_GROUPS) is not None:
         return None
-    jid = q.next_id
-    if jid + 1 > q.id_mark:                  # take_ids logs an IDMARK first
+    jid = get(QUEUE, q, Q_NEXT_ID)
+    if jid + 1 > get(QUEUE, q, Q_ID_MARK):   # take_ids logs an IDMARK first
         return None
     job = Job(jid, payload, priority, now, now)
-    journal = store.journal
+    journal = get(STORE, store, ST_JOURNAL)
     logged = _logged(journal, q)
-    body = records.push(q.qid, now, [job]) if logged else None     # encoded first, as push does
-    q.next_id = jid + 1
+    body = records.push(get(QUEUE, q, Q_QID), now, [job]) if logged else None     # encoded first, as push does
+    put(QUEUE, q, Q_NEXT_ID, jid + 1)
     job.state = READY
-    q.jobs.extend([job])
-    indexes.ready.append_new((9 - priority) * 2 + 1, [jid])         # band(job): never requeued
-    q.payload_bytes += len(<bytes>payload)
-    q.counters.pushed += 1
-    store.woken.add(q)
+    get(QUEUE, q, Q_JOBS).extend([job])
+    get(INDEXES, indexes, I_READY).append_new((9 - priority) * 2 + 1, [jid])     # band(job): never requeued
+    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) + len(<bytes>payload))
+    counters = get(QUEUE, q, Q_COUNTERS)
+    put(COUNTERS, counters, 0, get(COUNTERS, counters, 0) + 1)
+    (<set>get(STORE, store, ST_WOKEN)).add(q)
     if logged:
         journal.job_record(q, PUSH, body)
     return jid
@@ -63,43 +92,48 @@ def push_one(store, q, payload, int priority, now):
 
 def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
     """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
-    indexes = q.indexes
-    config = q.config
-    if indexes.groups is not None or config.limited or config.maxdeliveries or config.expire:
+    indexes = get(QUEUE, q, Q_INDEXES)
+    config = get(QUEUE, q, Q_CONFIG)
+    if (get(INDEXES, indexes, I_GROUPS) is not None or get(CONFIG, config, K_LIMITED)
+            or get(CONFIG, config, K_MAXDELIVERIES) or get(CONFIG, config, K_EXPIRE)):
         return None
-    if (indexes.delayed.earliest <= now or indexes.leases.earliest <= now or indexes.dead.earliest <= now
-            or indexes.completed.earliest <= now or indexes.cancelled.earliest <= now or q.results.entries):
+    if (get(INDEXES, indexes, I_DELAYED).earliest <= now or get(INDEXES, indexes, I_LEASES).earliest <= now
+            or get(INDEXES, indexes, I_DEAD).earliest <= now or get(INDEXES, indexes, I_COMPLETED).earliest <= now
+            or get(INDEXES, indexes, I_CANCELLED).earliest <= now or get(RESULTS, get(QUEUE, q, Q_RESULTS), 0)):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
-    ready = indexes.ready
+    ready = get(INDEXES, indexes, I_READY)
     ids = ready.first(count)
     if not ids:
         return []
-    table = q.jobs
+    table = get(QUEUE, q, Q_JOBS)
     jobs = [table[i] for i in ids]
     for job in jobs:
         if job.extra is not None:            # its own MAXDELIVERIES or EXPIRE, a holder ...
             return None
     # Store.claim(..., front=True)
     cdef Py_ssize_t n = len(jobs)
-    first_seq = store.lease_seq + 1
-    store.lease_seq = first_seq + n - 1
-    tokens = lease_tokens(jobs, store.epoch, first_seq)
+    first_seq = get(STORE, store, ST_LEASE_SEQ) + 1
+    put(STORE, store, ST_LEASE_SEQ, first_seq + n - 1)
+    tokens = lease_tokens(jobs, get(STORE, store, ST_EPOCH), first_seq)
     ready.pop_first(n)
     ids = take_leases(jobs, tokens, deadline, consumer)
-    indexes.leases.add_many(deadline, ids)
-    journal = store.journal
+    get(INDEXES, indexes, I_LEASES).add_many(deadline, ids)
+    journal = get(STORE, store, ST_JOURNAL)
     if _logged(journal, q):
-        journal.job_record(q, CLAIM, records.claim(q.qid, now, deadline, first_seq, consumer, ids,
+        journal.job_record(q, CLAIM, records.claim(get(QUEUE, q, Q_QID), now, deadline, first_seq, consumer, ids,
                                                    [job.deliveries for job in jobs]), lease=True)
     return jobs
 
 
 def ack_tokens(store, q, tokens, now):
     """``plain.ack_tokens`` on a plain queue: how many jobs were completed, or None."""
-    config = q.config
-    if config.retain_completed or q.indexes.groups is not None or store.deps.children:
+    config = get(QUEUE, q, Q_CONFIG)
+    indexes = get(QUEUE, q, Q_INDEXES)
+    if (get(CONFIG, config, K_RETAIN_COMPLETED) or get(INDEXES, indexes, I_GROUPS) is not None
+            or get(DEPS, get(STORE, store, ST_DEPS), 0)):
         return None
-    jobs = jobs_for_tokens(q.jobs, tokens)
+    table = get(QUEUE, q, Q_JOBS)
+    jobs = jobs_for_tokens(table, tokens)
     if not jobs:
         return 0
     blind_until = None                       # _unseen_by_claims_until: the earliest deadline
@@ -108,24 +142,30 @@ def ack_tokens(store, q, tokens, now):
             return None
         if blind_until is None or job.deadline < blind_until:
             blind_until = job.deadline
-    has_slots = config.concurrency or config.group_concurrency
-    if has_slots or q.durability is not FSYNC:
+    has_slots = get(CONFIG, config, K_CONCURRENCY) or get(CONFIG, config, K_GROUP_CONCURRENCY)
+    if has_slots or get(QUEUE, q, Q_DURABILITY) is not FSYNC:
         blind_until = 0
     # Queue.complete_many: all in flight, none kept
-    indexes = q.indexes
-    by_deadline, _rare = drop_leases(jobs, q.jobs)
-    leases = indexes.leases
+    by_deadline, _rare = drop_leases(jobs, table)
+    leases = get(INDEXES, indexes, I_LEASES)
     for deadline, ids in by_deadline.items():
         leases.remove_many(deadline, ids)
-    q.payload_bytes -= payload_sizes(jobs)
-    q.jobs.compact()
-    q.counters.acked += len(jobs)
-    journal = store.journal
+    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) - payload_sizes(jobs))
+    table.compact()
+    counters = get(QUEUE, q, Q_COUNTERS)
+    put(COUNTERS, counters, 1, get(COUNTERS, counters, 1) + len(jobs))
+    journal = get(STORE, store, ST_JOURNAL)
     if _logged(journal, q):
-        journal.job_record(q, ACK, records.ack(q.qid, now, [job.id for job in jobs]), blind_until=blind_until)
-    endings = store.endings
-    if endings.watched:
+        journal.job_record(q, ACK, records.ack(get(QUEUE, q, Q_QID), now, [job.id for job in jobs]),
+                           blind_until=blind_until)
+    endings = get(STORE, store, ST_ENDINGS)
+    if get(ENDINGS, endings, 0):
         endings.ended(q, jobs)
     if has_slots:
-        store.woken.add(q)                   # a slot is free: a blocked claimer may take it
+        (<set>get(STORE, store, ST_WOKEN)).add(q)     # a slot is free: a blocked claimer may take it
     return len(jobs)
+
+
+def layouts():
+    """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
+    return [STORE, QUEUE, INDEXES, CONFIG, COUNTERS, JOURNAL, RESULTS, DEPS, ENDINGS]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from functools import cached_property
+from dataclasses import asdict, dataclass, field, fields, replace
 
 FSYNC, ASYNC, MEMORY = "fsync", "async", "memory"
 DURABILITIES = (FSYNC, ASYNC, MEMORY)
@@ -11,9 +10,11 @@ DURABILITIES = (FSYNC, ASYNC, MEMORY)
 LEASE_MIN, LEASE_MAX = 100, 86_400_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueConfig:
-    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON."""
+    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON.
+    Slotted, so that the compiled path reads them at their offsets
+    (storage/_slots.pxi)."""
 
     lease: int = 30_000
     maxdeliveries: int = 0
@@ -33,12 +34,13 @@ class QueueConfig:
     group_rate: tuple = (0, 0)    # (n, ms) per group, as rate
     paused_groups: frozenset = frozenset()   # QPAUSE queue GROUP g: these groups hand out nothing
 
-    @cached_property
-    def limited(self) -> bool:
-        """Whether a rule of the queue's own limits what claims take (a pause,
-        CONCURRENCY, RATE): read at every claim, so worked out once (the
-        options never change in place: QCONFIG SET makes new ones)."""
-        return bool(self.paused or self.concurrency or self.rate[0])
+    # Whether a rule of the queue's own limits what claims take (a pause,
+    # CONCURRENCY, RATE): read at every claim, so worked out once (the
+    # options never change in place: QCONFIG SET makes new ones).
+    limited: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limited", bool(self.paused or self.concurrency or self.rate[0]))
 
     @property
     def grouped(self) -> bool:
@@ -47,6 +49,7 @@ class QueueConfig:
 
     def to_json(self) -> dict:
         d = asdict(self)
+        del d["limited"]
         d["backoff"] = list(self.backoff)
         d["rate"] = list(self.rate)
         d["group_rate"] = list(self.group_rate)
@@ -56,7 +59,7 @@ class QueueConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "QueueConfig":
-        known = {f for f in cls.__dataclass_fields__}
+        known = {f.name for f in fields(cls) if f.init}
         values = {k: v for k, v in d.items() if k in known}
         if "backoff" in values:
             b = values["backoff"]

@@ -33,6 +33,8 @@ from .job import CANCELLED, DEAD, WAITING, Job, Provenance
 
 
 class Deps:
+    __slots__ = ("store", "children", "released")
+
     def __init__(self, store) -> None:
         self.store = store
         self.children: dict[tuple, list] = {}     # (qid, id) parent -> [(qid, id) child]

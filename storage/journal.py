@@ -41,13 +41,34 @@ from .queue import Queue
 from .wal import LogBuffer, Ticket
 
 
+class _NoLog:
+    """What the journal asks of its log when it has none: no records, so no
+    reply waits."""
+
+    @staticmethod
+    def mark() -> int:
+        return 0
+
+    @staticmethod
+    def ticket_since(mark: int) -> Ticket | None:
+        return None
+
+    @staticmethod
+    def settled_since(mark: int, claim_at: int | None = None) -> Ticket | None:
+        return None
+
+
 class Journal:
+    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth")
+
     def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
         self.log = log
-        if log is not None:        # asked at every command: the log's own methods, one call each
-            self.mark = log.mark
-            self.ticket_since = log.ticket_since
-            self.settled_since = log.settled_since
+        # asked at every command, so they are the log's own methods, one call each:
+        answers = _NoLog if log is None else log
+        self.mark = answers.mark                    # () -> a point in the stream of records
+        self.ticket_since = answers.ticket_since    # (mark) -> what a reply waits for: the records since
+        self.settled_since = answers.settled_since  # (mark, claim_at=None) -> ... and all before them
+        # (see LogBuffer's methods of the same names)
         self.lease_sync = lease_sync        # lease-durability fsync
         self._txn: list | None = None       # records of the open transaction
         self._txn_sync = False
@@ -115,23 +136,6 @@ class Journal:
             self.log.append(rtype, body, sync, blind_until)
 
     # -- what the daemon asks -------------------------------------------------------------
-
-    def mark(self) -> int:
-        """A point in the stream of records, for ``ticket_since`` (without a
-        log; with one, ``__init__`` puts the log's own in its place)."""
-        return 0
-
-    def ticket_since(self, mark: int) -> Ticket | None:
-        """What a reply must wait for: the records emitted since ``mark``
-        (none without a log; with one, the log's own method)."""
-        return None
-
-    def settled_since(self, mark: int, claim_at: int | None = None) -> Ticket | None:
-        """The ticket of a reply that may show anything appended so far
-        (``LogBuffer.settled_since``; ``claim_at``: a claim's, made at that
-        moment), ``own`` when records were appended since ``mark``: none
-        without a log (with one, the log's own method)."""
-        return None
 
     def claimed(self, clock, fn, *args):
         """Call ``fn(*args)``, a claim whose result hands out jobs (served to

@@ -48,7 +48,7 @@ from .results import Results
 NONE_EXPIRED: list = []       # fold's answer when no lease ran out (shared: never changed)
 
 
-@dataclass
+@dataclass(slots=True)
 class Counters:
     pushed: int = 0
     acked: int = 0
@@ -59,6 +59,8 @@ class Counters:
 
 
 class Queue:
+    __slots__ = ("qid", "name", "config", "jobs", "indexes", "keys", "next_id", "id_mark", "counters", "dropped", "payload_bytes", "rate_window", "schedules", "results", "durability")
+
     def __init__(self, qid: int, name: bytes, config: QueueConfig) -> None:
         self.qid = qid
         self.name = name

@@ -37,6 +37,8 @@ ID_BLOCK = 1 << 16
 
 
 class Store:
+    __slots__ = ("__weakref__", "queues", "by_qid", "next_qid", "dropped_marks", "epoch", "lease_seq", "journal", "default_config", "clock", "woken", "timetable", "deps", "deaths", "endings")
+
     def __init__(self, journal: Journal | None = None) -> None:
         self.queues: dict[bytes, Queue] = {}
         self.by_qid: dict[int, Queue] = {}
