@@ -33,6 +33,14 @@ The names, arity and what the reply observes come from
 runs generated command sequences with and without the lane and holds them
 to the same replies, tickets, counters, records and store.
 
+``run_pending(conn)`` is ``Connection.run_pending``, the connection's turn
+(its commands run in order, their replies encoded into the outbox, what
+may go written, the committer told), compiled: the class runs it in the
+compiled flavour, and tests/unit/test_connection_turn.py holds it to the
+Python one.  It reads the connection, the server, the committer and the
+outbox at their slots' offsets (``Slots``, storage/_slots.pxi), as ``run``
+reads the client and the store.
+
 ``serve_one(blocking, queue)`` is ``Blocking.serve`` for the commonest
 case at one job per request: one plain claim parked on a plain queue,
 served at the end of the turn in which a push woke it;
@@ -262,7 +270,101 @@ def serve_one(blocking, queue):
     return True
 
 
+# -- the connection's turn ------------------------------------------------------------------------------
+
+from leaseq.commands.replies import NO_REPLY
+from leaseq.commands.results import ResultWait
+from leaseq.daemon.resp import encode
+
+cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
+
+cdef Slots CONNECTION = Slots("leaseq.daemon.connection.Connection",
+                              ("server", "pending", "waiting", "quitting", "closed", "outbox", "resp3",
+                               "protocol_error", "transport", "writing_paused"))
+cdef enum:
+    N_SERVER, N_PENDING, N_WAITING, N_QUITTING, N_CLOSED, N_OUTBOX, N_RESP3, N_PROTOCOL_ERROR, N_TRANSPORT, \
+        N_WRITING_PAUSED
+cdef Slots SERVER_TURN = Slots("leaseq.daemon.server.Server", ("committer", "disk", "stopping", "blocking", "store"))
+cdef enum:
+    T_COMMITTER, T_DISK, T_STOPPING, T_BLOCKING, T_STORE
+cdef Slots COMMITTER = Slots("leaseq.daemon.committer.Committer", ("closed", "wal", "scheduled", "loop", "waiters"))
+cdef enum:
+    M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS
+cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))
+cdef Slots OUTBOX = Slots("leaseq.daemon.outbox.Outbox", ("_ready", "held"))
+cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer", ("buffer",))
+cdef Slots BLOCKING_TURN = Slots("leaseq.daemon.blocking.Blocking", ("woken", "by_queue", "workers"))
+cdef Slots STORE_TURN = Slots("leaseq.storage.store.Store", ("woken",))
+
+
+def run_pending(conn):
+    """``Connection.run_pending``, compiled (what it does is written there)."""
+    global _ordinary
+    server = get(CONNECTION, conn, N_SERVER)
+    pending = get(CONNECTION, conn, N_PENDING)
+    committer = get(SERVER_TURN, server, T_COMMITTER)
+    if get(COMMITTER, committer, M_CLOSED):
+        pending.clear()
+    if get(DISK_FAULTS, get(SERVER_TURN, server, T_DISK), 0):
+        return
+    outbox = get(CONNECTION, conn, N_OUTBOX)
+    while (pending and get(CONNECTION, conn, N_WAITING) is None and not get(CONNECTION, conn, N_QUITTING)
+           and not get(CONNECTION, conn, N_CLOSED)):
+        args = pending.popleft()
+        got = run(conn, args)
+        if got is None:
+            if _ordinary is None:
+                from leaseq.daemon.dispatch import execute as _ordinary
+            got = _ordinary(conn, args)
+        reply, ticket = got
+        kind = type(reply)
+        if kind is ClaimWait or kind is ResultWait:
+            if get(SERVER_TURN, server, T_STOPPING):
+                reply = reply.expired()
+            else:
+                if ticket is not None:
+                    outbox.hold_place(ticket)
+                    (<set>get(COMMITTER, committer, M_WAITERS)).add(conn)
+                if kind is ClaimWait:
+                    get(SERVER_TURN, server, T_BLOCKING).park(conn, reply)
+                else:
+                    get(SERVER_TURN, server, T_BLOCKING).results.park(conn, reply)
+                break
+        if reply is not NO_REPLY:                     # Outbox.add
+            data = encode(reply, get(CONNECTION, conn, N_RESP3))
+            held = get(OUTBOX, outbox, 1)
+            if ticket is not None:
+                held.append((ticket, data))
+                (<set>get(COMMITTER, committer, M_WAITERS)).add(conn)
+            elif held:
+                held.append((None, data))
+            else:
+                (<list>get(OUTBOX, outbox, 0)).append(data)
+    if (get(CONNECTION, conn, N_PROTOCOL_ERROR) is not None and not pending
+            and get(CONNECTION, conn, N_WAITING) is None and not get(CONNECTION, conn, N_QUITTING)):
+        conn.answer(errors.protocol_error(get(CONNECTION, conn, N_PROTOCOL_ERROR)))
+        put(CONNECTION, conn, N_QUITTING, True)
+    ready = get(OUTBOX, outbox, 0)                    # Outbox.take, then Connection._write
+    if ready:
+        put(OUTBOX, outbox, 0, [])
+        if not get(CONNECTION, conn, N_CLOSED):
+            get(CONNECTION, conn, N_TRANSPORT).write((<list>ready)[0] if len(<list>ready) == 1
+                                                     else b"".join(<list>ready))
+            if get(CONNECTION, conn, N_WRITING_PAUSED):
+                conn._check_output()
+    if get(CONNECTION, conn, N_QUITTING) and not get(CONNECTION, conn, N_CLOSED) and not get(OUTBOX, outbox, 1):
+        get(CONNECTION, conn, N_TRANSPORT).close()
+    blocking = get(SERVER_TURN, server, T_BLOCKING)
+    if (get(OUTBOX, outbox, 1) or get(LOG, get(COMMITTER, committer, M_WAL), 0)      # Committer.work_left
+            or get(BLOCKING_TURN, blocking, 0)
+            or (get(STORE_TURN, get(SERVER_TURN, server, T_STORE), 0)
+                and (get(BLOCKING_TURN, blocking, 1) or get(BLOCKING_TURN, blocking, 2)))):
+        if not get(COMMITTER, committer, M_SCHEDULED):                                  # Committer.touch
+            put(COMMITTER, committer, M_SCHEDULED, True)
+            get(COMMITTER, committer, M_LOOP).call_soon(committer.end_of_turn)
+
+
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, BLOCKING, WAITER,
-            CLAIM_WAIT, CONN]
+            CLAIM_WAIT, CONN, CONNECTION, SERVER_TURN, COMMITTER, DISK_FAULTS, OUTBOX, LOG, BLOCKING_TURN, STORE_TURN]

@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 
 class Committer:
+    __slots__ = ("server", "loop", "wal", "thread", "scheduled", "syncing", "waiters", "fsyncs", "last_fsync_ms",
+                 "closed")
+
     def __init__(self, server, loop) -> None:
         self.server = server
         self.loop = loop

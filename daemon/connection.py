@@ -39,7 +39,7 @@ from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
-from .dispatch import execute
+from .dispatch import _lane, execute
 from .holdings import Holdings
 from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode
@@ -257,3 +257,10 @@ class Connection(asyncio.Protocol):
     @property
     def output_buffer(self) -> int:
         return self.transport.get_write_buffer_size() if self.transport else 0
+
+
+# The compiled flavour runs the same turn compiled (daemon/_lane.pyx;
+# tests/unit/test_connection_turn.py holds the two to the same bytes).
+python_run_pending = Connection.run_pending
+if _lane is not None:
+    Connection.run_pending = _lane.run_pending

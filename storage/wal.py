@@ -124,6 +124,9 @@ class LogBuffer:
     """Records waiting for the end of the turn, and the generations that say
     where they are (see the module docstring).  Subclasses write the bytes."""
 
+    __slots__ = ("buffer", "_appended", "_last_sync_record", "_sync_gen", "_claim_sync_gen", "_blind_gen",
+                 "_blind_until", "_written", "_covered", "_durable", "bytes_written", "last_fsync_ms")
+
     def __init__(self) -> None:
         self.buffer: list[bytes] = []      # framed records appended, not yet written (read only outside)
         self._appended = 0         # records appended, ever

@@ -1,0 +1,147 @@
+"""``Connection.run_pending`` and its compiled twin (``daemon._lane.run_pending``,
+which the compiled flavour runs) write the same bytes and close the same
+connections.  One script of requests, in chunks, over several connections
+of an in-process server (stand-in transports, the clock frozen), is run
+once with each: pipelined plain and other commands, replies held for the
+log and for fsync, a claim that parks with a command pipelined behind it
+and the push that wakes it, MULTI, RESP3, unknown commands and bad arity,
+a protocol error, QUIT with a command behind it, and a claim whose BLOCK
+runs out.  The compiled module is imported directly, so with LEASEQ_PURE=1
+it is held to the pure daemon's objects as well."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import re
+
+import hiredis
+
+from leaseq.daemon import config, connection
+from leaseq.daemon.connection import Connection
+from leaseq.daemon.server import Server
+from leaseq.storage.datadir import DataDir
+
+T0 = 1_700_000_000_000
+
+
+class Transport:
+    """What ``Connection`` uses of a transport; keeps what is written and
+    whether it was closed."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.written = bytearray()
+        self.closed = self.reading_paused = False
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", self.port), "sockname": ("127.0.0.1", 6479)}.get(name, default)
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.reading_paused = True
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+
+def cmd(*args) -> bytes:
+    return hiredis.pack_command(args)
+
+
+def _token(out: bytes) -> bytes:
+    return re.findall(rb"[0-9a-f]+\.[0-9a-f]+\.[0-9a-f]+", out)[-1]
+
+
+# (connection, bytes or a function of what that connection was sent so far)
+SCRIPT = [
+    (0, cmd("QCREATE", "mem", "DURABILITY", "memory") + cmd("QCREATE", "disk", "DURABILITY", "fsync")
+     + cmd("QCREATE", "idle", "DURABILITY", "memory")),
+    (0, cmd("QPUSH", "mem", "a") + cmd("QPUSH", "disk", "b") + cmd("QLEN", "mem") + cmd("PING")
+     + cmd("QPUSH", "mem", "c") + cmd("qpush", "DISK", "d") + cmd("QPUSH", "disk", "e")),
+    (1, cmd("QCLAIM", "mem", "w", "COUNT", "2", "BLOCK", "5000") + cmd("QCLAIM", "disk", "w")),
+    (1, lambda out: cmd("QACK", "mem", _token(out)) + cmd("QACK", "mem", "1.1.99", "zz")),
+    (2, cmd("QCLAIM", "idle", "w2", "BLOCK", "5000") + cmd("PING", "behind")),
+    (0, cmd("QPUSH", "idle", "wake") + cmd("QPUSH", "idle", "more")),
+    (2, lambda out: cmd("QACK", "idle", _token(out), "RESULT", "done") + cmd("QCLAIM", "idle", "w2", "COUNT", "5")),
+    (0, cmd("MULTI") + cmd("QPUSH", "mem", "m") + cmd("QLEN", "mem") + cmd("EXEC")),
+    (0, cmd("NOSUCH", "x") + cmd("QPUSH", "mem") + cmd("QACK", "nosuchqueue", "1.1.1") + cmd("QPUSH", "new", "x")),
+    (3, cmd("HELLO", "3") + cmd("QPUSH", "mem", "r3") + cmd("QCLAIM", "mem", "w3", "COUNT", "9")),
+    (4, cmd("PING") + b"*1\r\n$4\r\nPI"),          # half a command: it waits for the rest
+    (4, b"NG\r\n*x\r\n" + cmd("PING")),            # then a protocol error: answered, closed, nothing after
+    (5, cmd("PING") + cmd("QUIT") + cmd("PING")),
+    (6, cmd("QCLAIM", "idle", "w6", "BLOCK", "1") + cmd("ECHO", "after the timeout")),
+    (1, cmd("QPUSH", "disk", "f") + cmd("QCLAIM", "disk", "w", "COUNT", "3") + cmd("INFO", "keyspace")),
+]
+
+
+async def _settle(server, conns) -> None:
+    """Let the loop turn until no reply waits for the log (bounded)."""
+    for turn in range(2000):
+        await asyncio.sleep(0 if turn < 5 else 0.002)
+        if turn >= 5 and not any(c.outbox.held for c in conns) and not server.committer.syncing:
+            return
+    raise AssertionError("replies still held for the log after 2,000 turns of the loop")
+
+
+async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
+    server = Server(config.Settings(port=0, dir=data_dir))
+    await server.listen()
+    server.attach(DataDir.open(data_dir, T0))
+    server.clock.freeze(T0)
+    transports = [Transport(50_000 + i) for i in range(7)]
+    conns = []
+    for t in transports:
+        c = Connection(server)
+        c.connection_made(t)
+        conns.append(c)
+    sent: list[bytes] = [b""] * len(conns)
+    try:
+        for i, step in SCRIPT:
+            data = step(bytes(transports[i].written)) if callable(step) else step
+            sent[i] += data
+            conns[i].data_received(data)
+            await _settle(server, conns)
+        for _ in range(200):                       # the BLOCK 1 claim runs out on the loop's timer
+            if conns[6].waiting is None:
+                break
+            await asyncio.sleep(0.005)
+        await _settle(server, conns)
+        return [(bytes(t.written), t.closed) for t in transports]
+    finally:
+        for c in conns:
+            if not c.closed:
+                c.connection_lost(None)
+        server.request_shutdown("test done")
+        await server.wait_stopped()
+
+
+def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
+    lane = importlib.import_module("leaseq.daemon._lane")     # built by bin/setup wherever there is a C compiler
+    got = {}
+    for name, turn in (("python", connection.python_run_pending), ("compiled", lane.run_pending)):
+        monkeypatch.setattr(Connection, "run_pending", turn)
+        got[name] = asyncio.run(_run_script(str(tmp_path / name)))
+    for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
+        assert compiled == python, f"connection {i}"
+    written = [w for w, _closed in got["python"]]
+    # the script did what it says (so that the comparison compares something)
+    assert written[2].startswith(b"*1\r\n*") and b"$6\r\nbehind" in written[2]     # woken, then the PING behind
+    assert b"Protocol error" in written[4] and got["python"][4][1]                 # answered, then closed
+    assert written[5] == b"+PONG\r\n+OK\r\n" and got["python"][5][1]                 # nothing after QUIT
+    assert written[6].startswith(b"*0\r\n") and b"after the timeout" in written[6]  # the BLOCK ran out
+    assert written[3].startswith(b"%")                                              # RESP3's HELLO map
