@@ -55,6 +55,7 @@ from leaseq.commands import errors
 from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_now, job_replies
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
+from leaseq.daemon.metrics import BUCKETS
 from leaseq.storage import plain as plain_module
 
 log = logging.getLogger("leaseq.daemon.dispatch")
@@ -127,9 +128,45 @@ cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal"))
 cdef enum:
     ST_QUEUES, ST_JOURNAL
 cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config",))
-cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("mark", "settled_since", "ticket_since"))
+cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
 cdef enum:
-    J_MARK, J_SETTLED_SINCE, J_TICKET_SINCE
+    J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
+cdef Slots APPENDS = Slots("leaseq.storage.wal.LogBuffer", ("_appended",))
+
+
+cdef inline object _mark(journal):
+    """``journal.mark()``: ``LogBuffer.mark``, the records appended so far
+    (0 without a log)."""
+    log = get(JOURNAL, journal, J_LOG)
+    return 0 if log is None else get(APPENDS, log, 0)
+
+
+cdef Slots HISTOGRAM = Slots("leaseq.daemon.metrics.Histogram", ("counts", "total"))
+cdef double BUCKET[32]                 # metrics.BUCKETS, as C numbers
+cdef Py_ssize_t NBUCKETS = len(BUCKETS)
+if NBUCKETS > 32:
+    raise ImportError("daemon/_lane.pyx keeps 32 histogram bounds at most; metrics.BUCKETS has more")
+for _i_, _bound_ in enumerate(BUCKETS):
+    BUCKET[_i_] = _bound_
+
+
+cdef int _observe(commands, str name, double seconds) except -1:
+    """``Metrics.commands[name].observe(seconds)`` (``Histogram.observe``)."""
+    cdef Py_ssize_t i = 0
+    histogram = (<dict>commands).get(name)
+    if histogram is None:
+        histogram = commands[name]                # (a defaultdict: the first of its name)
+    while i < NBUCKETS and BUCKET[i] < seconds:    # bisect_left over a few bounds
+        i += 1
+    counts = <list>get(HISTOGRAM, histogram, 0)
+    counts[i] = counts[i] + 1
+    put(HISTOGRAM, histogram, 1, get(HISTOGRAM, histogram, 1) + seconds)
+    return 0
+
+
+def observe(commands, str name, double seconds):
+    """``_observe`` (for the tests)."""
+    _observe(commands, name, seconds)
 
 
 def run(client, list args):
@@ -181,7 +218,7 @@ def run(client, list args):
                 return None
     # as dispatch.execute and dispatch.run do around a handler
     journal = get(STORE, store, ST_JOURNAL)
-    mark = get(JOURNAL, journal, J_MARK)()
+    mark = _mark(journal)
     stats = get(SERVER, server, S_STATS)
     put(STATS, stats, 0, get(STATS, stats, 0) + 1)
     name = NAMES[<int>kind]
@@ -216,7 +253,7 @@ def run(client, list args):
     except Exception:
         log.exception("command %s failed", name.upper())
         reply = errors.INTERNAL
-    get(METRICS, get(SERVER, server, S_METRICS), 0)[name].observe(_seconds() - started)
+    _observe(get(METRICS, get(SERVER, server, S_METRICS), 0), name, _seconds() - started)
     observes = OBSERVES[<int>kind]
     if observes:
         return reply, get(JOURNAL, journal, J_SETTLED_SINCE)(mark, now_ms() if observes == "claims" else None)
@@ -255,7 +292,7 @@ def serve_one(blocking, queue):
     store = get(SERVER, server, S_STORE)
     journal = get(STORE, store, ST_JOURNAL)
     now_ms = get(SERVER, server, S_NOW_MS)
-    mark = get(JOURNAL, journal, J_MARK)()
+    mark = _mark(journal)
     now = now_ms()
     jobs = plain.claim_next(store, queue, now, get(CLAIM_WAIT, wait, W_COUNT),
                             now + get(CLAIM_WAIT, wait, W_LEASE_MS), get(CLAIM_WAIT, wait, W_CONSUMER))
@@ -274,7 +311,7 @@ def serve_one(blocking, queue):
 
 from leaseq.commands.replies import NO_REPLY
 from leaseq.commands.results import ResultWait
-from leaseq.daemon.resp import encode
+from leaseq.daemon.resp import ProtocolError, encode
 
 cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
 
@@ -297,8 +334,29 @@ cdef Slots BLOCKING_TURN = Slots("leaseq.daemon.blocking.Blocking", ("woken", "b
 cdef Slots STORE_TURN = Slots("leaseq.storage.store.Store", ("woken",))
 
 
+cdef Slots RECEIVING = Slots("leaseq.daemon.connection.Connection", ("last_active", "parser", "pending"))
+
+
+def data_received(conn, data):
+    """``Connection.data_received``, compiled (what it does is written there)."""
+    put(RECEIVING, conn, 0, _seconds())              # time.monotonic(): the same clock
+    try:
+        commands = get(RECEIVING, conn, 1).feed(data)
+    except ProtocolError as e:
+        commands = e.commands
+        conn.protocol_error = str(e)
+        conn.server.stats.protocol_errors += 1
+        conn.transport.pause_reading()
+    get(RECEIVING, conn, 2).extend(commands)
+    _run_pending(conn)
+
+
 def run_pending(conn):
     """``Connection.run_pending``, compiled (what it does is written there)."""
+    _run_pending(conn)
+
+
+cdef int _run_pending(conn) except -1:
     global _ordinary
     server = get(CONNECTION, conn, N_SERVER)
     pending = get(CONNECTION, conn, N_PENDING)
@@ -306,7 +364,7 @@ def run_pending(conn):
     if get(COMMITTER, committer, M_CLOSED):
         pending.clear()
     if get(DISK_FAULTS, get(SERVER_TURN, server, T_DISK), 0):
-        return
+        return 0
     outbox = get(CONNECTION, conn, N_OUTBOX)
     while (pending and get(CONNECTION, conn, N_WAITING) is None and not get(CONNECTION, conn, N_QUITTING)
            and not get(CONNECTION, conn, N_CLOSED)):
@@ -362,9 +420,11 @@ def run_pending(conn):
         if not get(COMMITTER, committer, M_SCHEDULED):                                  # Committer.touch
             put(COMMITTER, committer, M_SCHEDULED, True)
             get(COMMITTER, committer, M_LOOP).call_soon(committer.end_of_turn)
+    return 0
 
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, BLOCKING, WAITER,
-            CLAIM_WAIT, CONN, CONNECTION, SERVER_TURN, COMMITTER, DISK_FAULTS, OUTBOX, LOG, BLOCKING_TURN, STORE_TURN]
+            CLAIM_WAIT, CONN, CONNECTION, SERVER_TURN, COMMITTER, DISK_FAULTS, OUTBOX, LOG, BLOCKING_TURN, STORE_TURN,
+            HISTOGRAM, RECEIVING, APPENDS]

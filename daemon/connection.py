@@ -259,8 +259,11 @@ class Connection(asyncio.Protocol):
         return self.transport.get_write_buffer_size() if self.transport else 0
 
 
-# The compiled flavour runs the same turn compiled (daemon/_lane.pyx;
-# tests/unit/test_connection_turn.py holds the two to the same bytes).
+# The compiled flavour runs the same turn, and the read that starts it,
+# compiled (daemon/_lane.pyx; tests/unit/test_connection_turn.py holds the
+# two to the same bytes).
 python_run_pending = Connection.run_pending
+python_data_received = Connection.data_received
 if _lane is not None:
     Connection.run_pending = _lane.run_pending
+    Connection.data_received = _lane.data_received

@@ -162,7 +162,8 @@ class LogBuffer:
                 self._blind_gen = generation
 
     def mark(self) -> int:
-        """A point in the stream of appends, for ``ticket_since``."""
+        """A point in the stream of appends, for ``ticket_since`` (the
+        compiled lane reads ``_appended`` itself: daemon/_lane.pyx, ``_mark``)."""
         return self._appended
 
     def ticket_since(self, mark: int) -> Ticket | None:

@@ -1,6 +1,6 @@
-"""``Connection.run_pending`` and its compiled twin (``daemon._lane.run_pending``,
-which the compiled flavour runs) write the same bytes and close the same
-connections.  One script of requests, in chunks, over several connections
+"""``Connection.run_pending`` and ``data_received`` and their compiled twins
+(``daemon._lane``'s, which the compiled flavour runs) write the same bytes
+and close the same connections.  One script of requests, in chunks, over several connections
 of an in-process server (stand-in transports, the clock frozen), is run
 once with each: pipelined plain and other commands, replies held for the
 log and for fsync, a claim that parks with a command pipelined behind it
@@ -133,8 +133,10 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
     lane = importlib.import_module("leaseq.daemon._lane")     # built by bin/setup wherever there is a C compiler
     got = {}
-    for name, turn in (("python", connection.python_run_pending), ("compiled", lane.run_pending)):
+    for name, turn, received in (("python", connection.python_run_pending, connection.python_data_received),
+                                 ("compiled", lane.run_pending, lane.data_received)):
         monkeypatch.setattr(Connection, "run_pending", turn)
+        monkeypatch.setattr(Connection, "data_received", received)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
     for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
         assert compiled == python, f"connection {i}"
@@ -145,3 +147,22 @@ def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypa
     assert written[5] == b"+PONG\r\n+OK\r\n" and got["python"][5][1]                 # nothing after QUIT
     assert written[6].startswith(b"*0\r\n") and b"after the timeout" in written[6]  # the BLOCK ran out
     assert written[3].startswith(b"%")                                              # RESP3's HELLO map
+
+
+def test_the_compiled_histogram_puts_each_duration_where_the_python_one_does():
+    """The lane times its commands into ``Metrics.commands`` itself
+    (``_observe``): each duration, at and around every bound, lands in the
+    bucket ``Histogram.observe`` puts it in."""
+    from collections import defaultdict
+
+    from leaseq.daemon.metrics import BUCKETS, Histogram
+
+    lane = importlib.import_module("leaseq.daemon._lane")
+    compiled, python = defaultdict(Histogram), defaultdict(Histogram)
+    durations = [0.0, 1e-9, 10.0] + [b * f for b in BUCKETS for f in (0.999, 1.0, 1.001)]
+    for i, seconds in enumerate(durations):
+        name = ("qpush", "qclaim")[i % 2]
+        lane.observe(compiled, name, seconds)
+        python[name].observe(seconds)
+    assert {n: (h.counts, h.total) for n, h in compiled.items()} == \
+        {n: (h.counts, h.total) for n, h in python.items()}
