@@ -17,6 +17,7 @@ import re
 
 import hiredis
 
+from leaseq.bench.path import Transport as BenchTransport
 from leaseq.daemon import config, connection
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
@@ -25,27 +26,17 @@ from leaseq.storage.datadir import DataDir
 T0 = 1_700_000_000_000
 
 
-class Transport:
-    """What ``Connection`` uses of a transport; keeps what is written and
-    whether it was closed."""
+class Transport(BenchTransport):
+    """``leaseq bench path``'s stand-in, and what a protocol error and QUIT
+    use of a transport: reading paused, and closed."""
 
     def __init__(self, port: int) -> None:
-        self.port = port
-        self.written = bytearray()
+        super().__init__(port)
         self.closed = self.reading_paused = False
-
-    def get_extra_info(self, name, default=None):
-        return {"peername": ("127.0.0.1", self.port), "sockname": ("127.0.0.1", 6479)}.get(name, default)
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
     def write(self, data: bytes) -> None:
         assert not self.closed
-        self.written += data
+        super().write(data)
 
     def pause_reading(self) -> None:
         self.reading_paused = True
@@ -112,7 +103,7 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
     sent: list[bytes] = [b""] * len(conns)
     try:
         for i, step in SCRIPT:
-            data = step(bytes(transports[i].written)) if callable(step) else step
+            data = step(b"".join(transports[i].written)) if callable(step) else step
             sent[i] += data
             conns[i].data_received(data)
             await _settle(server, conns)
@@ -121,7 +112,7 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
                 break
             await asyncio.sleep(0.005)
         await _settle(server, conns)
-        return [(bytes(t.written), t.closed) for t in transports]
+        return [(b"".join(t.written), t.closed) for t in transports]
     finally:
         for c in conns:
             if not c.closed:
