@@ -48,7 +48,10 @@ log = logging.getLogger(__name__)
 
 
 class Connection(asyncio.Protocol):
-    __slots__ = ("server", "parser", "transport", "id", "addr", "laddr", "fd", "name", "resp3", "authenticated", "user", "acl_user", "lib_name", "lib_ver", "multi", "multi_dirty", "in_exec", "last_command", "created", "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed", "writing_paused", "holdings")
+    __slots__ = ("server", "parser", "transport", "id", "addr", "laddr", "fd", "name", "resp3", "authenticated",
+                 "user", "acl_user", "lib_name", "lib_ver", "multi", "multi_dirty", "in_exec", "last_command",
+                 "created", "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed",
+                 "writing_paused", "holdings")
 
     def __init__(self, server) -> None:
         self.server = server

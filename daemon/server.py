@@ -56,8 +56,10 @@ class Server:
     the idle-client ``reaper`` (daemon/admission.py), ``info``
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
     ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
-    __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping", "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error", "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots")
 
+    __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
+                 "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
+                 "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots")
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings

@@ -59,7 +59,8 @@ class Counters:
 
 
 class Queue:
-    __slots__ = ("qid", "name", "config", "jobs", "indexes", "keys", "next_id", "id_mark", "counters", "dropped", "payload_bytes", "rate_window", "schedules", "results", "durability")
+    __slots__ = ("qid", "name", "config", "jobs", "indexes", "keys", "next_id", "id_mark", "counters", "dropped",
+                 "payload_bytes", "rate_window", "schedules", "results", "durability")
 
     def __init__(self, qid: int, name: bytes, config: QueueConfig) -> None:
         self.qid = qid

@@ -37,7 +37,9 @@ ID_BLOCK = 1 << 16
 
 
 class Store:
-    __slots__ = ("__weakref__", "queues", "by_qid", "next_qid", "dropped_marks", "epoch", "lease_seq", "journal", "default_config", "clock", "woken", "timetable", "deps", "deaths", "endings")
+    # (__weakref__: the unit tests keep their stand-ins' state in weak dictionaries keyed by store)
+    __slots__ = ("__weakref__", "queues", "by_qid", "next_qid", "dropped_marks", "epoch", "lease_seq", "journal",
+                 "default_config", "clock", "woken", "timetable", "deps", "deaths", "endings")
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.queues: dict[bytes, Queue] = {}
