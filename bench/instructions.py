@@ -115,6 +115,16 @@ class Counted:
             time.sleep(0.1)
         raise RuntimeError(f"callgrind wrote no dump of {LABELS[self.kind]} within {DUMP_TIMEOUT:g} s")
 
+    def ending(self, lines: int = 30) -> str:
+        """How the server stands (running, or its exit status) and the last
+        lines it printed (valgrind's and its own), for an error message."""
+        self.log.flush()
+        with open(self.log.name, "rb") as f:
+            tail = f.read().decode(errors="replace").splitlines()[-lines:]
+        code = self.proc.poll()
+        state = "still running" if code is None else f"exited with status {code}"
+        return f"the server is {state}; its output ends:\n" + "\n".join(tail)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -163,7 +173,10 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
             wire.create(producer, "memory")
             idle, idle_s, _ = server.count(lambda: time.sleep(idle_s))
             acked = []
-            load, load_s, dump = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+            try:
+                load, load_s, dump = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+            except (ConnectionError, OSError) as e:
+                raise RuntimeError(f"{LABELS[kind]} under callgrind: {e} during the load; {server.ending()}") from e
             top = most_missing(dump, functions, jobs) if functions else None
             left = wire.live(producer)
             wire.drop(producer)

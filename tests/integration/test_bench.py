@@ -3,8 +3,10 @@ through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -452,3 +454,20 @@ def test_bench_floor_instructions_needs_queue_and_valgrind(monkeypatch):
     monkeypatch.setattr(instructions.shutil, "which", lambda _name: None)
     with pytest.raises(RuntimeError, match=r"--instructions needs valgrind \(Debian package valgrind\)"):
         instructions.run("redis-server", None)
+
+
+@pytest.mark.timeout(300)
+def test_a_server_lost_under_callgrind_is_named_with_how_it_ended(tmp_path):
+    """When a counted server dies during the load (here killed), the error
+    says so and shows the end of its output (valgrind's lines included),
+    which a bare "connection closed" would not."""
+    from leaseq.bench import instructions
+    server = instructions.Counted("minimal", str(tmp_path), None, None)
+    try:
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(60)
+        said = server.ending()
+    finally:
+        server.stop()
+    assert "exited with status -9" in said and "its output ends:" in said
+    assert "Callgrind" in said or "valgrind" in said.lower()         # valgrind's banner, from its output
