@@ -108,37 +108,44 @@ cdef inline bint _arity_ok(Kind kind, Py_ssize_t n):
 
 include "../storage/_slots.pxi"
 
-# What ``run`` reads of the client, the server and the store on every request
-# (``Slots``: at the offset, after one comparison of the class)
+# What this module reads of the daemon's objects on every request, one
+# ``Slots`` a class (at the offset, after one comparison of the class)
 cdef Slots CLIENT = Slots("leaseq.daemon.connection.Connection",
                           ("authenticated", "multi", "acl_user", "holdings", "server", "resp3", "in_exec",
-                           "last_command"))
+                           "last_command", "closed", "pending", "waiting", "quitting", "outbox", "protocol_error",
+                           "transport", "writing_paused", "last_active", "parser"))
 cdef enum:
-    C_AUTHENTICATED, C_MULTI, C_ACL_USER, C_HOLDINGS, C_SERVER, C_RESP3, C_IN_EXEC, C_LAST_COMMAND
+    C_AUTHENTICATED, C_MULTI, C_ACL_USER, C_HOLDINGS, C_SERVER, C_RESP3, C_IN_EXEC, C_LAST_COMMAND, C_CLOSED, \
+        C_PENDING, C_WAITING, C_QUITTING, C_OUTBOX, C_PROTOCOL_ERROR, C_TRANSPORT, C_WRITING_PAUSED, C_LAST_ACTIVE, \
+        C_PARSER
 cdef Slots USER = Slots("leaseq.commands.acl.User", ("unrestricted",))
 cdef Slots HOLDINGS = Slots("leaseq.daemon.holdings.Holdings", ("subscriptions",))
 cdef Slots SERVER = Slots("leaseq.daemon.server.Server",
-                          ("loading", "disk_error", "store", "oom", "settings", "stats", "metrics", "now_ms"))
+                          ("loading", "disk_error", "store", "oom", "settings", "stats", "metrics", "now_ms",
+                           "committer", "disk", "stopping", "blocking"))
 cdef enum:
-    S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS
+    S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS, S_COMMITTER, S_DISK, \
+        S_STOPPING, S_BLOCKING
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
-cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal"))
+cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal", "woken"))
 cdef enum:
-    ST_QUEUES, ST_JOURNAL
+    ST_QUEUES, ST_JOURNAL, ST_WOKEN
 cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config",))
 cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
 cdef enum:
     J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
-cdef Slots APPENDS = Slots("leaseq.storage.wal.LogBuffer", ("_appended",))
+cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer", ("_appended", "buffer"))
+cdef enum:
+    L_APPENDED, L_BUFFER
 
 
 cdef inline object _mark(journal):
     """``journal.mark()``: ``LogBuffer.mark``, the records appended so far
     (0 without a log)."""
     log = get(JOURNAL, journal, J_LOG)
-    return 0 if log is None else get(APPENDS, log, 0)
+    return 0 if log is None else get(LOG, log, L_APPENDED)
 
 
 cdef Slots HISTOGRAM = Slots("leaseq.daemon.metrics.Histogram", ("counts", "total"))
@@ -260,15 +267,14 @@ def run(client, list args):
     return reply, get(JOURNAL, journal, J_TICKET_SINCE)(mark)
 
 
-cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking", ("by_queue", "workers", "cohorts", "server"))
+cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking", ("by_queue", "workers", "cohorts", "server", "woken"))
 cdef enum:
-    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER
+    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN
 cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn"))
 cdef Slots CLAIM_WAIT = Slots("leaseq.commands.jobs.ClaimWait",
                               ("cohort", "holder", "count", "lease_ms", "consumer"))
 cdef enum:
     W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER
-cdef Slots CONN = Slots("leaseq.daemon.connection.Connection", ("closed",))
 
 
 def serve_one(blocking, queue):
@@ -285,7 +291,7 @@ def serve_one(blocking, queue):
     w = (<list>waiters)[0]
     wait = get(WAITER, w, 0)
     conn = get(WAITER, w, 1)
-    if (plain is None or get(CONN, conn, 0) or get(CLAIM_WAIT, wait, W_COHORT)
+    if (plain is None or get(CLIENT, conn, C_CLOSED) or get(CLAIM_WAIT, wait, W_COHORT)
             or get(CLAIM_WAIT, wait, W_HOLDER) is not None):
         return False
     server = get(BLOCKING, blocking, B_SERVER)
@@ -315,39 +321,24 @@ from leaseq.daemon.resp import ProtocolError, encode
 
 cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
 
-cdef Slots CONNECTION = Slots("leaseq.daemon.connection.Connection",
-                              ("server", "pending", "waiting", "quitting", "closed", "outbox", "resp3",
-                               "protocol_error", "transport", "writing_paused"))
-cdef enum:
-    N_SERVER, N_PENDING, N_WAITING, N_QUITTING, N_CLOSED, N_OUTBOX, N_RESP3, N_PROTOCOL_ERROR, N_TRANSPORT, \
-        N_WRITING_PAUSED
-cdef Slots SERVER_TURN = Slots("leaseq.daemon.server.Server", ("committer", "disk", "stopping", "blocking", "store"))
-cdef enum:
-    T_COMMITTER, T_DISK, T_STOPPING, T_BLOCKING, T_STORE
 cdef Slots COMMITTER = Slots("leaseq.daemon.committer.Committer", ("closed", "wal", "scheduled", "loop", "waiters"))
 cdef enum:
     M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS
 cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))
 cdef Slots OUTBOX = Slots("leaseq.daemon.outbox.Outbox", ("_ready", "held"))
-cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer", ("buffer",))
-cdef Slots BLOCKING_TURN = Slots("leaseq.daemon.blocking.Blocking", ("woken", "by_queue", "workers"))
-cdef Slots STORE_TURN = Slots("leaseq.storage.store.Store", ("woken",))
-
-
-cdef Slots RECEIVING = Slots("leaseq.daemon.connection.Connection", ("last_active", "parser", "pending"))
 
 
 def data_received(conn, data):
     """``Connection.data_received``, compiled (what it does is written there)."""
-    put(RECEIVING, conn, 0, _seconds())              # time.monotonic(): the same clock
+    put(CLIENT, conn, C_LAST_ACTIVE, _seconds())              # time.monotonic(): the same clock
     try:
-        commands = get(RECEIVING, conn, 1).feed(data)
+        commands = get(CLIENT, conn, C_PARSER).feed(data)
     except ProtocolError as e:
         commands = e.commands
         conn.protocol_error = str(e)
         conn.server.stats.protocol_errors += 1
         conn.transport.pause_reading()
-    get(RECEIVING, conn, 2).extend(commands)
+    get(CLIENT, conn, C_PENDING).extend(commands)
     _run_pending(conn)
 
 
@@ -358,16 +349,16 @@ def run_pending(conn):
 
 cdef int _run_pending(conn) except -1:
     global _ordinary
-    server = get(CONNECTION, conn, N_SERVER)
-    pending = get(CONNECTION, conn, N_PENDING)
-    committer = get(SERVER_TURN, server, T_COMMITTER)
+    server = get(CLIENT, conn, C_SERVER)
+    pending = get(CLIENT, conn, C_PENDING)
+    committer = get(SERVER, server, S_COMMITTER)
     if get(COMMITTER, committer, M_CLOSED):
         pending.clear()
-    if get(DISK_FAULTS, get(SERVER_TURN, server, T_DISK), 0):
+    if get(DISK_FAULTS, get(SERVER, server, S_DISK), 0):
         return 0
-    outbox = get(CONNECTION, conn, N_OUTBOX)
-    while (pending and get(CONNECTION, conn, N_WAITING) is None and not get(CONNECTION, conn, N_QUITTING)
-           and not get(CONNECTION, conn, N_CLOSED)):
+    outbox = get(CLIENT, conn, C_OUTBOX)
+    while (pending and get(CLIENT, conn, C_WAITING) is None and not get(CLIENT, conn, C_QUITTING)
+           and not get(CLIENT, conn, C_CLOSED)):
         args = pending.popleft()
         got = run(conn, args)
         if got is None:
@@ -377,19 +368,19 @@ cdef int _run_pending(conn) except -1:
         reply, ticket = got
         kind = type(reply)
         if kind is ClaimWait or kind is ResultWait:
-            if get(SERVER_TURN, server, T_STOPPING):
+            if get(SERVER, server, S_STOPPING):
                 reply = reply.expired()
             else:
                 if ticket is not None:
                     outbox.hold_place(ticket)
                     (<set>get(COMMITTER, committer, M_WAITERS)).add(conn)
                 if kind is ClaimWait:
-                    get(SERVER_TURN, server, T_BLOCKING).park(conn, reply)
+                    get(SERVER, server, S_BLOCKING).park(conn, reply)
                 else:
-                    get(SERVER_TURN, server, T_BLOCKING).results.park(conn, reply)
+                    get(SERVER, server, S_BLOCKING).results.park(conn, reply)
                 break
         if reply is not NO_REPLY:                     # Outbox.add
-            data = encode(reply, get(CONNECTION, conn, N_RESP3))
+            data = encode(reply, get(CLIENT, conn, C_RESP3))
             held = get(OUTBOX, outbox, 1)
             if ticket is not None:
                 held.append((ticket, data))
@@ -398,25 +389,25 @@ cdef int _run_pending(conn) except -1:
                 held.append((None, data))
             else:
                 (<list>get(OUTBOX, outbox, 0)).append(data)
-    if (get(CONNECTION, conn, N_PROTOCOL_ERROR) is not None and not pending
-            and get(CONNECTION, conn, N_WAITING) is None and not get(CONNECTION, conn, N_QUITTING)):
-        conn.answer(errors.protocol_error(get(CONNECTION, conn, N_PROTOCOL_ERROR)))
-        put(CONNECTION, conn, N_QUITTING, True)
+    if (get(CLIENT, conn, C_PROTOCOL_ERROR) is not None and not pending
+            and get(CLIENT, conn, C_WAITING) is None and not get(CLIENT, conn, C_QUITTING)):
+        conn.answer(errors.protocol_error(get(CLIENT, conn, C_PROTOCOL_ERROR)))
+        put(CLIENT, conn, C_QUITTING, True)
     ready = get(OUTBOX, outbox, 0)                    # Outbox.take, then Connection._write
     if ready:
         put(OUTBOX, outbox, 0, [])
-        if not get(CONNECTION, conn, N_CLOSED):
-            get(CONNECTION, conn, N_TRANSPORT).write((<list>ready)[0] if len(<list>ready) == 1
+        if not get(CLIENT, conn, C_CLOSED):
+            get(CLIENT, conn, C_TRANSPORT).write((<list>ready)[0] if len(<list>ready) == 1
                                                      else b"".join(<list>ready))
-            if get(CONNECTION, conn, N_WRITING_PAUSED):
+            if get(CLIENT, conn, C_WRITING_PAUSED):
                 conn._check_output()
-    if get(CONNECTION, conn, N_QUITTING) and not get(CONNECTION, conn, N_CLOSED) and not get(OUTBOX, outbox, 1):
-        get(CONNECTION, conn, N_TRANSPORT).close()
-    blocking = get(SERVER_TURN, server, T_BLOCKING)
-    if (get(OUTBOX, outbox, 1) or get(LOG, get(COMMITTER, committer, M_WAL), 0)      # Committer.work_left
-            or get(BLOCKING_TURN, blocking, 0)
-            or (get(STORE_TURN, get(SERVER_TURN, server, T_STORE), 0)
-                and (get(BLOCKING_TURN, blocking, 1) or get(BLOCKING_TURN, blocking, 2)))):
+    if get(CLIENT, conn, C_QUITTING) and not get(CLIENT, conn, C_CLOSED) and not get(OUTBOX, outbox, 1):
+        get(CLIENT, conn, C_TRANSPORT).close()
+    blocking = get(SERVER, server, S_BLOCKING)
+    if (get(OUTBOX, outbox, 1) or get(LOG, get(COMMITTER, committer, M_WAL), L_BUFFER)      # Committer.work_left
+            or get(BLOCKING, blocking, B_WOKEN)
+            or (get(STORE, get(SERVER, server, S_STORE), ST_WOKEN)
+                and (get(BLOCKING, blocking, B_BY_QUEUE) or get(BLOCKING, blocking, B_WORKERS)))):
         if not get(COMMITTER, committer, M_SCHEDULED):                                  # Committer.touch
             put(COMMITTER, committer, M_SCHEDULED, True)
             get(COMMITTER, committer, M_LOOP).call_soon(committer.end_of_turn)
@@ -425,6 +416,5 @@ cdef int _run_pending(conn) except -1:
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
-    return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, BLOCKING, WAITER,
-            CLAIM_WAIT, CONN, CONNECTION, SERVER_TURN, COMMITTER, DISK_FAULTS, OUTBOX, LOG, BLOCKING_TURN, STORE_TURN,
-            HISTOGRAM, RECEIVING, APPENDS]
+    return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, LOG, HISTOGRAM,
+            BLOCKING, WAITER, CLAIM_WAIT, COMMITTER, DISK_FAULTS, OUTBOX]
