@@ -10,6 +10,8 @@
 ``DEBUG FAULT WRITE|FSYNC errno``  make every write (after half its bytes) or
                                    every fsync of the log fail with ENOSPC or
                                    EIO; ``NONE`` stops it (the disk is back)
+``DEBUG FAULT SLOW ms``            make every fsync of the log wait ms first
+                                   (a slow disk; 0 stops it)
 
 The clock only ever moves forward.  Its state is logged, so a restart keeps
 the test's time.  Leases, delays, backoff, EXPIRE and retention all read this
@@ -32,6 +34,7 @@ HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
         b"CLOCK RESUME", b"    Let the clock run again from where it stands.",
         b"FAULT", b"    Return the errors the log's writes and fsyncs are made to fail with.",
         b"FAULT WRITE|FSYNC ENOSPC|EIO|NONE", b"    Make the log's writes or fsyncs fail (NONE: the disk is back).",
+        b"FAULT SLOW <ms>", b"    Make every fsync of the log wait that long first (0: no more).",
         b"HELP", b"    Print this help."]
 
 
@@ -68,6 +71,7 @@ def debug(client, args):
     return OK
 
 
+SLOWEST = 10_000      # DEBUG FAULT SLOW's largest wait, ms
 FAULTS = {b"ENOSPC": errno.ENOSPC, b"EIO": errno.EIO, b"NONE": 0}
 
 
@@ -76,7 +80,11 @@ def _fault(server, args):
     if len(args) == 2:
         name = {v: k for k, v in FAULTS.items()}
         return Map([(b"write", name.get(faults.write, b"%d" % faults.write)),
-                    (b"fsync", name.get(faults.fsync, b"%d" % faults.fsync))])
+                    (b"fsync", name.get(faults.fsync, b"%d" % faults.fsync)),
+                    (b"slow", faults.slow)])
+    if len(args) == 4 and args[2].upper() == b"SLOW":
+        faults.slow = in_range(args[3], "ms", 0, SLOWEST)
+        return OK
     if len(args) != 4 or args[2].upper() not in (b"WRITE", b"FSYNC") or args[3].upper() not in FAULTS:
         raise errors.SYNTAX
     setattr(faults, args[2].lower().decode(), FAULTS[args[3].upper()])

@@ -1,4 +1,5 @@
-"""Group commit: one write per event-loop turn, fsync in the log's thread.
+"""Group commit: one write per event-loop turn, fsync in the log's thread
+under load, on the loop when the load is light.
 
 ``touch()`` schedules ``end_of_turn`` once per turn (``call_soon`` runs after
 the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
@@ -12,6 +13,21 @@ written and covered by the next ``fdatasync``, which starts as soon as the
 running one ends.  When one ends, connections release the replies whose
 tickets it reached.  The log's generations (``storage.wal.LogBuffer``) are
 the whole state: the committer only remembers whether an fsync is running.
+
+A light turn (``INLINE_BYTES`` written or fewer) runs its fsync on the
+loop's own thread instead, as Redis's ``appendfsync always`` does, unless
+the disk has been slow (a moving average of the fsyncs' durations above
+``INLINE_MAX_FSYNC``: a lone slow fsync does not move it far, a slow
+spell does) or a snapshot is being written.  Under a light load the loop has little to do
+while the disk works, and the hand-off costs more than it saves: at 5,000
+single-job pushes a second it was about a quarter of the daemon's CPU a
+job, in small turns, wake-ups and context switches on both threads (the
+log's thread's own system time was the fdatasync itself, about the same
+on either thread).  Requests that arrive meanwhile wait in their sockets
+and make the next turn larger, so the next fsync covers more of them.  A
+heavy turn keeps the thread, so that the loop reads and runs the next
+turn's commands while the disk works (docs/performance.md, "The fsync on
+the loop's thread under a light load").
 
 A write or fsync error is never retried on the same file: ``failed`` answers
 every held reply whose records did not get where its ticket needed with
@@ -33,10 +49,14 @@ from .logthread import LogThread
 
 log = logging.getLogger(__name__)
 
+INLINE_BYTES = 2048         # a turn that wrote at most this many bytes fsyncs on the loop's thread ...
+INLINE_MAX_FSYNC = 0.002    # ... unless fsyncs have lately taken longer than this (seconds, on average) ...
+FSYNC_AVERAGE = 8           # ... over about this many (the weight of the newest in the moving average is 1/8)
+
 
 class Committer:
     __slots__ = ("server", "loop", "wal", "thread", "scheduled", "syncing", "waiters", "fsyncs", "last_fsync_ms",
-                 "closed")
+                 "closed", "fsyncs_inline", "fsync_average")
 
     def __init__(self, server, loop) -> None:
         self.server = server
@@ -49,6 +69,8 @@ class Committer:
         self.fsyncs = 0
         self.last_fsync_ms = 0
         self.closed = False
+        self.fsyncs_inline = 0        # of ``fsyncs``, those run on the loop's thread
+        self.fsync_average = 0.0      # seconds an fsync takes, lately (a moving average)
 
     def touch(self) -> None:
         if not self.scheduled:
@@ -76,7 +98,8 @@ class Committer:
             return
         self.server.blocking.serve_woken()
         wal = self.wal
-        wrote = bool(wal.pending)
+        wrote = bool(wal.buffer)
+        before = wal.bytes_written
         if wrote:
             try:
                 wal.flush()
@@ -85,21 +108,34 @@ class Committer:
                 self.server.disk.failed(e, fsync_failed=False)
                 return
         if wal.sync_wanted:
-            self.start_sync()
+            self.start_sync(inline=wal.bytes_written - before <= INLINE_BYTES)
         self._release()
         snapshots = self.server.snapshots  # None while recovery runs
         if wrote and snapshots is not None:
             snapshots.check()              # the log grew: it may be past its threshold now
 
-    def start_sync(self) -> None:
+    def start_sync(self, inline: bool = False) -> None:
         """Start an fdatasync of everything written (unless one runs: when it
-        ends, the next starts if anything written still needs one)."""
+        ends, the next starts if anything written still needs one).
+        ``inline``: the turn was light; run it on this thread, and its
+        replies go before this returns, if the disk has been quick (see
+        the module's docstring)."""
         if self.syncing:
             return
         self.syncing = True
         wal = self.wal
         target = wal.start_sync()
         started = time.monotonic()
+        snapshots = self.server.snapshots
+        if inline and self.fsync_average <= INLINE_MAX_FSYNC and (snapshots is None or not snapshots.in_progress):
+            self.fsyncs_inline += 1
+            try:
+                wal.sync()
+            except OSError as e:
+                self._synced(e, wal, target, started)
+            else:
+                self._synced(None, wal, target, started)
+            return
         self.thread.call(lambda _result, error: self._synced(error, wal, target, started), wal.sync)
 
     def _synced(self, error, wal, target: int, started: float) -> None:
@@ -113,6 +149,7 @@ class Committer:
         self.fsyncs += 1
         self.last_fsync_ms = int(time.time() * 1000)
         seconds = time.monotonic() - started
+        self.fsync_average += (seconds - self.fsync_average) / FSYNC_AVERAGE
         self.server.metrics.fsync.observe(seconds)
         self.wal.synced(target, int(seconds * 1000))
         self._release()
@@ -145,7 +182,8 @@ class Committer:
         self.thread.stop()
 
     def info_fields(self) -> list[tuple[str, object]]:
-        return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs)]
+        return [("last_fsync_time_ms", self.last_fsync_ms), ("fsyncs", self.fsyncs),
+                ("fsyncs_inline", self.fsyncs_inline)]
 
     def failed(self, error, unseen) -> None:
         """The log failed: release what it reached, answer every other held

@@ -31,6 +31,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from typing import NamedTuple
 
 from . import records
@@ -292,13 +293,15 @@ class MemoryLog(LogBuffer):
 class Faults:
     """Errors to pretend the disk returns (DEBUG FAULT, for tests only): an
     errno for writes (after half the bytes went out) and one for fsyncs; 0
-    means none."""
+    means none.  ``slow``: milliseconds each fsync of the log waits first (a
+    slow disk)."""
 
-    __slots__ = ("write", "fsync")
+    __slots__ = ("write", "fsync", "slow")
 
     def __init__(self) -> None:
         self.write = 0
         self.fsync = 0
+        self.slow = 0
 
 
 class WriteAheadLog(LogBuffer):
@@ -387,7 +390,9 @@ class WriteAheadLog(LogBuffer):
             self._retired = []
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
-        fault = self.faults.fsync
+        fault, slow = self.faults.fsync, self.faults.slow
+        if slow:
+            time.sleep(slow / 1000)
         if fault:
             raise OSError(fault, os.strerror(fault))
         for fd in fds:

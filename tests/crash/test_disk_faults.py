@@ -199,6 +199,85 @@ def test_fault_subcommand_errors(tmp_path, daemons):
     assert "DEBUG" in error_text(plain.client(), "DEBUG", "FAULT", "WRITE", "EIO")
 
 
+# -- where the fsync runs: the loop's thread for a light turn, the log's thread for a heavy one -----
+
+def fsync_counts(c) -> tuple[int, int]:
+    """(fsyncs, of them run on the loop's thread), from INFO."""
+    info = c.info("persistence")
+    return info["fsyncs"], info["fsyncs_inline"]
+
+
+def push_turn(c, count: int, prefix: str = "j") -> list:
+    """``count`` pushes of 200-byte payloads sent with one write, so that one
+    turn runs them all and writes more than a light turn's 2 KiB."""
+    pipe = c.pipeline(transaction=False)
+    for i in range(count):
+        pipe.execute_command("QPUSH", "q", f"{prefix}{i}".ljust(200, "."))
+    return pipe.execute(raise_on_error=False)
+
+
+def test_a_light_turn_fsyncs_on_the_loop_and_a_heavy_turn_in_the_log_thread(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    fsyncs, inline = fsync_counts(c)
+    c.execute_command("QPUSH", "q", "light")            # one record: the loop's thread fsyncs it
+    assert fsync_counts(c) == (fsyncs + 1, inline + 1)
+    fsyncs, inline = fsync_counts(c)
+    ids = push_turn(c, 40)                               # 8 KB in one turn: the log's thread
+    assert all(isinstance(i, int) for i in ids), ids
+    after, after_inline = fsync_counts(c)
+    assert after > fsyncs and after_inline == inline
+    d.kill()                                              # every push acknowledged is on disk, either way
+    d.restart()
+    assert d.client().execute_command("QLEN", "q") == 41
+
+
+def test_a_failed_fsync_in_the_log_thread_answers_misconf_to_the_whole_turn(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    c.execute_command("QPUSH", "q", "kept")
+    _fsyncs, inline = fsync_counts(c)
+    assert c.execute_command("DEBUG", "FAULT", "FSYNC", "EIO") == b"OK"
+    got = push_turn(c, 40, "lost")
+    assert all(isinstance(g, redis.ResponseError) and str(g).startswith("MISCONF") for g in got), got
+    assert fsync_counts(c)[1] == inline                  # that fsync was the thread's
+    assert c.execute_command("DEBUG", "FAULT", "FSYNC", "NONE") == b"OK"
+    writes_resume(c)
+    d.kill()
+    d.restart()
+    payloads = sorted(as_map(j)[b"payload"] for j in d.client().execute_command("QPEEK", "q", "COUNT", 100))
+    assert payloads == [b"after", b"kept"]               # none of the refused 40 came back
+
+
+def test_after_a_slow_fsync_the_log_thread_fsyncs_until_the_disk_is_quick_again(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    assert c.execute_command("DEBUG", "FAULT", "SLOW", 20) == b"OK"
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[b"slow"] == 20
+    fsyncs, inline = fsync_counts(c)
+    c.execute_command("QPUSH", "q", "slow")              # light: on the loop, and it took 20 ms
+    assert fsync_counts(c) == (fsyncs + 1, inline + 1)
+    c.execute_command("QPUSH", "q", "next")              # light too, but the disk was slow a moment ago
+    assert fsync_counts(c) == (fsyncs + 2, inline + 1)
+    assert c.execute_command("DEBUG", "FAULT", "SLOW", 0) == b"OK"
+
+    def inline_again() -> bool:
+        c.execute_command("QPUSH", "q", "quick")
+        return fsync_counts(c)[1] > inline + 1
+    wait_for(inline_again, 15, "light turns to fsync on the loop's thread again", interval=0.1)
+    assert c.info("persistence")["last_fsync_duration_ms"] < 20
+
+
+def test_fault_slow_errors(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    assert error_text(c, "DEBUG", "FAULT", "SLOW", "-1") == "ms must be between 0 and 10000"
+    assert error_text(c, "DEBUG", "FAULT", "SLOW", "10001") == "ms must be between 0 and 10000"
+    assert error_text(c, "DEBUG", "FAULT", "SLOW", "soon") == "value is not an integer or out of range"
+    assert error_text(c, "DEBUG", "FAULT", "SLOW") == "syntax error"
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[b"slow"] == 0
+
+
 # -- a real full disk -------------------------------------------------------------------------------
 
 @pytest.fixture
