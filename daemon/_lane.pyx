@@ -57,6 +57,9 @@ from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
 from leaseq.storage import plain as plain_module
+from leaseq.storage.wal import LogBuffer, Ticket
+
+from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 
 log = logging.getLogger("leaseq.daemon.dispatch")
 
@@ -136,9 +139,15 @@ cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config",))
 cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
 cdef enum:
     J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
-cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer", ("_appended", "buffer"))
+cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer",
+                      ("_appended", "buffer", "_written", "_durable", "_sync_gen", "_claim_sync_gen", "_blind_gen",
+                       "_blind_until", "_last_sync_record", "_covered"))
 cdef enum:
-    L_APPENDED, L_BUFFER
+    L_APPENDED, L_BUFFER, L_WRITTEN, L_DURABLE, L_SYNC_GEN, L_CLAIM_SYNC_GEN, L_BLIND_GEN, L_BLIND_UNTIL, \
+        L_LAST_SYNC_RECORD, L_COVERED
+
+cdef object _SETTLED_SINCE = LogBuffer.settled_since
+cdef object _TICKET_SINCE = LogBuffer.ticket_since
 
 
 cdef inline object _mark(journal):
@@ -146,6 +155,60 @@ cdef inline object _mark(journal):
     (0 without a log)."""
     log = get(JOURNAL, journal, J_LOG)
     return 0 if log is None else get(LOG, log, L_APPENDED)
+
+
+cdef inline object _log_of(method, plain):
+    """The log whose method ``method`` is, when it is ``LogBuffer``'s own
+    ``plain`` (then its twin below may run instead); None otherwise."""
+    if PyMethod_Check(method) and <object>PyMethod_GET_FUNCTION(method) is plain:
+        return <object>PyMethod_GET_SELF(method)
+    return None
+
+
+cdef object _settled_since(journal, mark, claim_at):
+    """``journal.settled_since(mark, claim_at)``: ``LogBuffer.settled_since``
+    (the definition) on the log's slots, with no Python frame; any other
+    log's method is called."""
+    method = get(JOURNAL, journal, J_SETTLED_SINCE)
+    log = _log_of(method, _SETTLED_SINCE)
+    if log is None:
+        return method(mark, claim_at)
+    own = get(LOG, log, L_APPENDED) != mark
+    buffer = get(LOG, log, L_BUFFER)
+    generation = get(LOG, log, L_WRITTEN)
+    if buffer:
+        generation = generation + 1
+    durable = get(LOG, log, L_DURABLE)
+    if get(LOG, log, L_SYNC_GEN) > durable and (
+            claim_at is None or get(LOG, log, L_CLAIM_SYNC_GEN) > durable
+            or (get(LOG, log, L_BLIND_GEN) > durable and claim_at >= get(LOG, log, L_BLIND_UNTIL))):
+        put(LOG, log, L_SYNC_GEN, generation)
+        return tuple.__new__(Ticket, (generation, True, own))
+    if buffer:
+        return tuple.__new__(Ticket, (generation, False, own))
+    return None
+
+
+cdef object _ticket_since(journal, mark):
+    """``journal.ticket_since(mark)``: ``LogBuffer.ticket_since`` on the
+    log's slots, as ``_settled_since``."""
+    method = get(JOURNAL, journal, J_TICKET_SINCE)
+    log = _log_of(method, _TICKET_SINCE)
+    if log is None:
+        return method(mark)
+    if get(LOG, log, L_APPENDED) == mark:
+        return None
+    return tuple.__new__(Ticket, (get(LOG, log, L_WRITTEN) + 1, get(LOG, log, L_LAST_SYNC_RECORD) > mark, True))
+
+
+def settled_since(journal, mark, claim_at=None):
+    """``_settled_since`` (for the tests)."""
+    return _settled_since(journal, mark, claim_at)
+
+
+def ticket_since(journal, mark):
+    """``_ticket_since`` (for the tests)."""
+    return _ticket_since(journal, mark)
 
 
 cdef Slots HISTOGRAM = Slots("leaseq.daemon.metrics.Histogram", ("counts", "total"))
@@ -263,8 +326,8 @@ def run(client, list args):
     _observe(get(METRICS, get(SERVER, server, S_METRICS), 0), name, _seconds() - started)
     observes = OBSERVES[<int>kind]
     if observes:
-        return reply, get(JOURNAL, journal, J_SETTLED_SINCE)(mark, now_ms() if observes == "claims" else None)
-    return reply, get(JOURNAL, journal, J_TICKET_SINCE)(mark)
+        return reply, _settled_since(journal, mark, now_ms() if observes == "claims" else None)
+    return reply, _ticket_since(journal, mark)
 
 
 cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking", ("by_queue", "workers", "cohorts", "server", "woken"))
@@ -305,7 +368,7 @@ def serve_one(blocking, queue):
     if jobs is None:
         return False
     if jobs:
-        ticket = get(JOURNAL, journal, J_SETTLED_SINCE)(mark, now_ms())
+        ticket = _settled_since(journal, mark, now_ms())
         blocking.cancel(w)
         conn.unblock(job_replies(jobs), ticket)
     if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
@@ -321,9 +384,43 @@ from leaseq.daemon.resp import ProtocolError, encode
 
 cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
 
-cdef Slots COMMITTER = Slots("leaseq.daemon.committer.Committer", ("closed", "wal", "scheduled", "loop", "waiters"))
+cdef Slots COMMITTER = Slots("leaseq.daemon.committer.Committer",
+                            ("closed", "wal", "scheduled", "loop", "waiters", "server"))
 cdef enum:
-    M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS
+    M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS, M_SERVER
+
+
+def end_of_turn(committer):
+    """``Committer.end_of_turn`` (the definition, daemon/committer.py),
+    compiled: the class runs it in the compiled flavour.  A turn that left
+    the log nothing to write or fsync, as every turn of memory queues,
+    ends here: the woken queues served, the held replies released; any
+    other goes on in ``Committer.commit_turn``, as the Python one does."""
+    put(COMMITTER, committer, M_SCHEDULED, False)
+    if get(COMMITTER, committer, M_CLOSED):
+        return
+    _serve_woken(get(SERVER, get(COMMITTER, committer, M_SERVER), S_BLOCKING))
+    wal = get(COMMITTER, committer, M_WAL)
+    if get(LOG, wal, L_BUFFER) or get(LOG, wal, L_COVERED) < get(LOG, wal, L_SYNC_GEN) <= get(LOG, wal, L_WRITTEN):
+        committer.commit_turn()
+    elif get(COMMITTER, committer, M_WAITERS):
+        committer._release()
+
+
+cdef int _serve_woken(blocking) except -1:
+    """``Blocking.serve_woken`` (the definition, daemon/blocking.py), with
+    the store's ``take_woken``, on their slots."""
+    store = get(SERVER, get(BLOCKING, blocking, B_SERVER), S_STORE)
+    woken = get(STORE, store, ST_WOKEN)
+    put(STORE, store, ST_WOKEN, set())
+    if get(BLOCKING, blocking, B_WOKEN):
+        woken |= get(BLOCKING, blocking, B_WOKEN)
+        put(BLOCKING, blocking, B_WOKEN, set())
+    for q in woken:
+        if q in get(BLOCKING, blocking, B_BY_QUEUE) or q in get(BLOCKING, blocking, B_WORKERS):
+            if not serve_one(blocking, q):
+                blocking.serve(q)
+    return 0
 cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))
 cdef Slots OUTBOX = Slots("leaseq.daemon.outbox.Outbox", ("_ready", "held"))
 

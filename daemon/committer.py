@@ -43,6 +43,7 @@ import asyncio
 import logging
 import time
 
+from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.wal import MemoryLog
 
 from .logthread import LogThread
@@ -97,6 +98,14 @@ class Committer:
         if self.closed:
             return
         self.server.blocking.serve_woken()
+        self.commit_turn()
+
+    def commit_turn(self) -> None:
+        """The rest of ``end_of_turn``: write the turn's records, fsync
+        them if they need it, release the held replies the log reached,
+        and see whether a snapshot is due (daemon/_lane.pyx's twin of
+        ``end_of_turn`` calls it when the log has something to write or
+        fsync, and ``_release`` alone otherwise)."""
         wal = self.wal
         wrote = bool(wal.buffer)
         before = wal.bytes_written
@@ -198,3 +207,12 @@ class Committer:
 
     def resumed(self, wal) -> None:
         self.wal = wal
+
+
+# The definition above serves the pure flavour and the tests; the compiled
+# flavour runs ``end_of_turn`` compiled (daemon/_lane.pyx;
+# tests/unit/test_connection_turn.py holds the two to the same bytes).
+python_end_of_turn = Committer.end_of_turn
+_lane = compiled_twin("leaseq.daemon._lane")
+if _lane is not None:
+    Committer.end_of_turn = _lane.end_of_turn

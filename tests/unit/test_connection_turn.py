@@ -1,4 +1,5 @@
-"""``Connection.run_pending`` and ``data_received`` and their compiled twins
+"""``Connection.run_pending`` and ``data_received`` and ``Committer.end_of_turn``
+and their compiled twins
 (``daemon._lane``'s, which the compiled flavour runs) write the same bytes
 and close the same connections.  One script of requests, in chunks, over several connections
 of an in-process server (stand-in transports, the clock frozen), is run
@@ -18,7 +19,8 @@ import re
 import hiredis
 
 from leaseq.bench.path import Transport as BenchTransport
-from leaseq.daemon import config, connection
+from leaseq.daemon import committer, config, connection
+from leaseq.daemon.committer import Committer
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
 from leaseq.storage.datadir import DataDir
@@ -124,10 +126,12 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
     lane = importlib.import_module("leaseq.daemon._lane")     # built by bin/setup wherever there is a C compiler
     got = {}
-    for name, turn, received in (("python", connection.python_run_pending, connection.python_data_received),
-                                 ("compiled", lane.run_pending, lane.data_received)):
+    for name, turn, received, ended in (
+            ("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn),
+            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn)):
         monkeypatch.setattr(Connection, "run_pending", turn)
         monkeypatch.setattr(Connection, "data_received", received)
+        monkeypatch.setattr(Committer, "end_of_turn", ended)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
     for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
         assert compiled == python, f"connection {i}"
