@@ -330,14 +330,84 @@ def run(client, list args):
     return reply, _ticket_since(journal, mark)
 
 
-cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking", ("by_queue", "workers", "cohorts", "server", "woken"))
+cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking",
+                           ("by_queue", "workers", "cohorts", "server", "woken", "timers"))
 cdef enum:
-    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN
-cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn"))
+    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN, B_TIMERS
+cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn", "timer"))
+cdef enum:
+    WT_WAIT, WT_CONN, WT_TIMER
 cdef Slots CLAIM_WAIT = Slots("leaseq.commands.jobs.ClaimWait",
-                              ("cohort", "holder", "count", "lease_ms", "consumer"))
+                              ("cohort", "holder", "count", "lease_ms", "consumer", "queue"))
 cdef enum:
-    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER
+    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER, W_QUEUE
+
+
+cdef object _Waiter = None            # daemon.waiter.Waiter, and Connection.unblock's function
+cdef object _UNBLOCK = None           # (imported at first use: those modules import this one)
+
+
+cdef int _cancel(blocking, w) except -1:
+    """``Blocking.cancel(w)`` (the definition, daemon/blocking.py) for a
+    claim's ``Waiter``, with ``_forget``, on their slots; anything else is
+    handed to ``cancel``."""
+    if type(w) is not _Waiter:
+        blocking.cancel(w)
+        return 0
+    timer = get(WAITER, w, WT_TIMER)
+    if timer is not None:
+        timer.cancel()
+        put(WAITER, w, WT_TIMER, None)
+    queue = get(CLAIM_WAIT, get(WAITER, w, WT_WAIT), W_QUEUE)
+    waiters = (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
+    if waiters and w in waiters:
+        waiters.remove(w)
+        if not waiters:                                   # Blocking._forget
+            by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
+            if by_queue.get(queue) or (<dict>get(BLOCKING, blocking, B_WORKERS)).get(queue):
+                return 0
+            by_queue.pop(queue, None)
+            timer = (<dict>get(BLOCKING, blocking, B_TIMERS)).pop(queue, None)
+            if timer is not None:
+                timer[1].cancel()
+            cohort = (<dict>get(BLOCKING, blocking, B_COHORTS)).pop(queue, None)
+            if cohort is not None:
+                cohort.cancel()
+    return 0
+
+
+cdef int _unblock(conn, reply, ticket) except -1:
+    """``conn.unblock(reply, ticket)``: ``Connection.unblock`` (the
+    definition, daemon/connection.py) with its ``answer`` and
+    ``Outbox.add`` on their slots, when ``conn`` has Connection's own;
+    any other is called."""
+    if getattr(type(conn), "unblock", None) is not _UNBLOCK:
+        conn.unblock(reply, ticket)
+        return 0
+    put(CLIENT, conn, C_WAITING, None)
+    if get(CLIENT, conn, C_CLOSED):
+        return 0
+    if reply is not NO_REPLY:
+        data = encode(reply, get(CLIENT, conn, C_RESP3))
+        outbox = get(CLIENT, conn, C_OUTBOX)
+        held = get(OUTBOX, outbox, 1)
+        if ticket is not None:
+            held.append((ticket, data))
+            (<set>get(COMMITTER, get(SERVER, get(CLIENT, conn, C_SERVER), S_COMMITTER), M_WAITERS)).add(conn)
+        elif held:
+            held.append((None, data))
+        else:
+            (<list>get(OUTBOX, outbox, 0)).append(data)
+    conn.run_pending()
+    return 0
+
+
+cdef int _imports() except -1:
+    global _Waiter, _UNBLOCK
+    from leaseq.daemon.connection import Connection
+    from leaseq.daemon.waiter import Waiter
+    _Waiter, _UNBLOCK = Waiter, Connection.__dict__["unblock"]
+    return 0
 
 
 def serve_one(blocking, queue):
@@ -369,8 +439,10 @@ def serve_one(blocking, queue):
         return False
     if jobs:
         ticket = _settled_since(journal, mark, now_ms())
-        blocking.cancel(w)
-        conn.unblock(job_replies(jobs), ticket)
+        if _Waiter is None:
+            _imports()
+        _cancel(blocking, w)
+        _unblock(conn, job_replies(jobs), ticket)
     if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
         blocking._arm(queue)
     return True

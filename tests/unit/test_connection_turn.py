@@ -1,6 +1,7 @@
 """``Connection.run_pending`` and ``data_received`` and ``Committer.end_of_turn``
 and their compiled twins
-(``daemon._lane``'s, which the compiled flavour runs) write the same bytes
+(``daemon._lane``'s, which the compiled flavour runs, with its plain lane
+and its serve of a parked claim; the Python side runs none of them) write the same bytes
 and close the same connections.  One script of requests, in chunks, over several connections
 of an in-process server (stand-in transports, the clock frozen), is run
 once with each: pipelined plain and other commands, replies held for the
@@ -19,7 +20,7 @@ import re
 import hiredis
 
 from leaseq.bench.path import Transport as BenchTransport
-from leaseq.daemon import committer, config, connection
+from leaseq.daemon import blocking, committer, config, connection, dispatch
 from leaseq.daemon.committer import Committer
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
@@ -79,6 +80,8 @@ SCRIPT = [
     (5, cmd("PING") + cmd("QUIT") + cmd("PING")),
     (6, cmd("QCLAIM", "idle", "w6", "BLOCK", "1") + cmd("ECHO", "after the timeout")),
     (1, cmd("QPUSH", "disk", "f") + cmd("QCLAIM", "disk", "w", "COUNT", "3") + cmd("INFO", "keyspace")),
+    (2, cmd("QCLAIM", "idle", "w2", "BLOCK", "5000")),   # parks again on the memory queue, now empty
+    (0, cmd("QPUSH", "idle", "late")),                     # wakes it with nothing for the log: no ticket
 ]
 
 
@@ -126,12 +129,16 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
     lane = importlib.import_module("leaseq.daemon._lane")     # built by bin/setup wherever there is a C compiler
     got = {}
-    for name, turn, received, ended in (
-            ("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn),
-            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn)):
+    for name, turn, received, ended, plain in (
+            ("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn,
+             None),
+            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn, lane)):
         monkeypatch.setattr(Connection, "run_pending", turn)
         monkeypatch.setattr(Connection, "data_received", received)
         monkeypatch.setattr(Committer, "end_of_turn", ended)
+        # the Python side runs no compiled code of the lane at all: no plain lane in execute, no compiled serve
+        monkeypatch.setattr(dispatch, "lane", plain and plain.run)
+        monkeypatch.setattr(blocking, "serve_one", plain and plain.serve_one)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
     for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
         assert compiled == python, f"connection {i}"
