@@ -137,7 +137,8 @@ def remembered(parse):
     keywords): a worker sends the same ``COUNT 10 BLOCK 5000`` with every
     claim, and reading them again took a twentieth of a blocked claim's
     path.  An error is never remembered: bad options are read (and refused)
-    every time."""
+    every time.  ``.seen`` is the memory: the option words (a tuple) → what
+    ``parse`` answered."""
     seen: dict = {}
 
     @functools.wraps(parse)
@@ -150,4 +151,5 @@ def remembered(parse):
                 seen.clear()
             seen[words] = found
         return found
+    parse_remembered.seen = seen       # (the compiled plain lane looks here first: daemon/_lane.pyx)
     return parse_remembered

@@ -56,6 +56,7 @@ from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
+from leaseq.storage import flow as _flow
 from leaseq.storage import plain as plain_module
 from leaseq.storage.wal import LogBuffer, Ticket
 
@@ -135,7 +136,9 @@ cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
 cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal", "woken"))
 cdef enum:
     ST_QUEUES, ST_JOURNAL, ST_WOKEN
-cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config",))
+cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config", "indexes"))
+cdef enum:
+    Q_CONFIG, Q_INDEXES
 cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
 cdef enum:
     J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
@@ -276,7 +279,8 @@ def run(client, list args):
         if not 1 <= len(<bytes>consumer) <= MAX_CONSUMER:
             return None
         try:
-            count, lease_ms, block, session = _claim_options(args, 3)
+            found = (<dict>_CLAIM_OPTIONS_SEEN).get(tuple(args[3:]))    # _claim_options, remembered
+            count, lease_ms, block, session = _claim_options(args, 3) if found is None else found
         except Error:
             return None
         if session or config.window:
@@ -312,7 +316,7 @@ def run(client, list args):
             else:
                 reply = job_replies(jobs) if jobs else []
             if not reply and block is not None and not get(CLIENT, client, C_IN_EXEC):
-                reply = ClaimWait(server, q, consumer, count, lease_ms, block, None)
+                reply = _claim_wait(server, q, consumer, count, lease_ms, block)
         else:
             now = now_ms()
             reply = None if plain is None else plain.ack_tokens(store, q, args[2:], now)
@@ -331,20 +335,109 @@ def run(client, list args):
 
 
 cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking",
-                           ("by_queue", "workers", "cohorts", "server", "woken", "timers"))
+                           ("by_queue", "workers", "cohorts", "server", "woken", "timers", "loop"))
 cdef enum:
-    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN, B_TIMERS
+    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN, B_TIMERS, B_LOOP
 cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn", "timer"))
 cdef enum:
     WT_WAIT, WT_CONN, WT_TIMER
 cdef Slots CLAIM_WAIT = Slots("leaseq.commands.jobs.ClaimWait",
-                              ("cohort", "holder", "count", "lease_ms", "consumer", "queue"))
+                              ("cohort", "holder", "count", "lease_ms", "consumer", "queue", "timeout_ms", "server"))
 cdef enum:
-    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER, W_QUEUE
+    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER, W_QUEUE, W_TIMEOUT_MS, W_SERVER
+cdef object _CLAIM_OPTIONS_SEEN = _claim_options.seen
 
 
-cdef object _Waiter = None            # daemon.waiter.Waiter, and Connection.unblock's function
-cdef object _UNBLOCK = None           # (imported at first use: those modules import this one)
+cdef object _claim_wait(server, queue, consumer, count, lease_ms, timeout_ms):
+    """``ClaimWait(server, queue, consumer, count, lease_ms, timeout_ms)``
+    (holder None, not a cohort's), its slots set here (commands/jobs.py)."""
+    wait = ClaimWait.__new__(ClaimWait)
+    put(CLAIM_WAIT, wait, W_SERVER, server)
+    put(CLAIM_WAIT, wait, W_QUEUE, queue)
+    put(CLAIM_WAIT, wait, W_CONSUMER, consumer)
+    put(CLAIM_WAIT, wait, W_COUNT, count)
+    put(CLAIM_WAIT, wait, W_LEASE_MS, lease_ms)
+    put(CLAIM_WAIT, wait, W_TIMEOUT_MS, timeout_ms)
+    put(CLAIM_WAIT, wait, W_HOLDER, None)
+    put(CLAIM_WAIT, wait, W_COHORT, False)
+    return wait
+
+
+cdef Slots INDEXES = Slots("leaseq.storage.indexes.Indexes", ("delayed", "leases", "groups"))
+cdef enum:
+    X_DELAYED, X_LEASES, X_GROUPS
+cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig", ("rate",))
+
+
+cdef object _Waiter = None            # daemon.waiter.Waiter, and Connection.unblock's function,
+cdef object _UNBLOCK = None           # and daemon.blocking.Blocking (imported at first use: those
+cdef object _Blocking = None          # modules import this one)
+
+
+cdef int _park(blocking, conn, wait) except -1:
+    """``Blocking.park(conn, wait)`` (the definition, daemon/blocking.py) on
+    the slots of a real ``Blocking``, for a claim that is not a cohort's;
+    anything else is handed to ``park``."""
+    if _Waiter is None:
+        _imports()
+    if type(blocking) is not _Blocking or get(CLAIM_WAIT, wait, W_COHORT):
+        blocking.park(conn, wait)
+        return 0
+    w = _Waiter.__new__(_Waiter)                          # Waiter(conn, wait)
+    put(WAITER, w, WT_CONN, conn)
+    put(WAITER, w, WT_WAIT, wait)
+    put(WAITER, w, WT_TIMER, None)
+    put(CLIENT, conn, C_WAITING, w)
+    queue = get(CLAIM_WAIT, wait, W_QUEUE)
+    (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).setdefault(queue, []).append(w)
+    timeout_ms = get(CLAIM_WAIT, wait, W_TIMEOUT_MS)
+    if timeout_ms:
+        put(WAITER, w, WT_TIMER,
+            get(BLOCKING, blocking, B_LOOP).call_later(timeout_ms / 1000.0, blocking._timed_out, w))
+    _arm(blocking, queue)
+    return 0
+
+
+cdef int _arm(blocking, queue) except -1:
+    """``Blocking._arm(queue)`` (the definition) on the slots of a real
+    ``Blocking``, with ``Indexes.next_due``; ``flow.next_room`` and
+    ``_served_late`` are asked only of a queue with a RATE or groups (of
+    any other, both answer None and False)."""
+    if _Blocking is None:
+        _imports()
+    if type(blocking) is not _Blocking:
+        blocking._arm(queue)
+        return 0
+    if (not (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
+            and not (<dict>get(BLOCKING, blocking, B_WORKERS)).get(queue)):
+        blocking._forget(queue)
+        return 0
+    server = get(BLOCKING, blocking, B_SERVER)
+    now = get(SERVER, server, S_NOW_MS)()
+    indexes = get(QUEUE, queue, Q_INDEXES)
+    a = get(INDEXES, indexes, X_DELAYED).first()          # Indexes.next_due
+    b = get(INDEXES, indexes, X_LEASES).first()
+    due = b if a is None else (a if b is None or a < b else b)
+    if (<tuple>get(CONFIG, get(QUEUE, queue, Q_CONFIG), 0))[0] or get(INDEXES, indexes, X_GROUPS) is not None:
+        room = _flow.next_room(queue, now)
+        if room is None and blocking._served_late(queue, now):
+            room = now
+        if room is not None and (due is None or room < due):
+            due = room
+    timers = <dict>get(BLOCKING, blocking, B_TIMERS)
+    current = timers.get(queue)
+    if due is None:
+        if current:
+            current[1].cancel()
+            del timers[queue]
+        return 0
+    if current is not None:
+        if current[0] <= due:
+            return 0
+        current[1].cancel()
+    delay = max(0, due - now + 1) / 1000.0
+    timers[queue] = (due, get(BLOCKING, blocking, B_LOOP).call_later(delay, blocking._fire, queue))
+    return 0
 
 
 cdef int _cancel(blocking, w) except -1:
@@ -403,10 +496,11 @@ cdef int _unblock(conn, reply, ticket) except -1:
 
 
 cdef int _imports() except -1:
-    global _Waiter, _UNBLOCK
+    global _Waiter, _UNBLOCK, _Blocking
+    from leaseq.daemon.blocking import Blocking
     from leaseq.daemon.connection import Connection
     from leaseq.daemon.waiter import Waiter
-    _Waiter, _UNBLOCK = Waiter, Connection.__dict__["unblock"]
+    _Waiter, _UNBLOCK, _Blocking = Waiter, Connection.__dict__["unblock"], Blocking
     return 0
 
 
@@ -444,7 +538,7 @@ def serve_one(blocking, queue):
         _cancel(blocking, w)
         _unblock(conn, job_replies(jobs), ticket)
     if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
-        blocking._arm(queue)
+        _arm(blocking, queue)
     return True
 
 
@@ -544,7 +638,7 @@ cdef int _run_pending(conn) except -1:
                     outbox.hold_place(ticket)
                     (<set>get(COMMITTER, committer, M_WAITERS)).add(conn)
                 if kind is ClaimWait:
-                    get(SERVER, server, S_BLOCKING).park(conn, reply)
+                    _park(get(SERVER, server, S_BLOCKING), conn, reply)
                 else:
                     get(SERVER, server, S_BLOCKING).results.park(conn, reply)
                 break
@@ -586,4 +680,4 @@ cdef int _run_pending(conn) except -1:
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, LOG, HISTOGRAM,
-            BLOCKING, WAITER, CLAIM_WAIT, COMMITTER, DISK_FAULTS, OUTBOX]
+            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, OUTBOX]

@@ -325,8 +325,9 @@ def jobs_for_tokens(table, tokens):
 
 def job_replies(record, plain, job_reply, jobs):
     """``commands.jobs.job_replies``: the reply of each claimed job; a job
-    with no rare fields as ``record(plain, values)`` made here, the others
-    by ``job_reply``."""
+    with no rare fields as ``record(plain, values)`` made here (``record`` is
+    ``commands.replies.Record``: its two slots are set here, as its
+    ``__init__`` sets them), the others by ``job_reply``."""
     cdef Job job
     cdef _Lease lease
     out = []
@@ -335,6 +336,9 @@ def job_replies(record, plain, job_reply, jobs):
         if job.extra is not None or lease is None:
             out.append(job_reply(job))
             continue
-        out.append(record(plain, (job.id, PyBytes_FromStringAndSize(job._payload, job.payload_len), lease.token,
-                                  lease.deadline, job.deliveries, job.priority, job.enqueued_at)))
+        reply = record.__new__(record)       # record(plain, values), without a Python frame for __init__
+        reply.shape = plain
+        reply.values = (job.id, PyBytes_FromStringAndSize(job._payload, job.payload_len), lease.token,
+                        lease.deadline, job.deliveries, job.priority, job.enqueued_at)
+        out.append(reply)
     return out
