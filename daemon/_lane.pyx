@@ -418,7 +418,7 @@ cdef int _arm(blocking, queue) except -1:
     a = get(INDEXES, indexes, X_DELAYED).first()          # Indexes.next_due
     b = get(INDEXES, indexes, X_LEASES).first()
     due = b if a is None else (a if b is None or a < b else b)
-    if (<tuple>get(CONFIG, get(QUEUE, queue, Q_CONFIG), 0))[0] or get(INDEXES, indexes, X_GROUPS) is not None:
+    if get(CONFIG, get(QUEUE, queue, Q_CONFIG), 0)[0] or get(INDEXES, indexes, X_GROUPS) is not None:
         room = _flow.next_room(queue, now)
         if room is None and blocking._served_late(queue, now):
             room = now

@@ -18,12 +18,12 @@ A light turn (``INLINE_BYTES`` written or fewer) runs its fsync on the
 loop's own thread instead, as Redis's ``appendfsync always`` does, unless
 the disk has been slow (a moving average of the fsyncs' durations above
 ``INLINE_MAX_FSYNC``: a lone slow fsync does not move it far, a slow
-spell does) or a snapshot is being written.  Under a light load the loop has little to do
-while the disk works, and the hand-off costs more than it saves: at 5,000
-single-job pushes a second it was about a quarter of the daemon's CPU a
-job, in small turns, wake-ups and context switches on both threads (the
-log's thread's own system time was the fdatasync itself, about the same
-on either thread).  Requests that arrive meanwhile wait in their sockets
+spell does) or a snapshot is being written.  Under a light load the loop
+has little to do while the disk works, and the hand-off costs more than
+it saves: at 5,000 single-job pushes a second it was about a quarter of
+the daemon's CPU a job, in small turns, wake-ups and context switches on
+both threads (the log's thread's own system time was the fdatasync
+itself, about the same on either thread).  Requests that arrive meanwhile wait in their sockets
 and make the next turn larger, so the next fsync covers more of them.  A
 heavy turn keeps the thread, so that the loop reads and runs the next
 turn's commands while the disk works (docs/performance.md, "The fsync on
@@ -140,7 +140,7 @@ class Committer:
             self.fsyncs_inline += 1
             try:
                 wal.sync()
-            except OSError as e:
+            except Exception as e:          # as the log's thread hands any error over: a disk fault
                 self._synced(e, wal, target, started)
             else:
                 self._synced(None, wal, target, started)
