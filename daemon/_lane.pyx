@@ -452,12 +452,12 @@ cdef int _cancel(blocking, w) except -1:
         timer.cancel()
         put(WAITER, w, WT_TIMER, None)
     queue = get(CLAIM_WAIT, get(WAITER, w, WT_WAIT), W_QUEUE)
-    waiters = (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
+    by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
+    waiters = by_queue.get(queue)
     if waiters and w in waiters:
         waiters.remove(w)
-        if not waiters:                                   # Blocking._forget
-            by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
-            if by_queue.get(queue) or (<dict>get(BLOCKING, blocking, B_WORKERS)).get(queue):
+        if not waiters:                                   # Blocking._forget (its waiters: none left)
+            if (<dict>get(BLOCKING, blocking, B_WORKERS)).get(queue):
                 return 0
             by_queue.pop(queue, None)
             timer = (<dict>get(BLOCKING, blocking, B_TIMERS)).pop(queue, None)
