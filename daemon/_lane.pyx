@@ -41,9 +41,9 @@ Python one.  It reads the connection, the server, the committer and the
 outbox at their slots' offsets (``Slots``, storage/_slots.pxi), as ``run``
 reads the client and the store.
 
-``serve_one(blocking, queue)`` is ``Blocking.serve`` for the commonest
-case at one job per request: one plain claim parked on a plain queue,
-served at the end of the turn in which a push woke it;
+``serve_plain(blocking, queue)`` is ``Blocking.serve`` for the commonest
+case at one job per request: plain claims parked on a plain queue,
+served at the end of the turn in which a push woke them;
 tests/unit/test_blocking.py holds it to ``Blocking.serve``.
 """
 
@@ -504,42 +504,94 @@ cdef int _imports() except -1:
     return 0
 
 
-def serve_one(blocking, queue):
-    """``Blocking.serve(queue)`` when one plain claim waits on it (no work
-    stream, no cohort, no SESSION) and the queue is plain
-    (``storage._plain``): True when served, False (before anything changed)
-    for the ordinary ``serve``.  With one claimer the deal is what there is,
-    up to its COUNT, which is what ``claim_next`` takes."""
+def serve_plain(blocking, queue):
+    """``Blocking.serve(queue)`` when only plain claims wait on it (no work
+    stream, no cohort, no SESSION, no closed connection) and the queue is
+    plain (``storage._plain``): True when served, False (before anything
+    changed) for the ordinary ``serve``.  The jobs the rules let out are
+    dealt as ``deal`` deals them, and each claimer's share is claimed in
+    waiting order, by the compiled ``claim_next`` or, for jobs it declines
+    (a job with a rare field), by the claim's own ``take``."""
     waiters = (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
-    if (waiters is None or len(<list>waiters) != 1 or queue in get(BLOCKING, blocking, B_WORKERS)
+    if (not waiters or queue in get(BLOCKING, blocking, B_WORKERS)
             or queue in get(BLOCKING, blocking, B_COHORTS)):
         return False
     plain = plain_module.twin
-    w = (<list>waiters)[0]
-    wait = get(WAITER, w, 0)
-    conn = get(WAITER, w, 1)
-    if (plain is None or get(CLIENT, conn, C_CLOSED) or get(CLAIM_WAIT, wait, W_COHORT)
-            or get(CLAIM_WAIT, wait, W_HOLDER) is not None):
+    if plain is None:
         return False
+    cdef Py_ssize_t i, n = len(<list>waiters), total = 0
+    for w in <list>waiters:
+        wait = get(WAITER, w, WT_WAIT)
+        if (get(CLIENT, get(WAITER, w, WT_CONN), C_CLOSED) or get(CLAIM_WAIT, wait, W_COHORT)
+                or get(CLAIM_WAIT, wait, W_HOLDER) is not None):
+            return False
+        total += <Py_ssize_t>get(CLAIM_WAIT, wait, W_COUNT)
     server = get(BLOCKING, blocking, B_SERVER)
     store = get(SERVER, server, S_STORE)
     journal = get(STORE, store, ST_JOURNAL)
     now_ms = get(SERVER, server, S_NOW_MS)
-    mark = _mark(journal)
-    now = now_ms()
-    jobs = plain.claim_next(store, queue, now, get(CLAIM_WAIT, wait, W_COUNT),
-                            now + get(CLAIM_WAIT, wait, W_LEASE_MS), get(CLAIM_WAIT, wait, W_CONSUMER))
-    if jobs is None:
-        return False
-    if jobs:
+    if n == 1:           # the commonest: one claimer takes what there is, up to its COUNT, as claim_next does
+        takers, shares = waiters, None
+    else:
+        available = plain.claimable(store, queue, now_ms(), total)
+        if available is None:
+            return False
+        takers, shares = list(<list>waiters), _deal(available, total, <list>waiters)
+    if _Waiter is None:
+        _imports()
+    for i in range(n):
+        w = (<list>takers)[i]
+        wait = get(WAITER, w, WT_WAIT)
+        share = get(CLAIM_WAIT, wait, W_COUNT) if shares is None else (<list>shares)[i]
+        if not share:
+            continue
+        mark = _mark(journal)
+        now = now_ms()
+        jobs = plain.claim_next(store, queue, now, share, now + get(CLAIM_WAIT, wait, W_LEASE_MS),
+                                get(CLAIM_WAIT, wait, W_CONSUMER))
+        if jobs is None:
+            if shares is None:
+                return False            # (nothing changed yet: the ordinary serve)
+            replies = wait.take(share)
+        else:
+            replies = job_replies(jobs) if jobs else jobs
+        if not replies:
+            break
         ticket = _settled_since(journal, mark, now_ms())
-        if _Waiter is None:
-            _imports()
         _cancel(blocking, w)
-        _unblock(conn, job_replies(jobs), ticket)
+        _unblock(get(WAITER, w, WT_CONN), replies, ticket)
     if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
         _arm(blocking, queue)
     return True
+
+
+cdef list _deal(Py_ssize_t available, Py_ssize_t total, list waiters):
+    """``deal(available, counts)`` (the definition, daemon/blocking.py) of
+    the waiters' COUNTs, for more than one waiter."""
+    cdef Py_ssize_t i, n = len(waiters), left, c
+    counts = [get(CLAIM_WAIT, get(WAITER, w, WT_WAIT), W_COUNT) for w in waiters]
+    if available >= total:
+        return counts
+    shares = [available * <Py_ssize_t>c // total for c in counts]
+    left = available - sum(shares)
+    i = 0
+    while left:
+        if shares[i] < counts[i]:
+            shares[i] += 1
+            left -= 1
+        i = (i + 1) % n
+    return shares
+
+
+def deal_counts(Py_ssize_t available, list counts):
+    """``_deal`` of waiters asking ``counts`` (for the tests)."""
+    from leaseq.daemon.waiter import Waiter
+    waiters = []
+    for c in counts:
+        wait = ClaimWait.__new__(ClaimWait)
+        wait.count = c
+        waiters.append(Waiter(None, wait))
+    return _deal(available, sum(counts), waiters)
 
 
 # -- the connection's turn ------------------------------------------------------------------------------
@@ -584,7 +636,7 @@ cdef int _serve_woken(blocking) except -1:
         put(BLOCKING, blocking, B_WOKEN, set())
     for q in woken:
         if q in get(BLOCKING, blocking, B_BY_QUEUE) or q in get(BLOCKING, blocking, B_WORKERS):
-            if not serve_one(blocking, q):
+            if not serve_plain(blocking, q):
                 blocking.serve(q)
     return 0
 cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))

@@ -32,7 +32,7 @@ import logging
 from leaseq.commands.jobs import claim_now
 from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
-from leaseq.storage import flow
+from leaseq.storage import flow, plain
 from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.job import IN_FLIGHT
 
@@ -41,10 +41,10 @@ from .waiter import Waiter
 
 log = logging.getLogger(__name__)
 
-# ``Blocking.serve`` of a plain queue one plain claim waits on, compiled
+# ``Blocking.serve`` of a plain queue only plain claims wait on, compiled
 # (daemon/_lane.pyx): None when not built
 _lane = compiled_twin("leaseq.daemon._lane")
-serve_one = _lane.serve_one if _lane is not None else None
+serve_plain = _lane.serve_plain if _lane is not None else None
 
 
 def deal(available: int, counts: list[int]) -> list[int]:
@@ -229,15 +229,18 @@ class Blocking:
         if takers or workers:
             server = self.server
             now = server.now_ms()
-            server.store.fold(queue, now)
             for k in workers:
                 if not k.conn.closed:
                     room = k.room
                     if room:
                         takers.append(k)
                         asks.append(room)
-            # what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
-            available = flow.claimable(queue, now, sum(asks)) if takers else 0
+            # after the fold, what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
+            if takers:
+                available = plain.claimable(server.store, queue, now, sum(asks))
+            else:
+                server.store.fold(queue, now)
+                available = 0
             if available:
                 journal = server.store.journal
                 for taker, share in zip(takers, deal(available, asks)):
@@ -276,7 +279,7 @@ class Blocking:
             self.woken = set()
         for q in woken:
             if q in self.by_queue or q in self.workers:
-                if serve_one is None or not serve_one(self, q):
+                if serve_plain is None or not serve_plain(self, q):
                     self.serve(q)
 
     def time_moved(self) -> None:

@@ -90,17 +90,40 @@ def push_one(store, q, payload, int priority, now):
     return jid
 
 
-def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
-    """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
-    indexes = get(QUEUE, q, Q_INDEXES)
+cdef inline bint _claims_plainly(indexes, q) except -1:
+    """Whether a claim of ``q`` is plain: no groups, nothing that limits
+    (``limited``), no MAXDELIVERIES or EXPIRE."""
     config = get(QUEUE, q, Q_CONFIG)
-    if (get(INDEXES, indexes, I_GROUPS) is not None or get(CONFIG, config, K_LIMITED)
-            or get(CONFIG, config, K_MAXDELIVERIES) or get(CONFIG, config, K_EXPIRE)):
-        return None
+    return not (get(INDEXES, indexes, I_GROUPS) is not None or get(CONFIG, config, K_LIMITED)
+                or get(CONFIG, config, K_MAXDELIVERIES) or get(CONFIG, config, K_EXPIRE))
+
+
+cdef int _fold(store, q, indexes, now) except -1:
+    """``Store.fold(q, now)``, called only when something in ``q`` is due
+    (a fold with nothing due changes nothing)."""
     if (get(INDEXES, indexes, I_DELAYED).earliest <= now or get(INDEXES, indexes, I_LEASES).earliest <= now
             or get(INDEXES, indexes, I_DEAD).earliest <= now or get(INDEXES, indexes, I_COMPLETED).earliest <= now
             or get(INDEXES, indexes, I_CANCELLED).earliest <= now or get(RESULTS, get(QUEUE, q, Q_RESULTS), 0)):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
+    return 0
+
+
+def claimable(store, q, now, Py_ssize_t want):
+    """``plain.claimable`` on a plain queue: how many of ``want`` jobs a
+    claim could take now, after the fold; or None."""
+    indexes = get(QUEUE, q, Q_INDEXES)
+    if not _claims_plainly(indexes, q):
+        return None
+    _fold(store, q, indexes, now)
+    return min(want, len(get(INDEXES, indexes, I_READY)))
+
+
+def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
+    """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
+    indexes = get(QUEUE, q, Q_INDEXES)
+    if not _claims_plainly(indexes, q):
+        return None
+    _fold(store, q, indexes, now)
     ready = get(INDEXES, indexes, I_READY)
     ids = ready.first(count)
     if not ids:

@@ -1,6 +1,7 @@
 """What a plain command changes, as one function each: a QPUSH of one job
 without options (``push_one``), a claim (``claim_next``: ``take_claimable``,
-then ``claim`` of what it took) and a QACK without RESULT
+then ``claim`` of what it took; ``claimable``, what a serve of parked claims
+deals out) and a QACK without RESULT
 (``ack_tokens``), over the ``Store`` transitions.
 
 At one job per command a job's life is these three, and they are where
@@ -15,6 +16,7 @@ definitions."""
 
 from __future__ import annotations
 
+from . import flow
 from .flavour import compiled_twin
 from .job import Job
 
@@ -31,6 +33,17 @@ def push_one(store, q, payload: bytes, priority: int, now: int) -> int:
     jid = store.take_ids(q, 1)
     store.push(q, [Job(jid, payload, priority, now, now)], now)
     return jid
+
+
+def claimable(store, q, now: int, want: int) -> int:
+    """What a serve of parked claims asks before it deals jobs out: the
+    fold, then how many of ``want`` jobs the rules let out now."""
+    if twin is not None:
+        n = twin.claimable(store, q, now, want)
+        if n is not None:
+            return n
+    store.fold(q, now)
+    return flow.claimable(q, now, want)
 
 
 def claim_next(store, q, now: int, count: int, deadline: int, consumer: bytes) -> list[Job]:

@@ -104,14 +104,22 @@ def test_deal_divides_in_proportion_never_above_a_count(available, counts):
             assert available * c // total <= s <= available * c // total + 1
 
 
-# -- the compiled serve of one plain claim (daemon/_lane.pyx serve_one) against Blocking.serve --------
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3000), st.lists(st.integers(1, 1000), min_size=2, max_size=12))
+def test_the_compiled_deal_deals_as_deal(available, counts):
+    """``serve_plain``'s deal among several waiters (daemon/_lane.pyx) is
+    ``deal`` (the module is built by bin/setup wherever there is a C compiler)."""
+    assert importlib.import_module("leaseq.daemon._lane").deal_counts(available, counts) == deal(available, counts)
+
+
+# -- the compiled serve of plain claims (daemon/_lane.pyx serve_plain) against Blocking.serve --------
 
 try:
     import importlib
-    SERVE_ONE = importlib.import_module("leaseq.daemon._lane").serve_one
+    SERVE_PLAIN = importlib.import_module("leaseq.daemon._lane").serve_plain
     PLAIN = importlib.import_module("leaseq.storage._plain")
 except ImportError:         # built by bin/setup wherever there is a C compiler
-    SERVE_ONE = PLAIN = None
+    SERVE_PLAIN = PLAIN = None
 
 SERVED_QUEUES = {b"mem": [b"DURABILITY", b"memory"], b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100"],
                  b"slots": [b"CONCURRENCY", b"1", b"DURABILITY", b"memory"]}
@@ -119,8 +127,10 @@ _park = st.tuples(st.just("park"), st.sampled_from(list(SERVED_QUEUES)), st.inte
 _push = st.tuples(st.just("push"), st.sampled_from(list(SERVED_QUEUES)), st.integers(1, 4),
                   st.sampled_from([[], [], [b"PRIORITY", b"8"], [b"KEY", b"k"]]))
 _turn = st.tuples(st.just("turn"))
+_parks = st.tuples(st.just("parks"), st.sampled_from(list(SERVED_QUEUES)),       # several claimers on one queue
+                   st.lists(st.integers(1, 3), min_size=2, max_size=4))
 served_ops = st.one_of(     # (parks, pushes and turns weighed thrice: a park, then a push, then a turn is the case)
-    _park, _park, _park, _push, _push, _push, _turn, _turn, _turn,
+    _park, _park, _parks, _push, _push, _push, _turn, _turn, _turn,
     st.tuples(st.just("clock"), st.integers(1, 150)),
     st.tuples(st.just("close"), st.integers(0, 9)),
     st.tuples(st.just("ack"), st.integers(0, 9)),
@@ -129,7 +139,7 @@ served_ops = st.one_of(     # (parks, pushes and turns weighed thrice: a park, t
 
 class ServeSide:
     """A store, its blocking claims and their parked connections, served with
-    the compiled ``serve_one`` or without it."""
+    the compiled ``serve_plain`` or without it."""
 
     def __init__(self, compiled: bool) -> None:
         from leaseq.daemon import blocking as blocking_module
@@ -147,18 +157,18 @@ class ServeSide:
 
     def run(self, args):
         blocking_module, plain_module = self.modules
-        saved = blocking_module.serve_one, plain_module.twin
+        saved = blocking_module.serve_plain, plain_module.twin
         if self.compiled:
-            blocking_module.serve_one, plain_module.twin = SERVE_ONE, PLAIN
+            blocking_module.serve_plain, plain_module.twin = SERVE_PLAIN, PLAIN
         else:
-            blocking_module.serve_one, plain_module.twin = None, None
+            blocking_module.serve_plain, plain_module.twin = None, None
         try:
             if args == "turn":
                 self.blocking.serve_woken()
                 return None
             return execute(self.client, args)[0]
         finally:
-            blocking_module.serve_one, plain_module.twin = saved
+            blocking_module.serve_plain, plain_module.twin = saved
 
     def do(self, op) -> None:
         kind = op[0]
@@ -171,6 +181,9 @@ class ServeSide:
                 self.blocking.park(conn, reply)
             else:
                 self.answers.append(("direct", encode(reply, False)))
+        elif kind == "parks":
+            for count in op[2]:
+                self.do(("park", op[1], count, True))
         elif kind == "push":
             _, q, n, options = op
             self.answers.append(("push", encode(self.run([b"QPUSHMANY", q, str(n).encode()] + [b"p"] * n + options), False)))
@@ -226,12 +239,19 @@ def _lease_tokens(data: bytes) -> list[bytes]:
           ("turn",), ("push", b"sync", 1, []), ("turn",), ("clock", 40)])
 @example([("park", b"slots", 1, True), ("push", b"slots", 2, [b"KEY", b"k"]), ("turn",), ("park", b"slots", 1, True),
           ("turn",), ("ack", 0), ("turn",)])
-def test_serve_one_and_serve_do_the_same(sequence):
+@example([("park", b"mem", 2, True), ("park", b"mem", 3, True), ("park", b"mem", 1, True), ("push", b"mem", 4, []),
+          ("turn",), ("push", b"mem", 3, []), ("turn",)])
+@example([("park", b"mem", 1, True), ("park", b"mem", 1, True), ("push", b"mem", 1, [b"KEY", b"k"]),
+          ("push", b"mem", 1, []), ("turn",)])
+@example([("parks", b"slots", [1, 2]), ("push", b"slots", 2, []), ("turn",), ("ack", 0), ("turn",)])
+@example([("park", b"sync", 1, True), ("park", b"sync", 2, True), ("push", b"sync", 2, []), ("turn",),
+          ("clock", 120), ("park", b"sync", 1, True), ("park", b"sync", 1, True), ("turn",)])
+def test_serve_plain_and_serve_do_the_same(sequence):
     """Generated parks, pushes, turns, clock steps, closed claimers and acks
     on a plain memory queue, a plain fsync queue whose leases run out, and
     a queue with CONCURRENCY (not plain): the same answers in the same
     order, the same records, store, waiters and timers with the compiled
-    serve of one plain claim as with ``Blocking.serve``."""
+    serve of plain claims as with ``Blocking.serve``."""
     sides = [ServeSide(compiled=True), ServeSide(compiled=False)]
     try:
         for op in sequence:

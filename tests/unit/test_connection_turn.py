@@ -138,7 +138,7 @@ def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypa
         monkeypatch.setattr(Committer, "end_of_turn", ended)
         # the Python side runs no compiled code of the lane at all: no plain lane in execute, no compiled serve
         monkeypatch.setattr(dispatch, "lane", plain and plain.run)
-        monkeypatch.setattr(blocking, "serve_one", plain and plain.serve_one)
+        monkeypatch.setattr(blocking, "serve_plain", plain and plain.serve_plain)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
     for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
         assert compiled == python, f"connection {i}"

@@ -118,7 +118,7 @@ def test_the_daemons_objects_are_read_at_their_offsets(monkeypatch):
     monkeypatch.setattr(Connection, "run_pending", lane.run_pending)
     monkeypatch.setattr(Connection, "data_received", lane.data_received)
     monkeypatch.setattr(dispatch, "lane", lane.run)
-    monkeypatch.setattr(blocking, "serve_one", lane.serve_one)
+    monkeypatch.setattr(blocking, "serve_plain", lane.serve_plain)
     monkeypatch.setattr(plain, "twin", importlib.import_module("leaseq.storage._plain"))
     path.loop("single", rounds=1, repeats=1)
     for module, s in _layouts():
