@@ -48,6 +48,8 @@ tests/unit/test_blocking.py holds it to ``Blocking.serve``.
 """
 
 import logging
+from heapq import heappush
+from operator import attrgetter
 
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -56,6 +58,7 @@ from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
+from leaseq.daemon.timeouts import COMPACT_ABOVE, Timeout, Timeouts
 from leaseq.storage import flow as _flow
 from leaseq.storage import plain as plain_module
 from leaseq.storage.wal import LogBuffer, Ticket
@@ -335,9 +338,9 @@ def run(client, list args):
 
 
 cdef Slots BLOCKING = Slots("leaseq.daemon.blocking.Blocking",
-                           ("by_queue", "workers", "cohorts", "server", "woken", "timers", "loop"))
+                           ("by_queue", "workers", "cohorts", "server", "woken", "timers", "loop", "timeouts"))
 cdef enum:
-    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN, B_TIMERS, B_LOOP
+    B_BY_QUEUE, B_WORKERS, B_COHORTS, B_SERVER, B_WOKEN, B_TIMERS, B_LOOP, B_TIMEOUTS
 cdef Slots WAITER = Slots("leaseq.daemon.waiter.Waiter", ("wait", "conn", "timer"))
 cdef enum:
     WT_WAIT, WT_CONN, WT_TIMER
@@ -392,8 +395,7 @@ cdef int _park(blocking, conn, wait) except -1:
     (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).setdefault(queue, []).append(w)
     timeout_ms = get(CLAIM_WAIT, wait, W_TIMEOUT_MS)
     if timeout_ms:
-        put(WAITER, w, WT_TIMER,
-            get(BLOCKING, blocking, B_LOOP).call_later(timeout_ms / 1000.0, blocking._timed_out, w))
+        put(WAITER, w, WT_TIMER, _timeout_add(get(BLOCKING, blocking, B_TIMEOUTS), timeout_ms / 1000.0, w))
     _arm(blocking, queue)
     return 0
 
@@ -449,7 +451,7 @@ cdef int _cancel(blocking, w) except -1:
         return 0
     timer = get(WAITER, w, WT_TIMER)
     if timer is not None:
-        timer.cancel()
+        _timeout_cancel(timer)
         put(WAITER, w, WT_TIMER, None)
     queue = get(CLAIM_WAIT, get(WAITER, w, WT_WAIT), W_QUEUE)
     by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
@@ -467,6 +469,60 @@ cdef int _cancel(blocking, w) except -1:
             if cohort is not None:
                 cohort.cancel()
     return 0
+
+
+cdef Slots TIMEOUTS = Slots("leaseq.daemon.timeouts.Timeouts", ("loop", "heap", "seq", "cancelled", "timer_due"))
+cdef enum:
+    TS_LOOP, TS_HEAP, TS_SEQ, TS_CANCELLED, TS_TIMER_DUE
+cdef Slots TIMEOUT = Slots("leaseq.daemon.timeouts.Timeout", ("due", "arg", "timeouts"))
+cdef enum:
+    T_DUE, T_ARG, T_TIMEOUTS
+
+
+cdef object _timeout_add(timeouts, double delay, arg):
+    """``Timeouts.add(delay, arg)`` (the definition, daemon/timeouts.py) on
+    the slots of a real ``Timeouts``; anything else is called."""
+    if type(timeouts) is not Timeouts:
+        return timeouts.add(delay, arg)
+    t = Timeout.__new__(Timeout)
+    due = get(TIMEOUTS, timeouts, TS_LOOP).time() + delay
+    put(TIMEOUT, t, T_DUE, due)
+    put(TIMEOUT, t, T_ARG, arg)
+    put(TIMEOUT, t, T_TIMEOUTS, timeouts)
+    seq = get(TIMEOUTS, timeouts, TS_SEQ) + 1
+    put(TIMEOUTS, timeouts, TS_SEQ, seq)
+    heappush(get(TIMEOUTS, timeouts, TS_HEAP), (due, seq, t))
+    timer_due = get(TIMEOUTS, timeouts, TS_TIMER_DUE)
+    if timer_due is None or due < timer_due:
+        timeouts.set_timer(due)
+    return t
+
+
+cdef int _timeout_cancel(t) except -1:
+    """``Timeout.cancel()`` (the definition, daemon/timeouts.py) on the
+    slots of a real ``Timeout``; anything else is called."""
+    if type(t) is not Timeout:
+        t.cancel()
+        return 0
+    timeouts = get(TIMEOUT, t, T_TIMEOUTS)
+    if timeouts is None:
+        return 0
+    put(TIMEOUT, t, T_TIMEOUTS, None)
+    cancelled = get(TIMEOUTS, timeouts, TS_CANCELLED) + 1
+    put(TIMEOUTS, timeouts, TS_CANCELLED, cancelled)
+    if cancelled > COMPACT_ABOVE and cancelled * 2 > len(get(TIMEOUTS, timeouts, TS_HEAP)):
+        timeouts.compact()
+    return 0
+
+
+def timeout_add(timeouts, delay, arg):
+    """``_timeout_add`` (for the tests)."""
+    return _timeout_add(timeouts, delay, arg)
+
+
+def timeout_cancel(t):
+    """``_timeout_cancel`` (for the tests)."""
+    _timeout_cancel(t)
 
 
 cdef int _unblock(conn, reply, ticket) except -1:
@@ -625,6 +681,9 @@ def end_of_turn(committer):
         committer._release()
 
 
+cdef object _BY_QID = attrgetter("qid")
+
+
 cdef int _serve_woken(blocking) except -1:
     """``Blocking.serve_woken`` (the definition, daemon/blocking.py), with
     the store's ``take_woken``, on their slots."""
@@ -634,7 +693,7 @@ cdef int _serve_woken(blocking) except -1:
     if get(BLOCKING, blocking, B_WOKEN):
         woken |= get(BLOCKING, blocking, B_WOKEN)
         put(BLOCKING, blocking, B_WOKEN, set())
-    for q in woken:
+    for q in sorted(woken, key=_BY_QID) if len(<set>woken) > 1 else woken:
         if q in get(BLOCKING, blocking, B_BY_QUEUE) or q in get(BLOCKING, blocking, B_WORKERS):
             if not serve_plain(blocking, q):
                 blocking.serve(q)
@@ -732,4 +791,4 @@ cdef int _run_pending(conn) except -1:
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, LOG, HISTOGRAM,
-            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, OUTBOX]
+            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, OUTBOX, TIMEOUTS, TIMEOUT]

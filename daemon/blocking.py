@@ -28,6 +28,7 @@ other way (ack, nack, claimed again after expiry, removal).
 from __future__ import annotations
 
 import logging
+from operator import attrgetter
 
 from leaseq.commands.jobs import claim_now
 from leaseq.commands.pubsub import job_message
@@ -37,9 +38,12 @@ from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.job import IN_FLIGHT
 
 from .resultwaits import ResultWaits
+from .timeouts import Timeouts
 from .waiter import Waiter
 
 log = logging.getLogger(__name__)
+
+BY_QID = attrgetter("qid")
 
 # ``Blocking.serve`` of a plain queue only plain claims wait on, compiled
 # (daemon/_lane.pyx): None when not built
@@ -131,7 +135,7 @@ class Worker(Session):
 
 
 class Blocking:
-    __slots__ = ("server", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results")
+    __slots__ = ("server", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results", "timeouts")
 
     def __init__(self, server, loop) -> None:
         self.server = server
@@ -142,6 +146,7 @@ class Blocking:
         self.cohorts: dict = {}      # Queue -> TimerHandle of the open WINDOW
         self.woken: set = set()     # queues a worker's freed slot asks to serve
         self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
+        self.timeouts = Timeouts(loop, self._timed_out)     # the waiters' BLOCKs
 
     def count(self, queue=None) -> int:
         if queue is not None:
@@ -156,7 +161,7 @@ class Blocking:
         queue = wait.queue
         self.by_queue.setdefault(queue, []).append(w)
         if wait.timeout_ms and not wait.cohort:      # a cohort's BLOCK starts when its window closes
-            w.timer = self.loop.call_later(wait.timeout_ms / 1000.0, self._timed_out, w)
+            w.timer = self.timeouts.add(wait.timeout_ms / 1000.0, w)
         if wait.cohort and queue not in self.cohorts:
             self.cohorts[queue] = self.loop.call_later(queue.config.window / 1000.0, self._window_closed, queue)
         self._arm(queue)
@@ -262,7 +267,7 @@ class Blocking:
                     self.cancel(w)
                     self._answer(w, w.wait.expired())
                 elif w.wait.timeout_ms and w.timer is None:
-                    w.timer = self.loop.call_later(w.wait.timeout_ms / 1000.0, self._timed_out, w)
+                    w.timer = self.timeouts.add(w.wait.timeout_ms / 1000.0, w)
         if queue in self.by_queue or queue in self.workers:
             self._arm(queue)
 
@@ -272,12 +277,13 @@ class Blocking:
 
     def serve_woken(self) -> None:
         """End of a turn: serve the queues whose ready jobs or next due moment
-        changed (the store's woken set) and those ``wake`` named."""
+        changed (the store's woken set) and those ``wake`` named, in the
+        order of their qid (whichever the daemon, the same lease tokens)."""
         woken = self.server.store.take_woken()
         if self.woken:
             woken |= self.woken
             self.woken = set()
-        for q in woken:
+        for q in sorted(woken, key=BY_QID) if len(woken) > 1 else woken:
             if q in self.by_queue or q in self.workers:
                 if serve_plain is None or not serve_plain(self, q):
                     self.serve(q)
@@ -324,6 +330,7 @@ class Blocking:
         for timer in self.cohorts.values():
             timer.cancel()
         self.cohorts.clear()
+        self.timeouts.close()
         self.woken = set()
 
     def release_all(self) -> None:
@@ -333,6 +340,7 @@ class Blocking:
             for w in list(self.by_queue.get(queue, [])):
                 self.cancel(w)
                 self._answer(w, w.wait.expired())
+        self.timeouts.close()
 
     # -- the per-queue timer -----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ ack's record to be fsynced (the acker's own reply does).
 
 from __future__ import annotations
 
+from .timeouts import Timeouts
 from .waiter import Waiter
 
 
@@ -33,6 +34,7 @@ class ResultWaits:
         self.by_job: dict[tuple, list] = {}     # (qid, id) -> [Parked], in arrival order
         self._due: list = []                    # keys whose job ended this turn
         self._scheduled = False
+        self.timeouts = Timeouts(loop, self._timed_out)     # their BLOCKs
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_job.values())
@@ -46,7 +48,7 @@ class ResultWaits:
         endings.watched.add(key)
         endings.tell = self.ended
         if wait.timeout_ms:
-            p.timer = self.loop.call_later(wait.timeout_ms / 1000.0, self._timed_out, p)
+            p.timer = self.timeouts.add(wait.timeout_ms / 1000.0, p)
 
     def cancel(self, p: Parked) -> None:
         if p.timer is not None:
@@ -105,7 +107,9 @@ class ResultWaits:
         """The store will be rebuilt from disk: answer everyone with ``error``."""
         self._answer_all(list(self.by_job), lambda p: error)
         self._due = []
+        self.timeouts.close()
 
     def release_all(self) -> None:
         """Shutdown: answer everyone as if the BLOCK timed out."""
         self._answer_all(list(self.by_job), lambda p: p.wait.expired())
+        self.timeouts.close()

@@ -243,6 +243,8 @@ def _lease_tokens(data: bytes) -> list[bytes]:
           ("turn",), ("push", b"mem", 3, []), ("turn",)])
 @example([("park", b"mem", 1, True), ("park", b"mem", 1, True), ("push", b"mem", 1, [b"KEY", b"k"]),
           ("push", b"mem", 1, []), ("turn",)])
+@example([("push", b"sync", 2, []), ("parks", b"mem", [1, 1]), ("push", b"mem", 1, []),     # two queues served in
+          ("parks", b"sync", [1, 1, 1]), ("clock", 100), ("park", b"sync", 1, False), ("turn",)])  # one turn: by qid
 @example([("parks", b"slots", [1, 2]), ("push", b"slots", 2, []), ("turn",), ("ack", 0), ("turn",)])
 @example([("park", b"sync", 1, True), ("park", b"sync", 2, True), ("push", b"sync", 2, []), ("turn",),
           ("clock", 120), ("park", b"sync", 1, True), ("park", b"sync", 1, True), ("turn",)])
