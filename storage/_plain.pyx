@@ -26,10 +26,15 @@ LEASEQ_PURE=1 it is held to the pure ``Job``, job table and indexes too."""
 
 from leaseq.storage import records
 from leaseq.storage.config import FSYNC, MEMORY
+from leaseq.storage import job as _job_module
 from leaseq.storage.job import IN_FLIGHT, READY, Job, payload_sizes
 from leaseq.storage.leasing import drop_leases, jobs_for_tokens, lease_tokens, take_leases
 
 cdef int PUSH = records.PUSH, CLAIM = records.CLAIM, ACK = records.ACK
+# ``payload_sizes`` of the compiled jobs is ``sum(map(_PAYLOAD_LEN, jobs))``
+# (storage/job.py): here without its Python frame
+cdef object _PAYLOAD_LEN = _job_module._PAYLOAD_LEN
+cdef bint _LENS = payload_sizes is _job_module._compiled_payload_sizes
 
 include "_slots.pxi"
 
@@ -173,7 +178,8 @@ def ack_tokens(store, q, tokens, now):
     leases = get(INDEXES, indexes, I_LEASES)
     for deadline, ids in by_deadline.items():
         leases.remove_many(deadline, ids)
-    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) - payload_sizes(jobs))
+    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES)
+        - (sum(map(_PAYLOAD_LEN, jobs)) if _LENS else payload_sizes(jobs)))
     table.compact()
     counters = get(QUEUE, q, Q_COUNTERS)
     put(COUNTERS, counters, 1, get(COUNTERS, counters, 1) + len(jobs))
