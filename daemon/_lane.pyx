@@ -427,12 +427,9 @@ cdef int _arm(blocking, queue) except -1:
         if room is not None and (due is None or room < due):
             due = room
     timers = <dict>get(BLOCKING, blocking, B_TIMERS)
-    current = timers.get(queue)
     if due is None:
-        if current:
-            current[1].cancel()
-            del timers[queue]
-        return 0
+        return 0                                          # (a timer set earlier stays)
+    current = timers.get(queue)
     if current is not None:
         if current[0] <= due:
             return 0

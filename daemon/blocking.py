@@ -355,12 +355,13 @@ class Blocking:
             room = now
         if room is not None and (due is None or room < due):
             due = room
-        current = self.timers.get(queue)
         if due is None:
-            if current:
-                current[1].cancel()
-                del self.timers[queue]
+            # A timer set for an earlier moment stays: if it runs for nothing,
+            # serve finds nothing and looks again.  Cancelling it here would
+            # cancel and set a timer of the loop once a job at one job per
+            # request, each time a queue's last lease ends.
             return
+        current = self.timers.get(queue)
         if current is not None:
             if current[0] <= due:
                 return
