@@ -18,7 +18,9 @@ hundredth.  What the counts say about time is in docs/performance.md,
 The load is a job in lockstep, the ``single`` round of ``leaseq bench
 path`` over sockets: a worker's claim with a long BLOCK parks, a producer's
 push ``PARK_S`` later wakes it, the worker takes the job and acks it, and
-only then the next claim goes.  Every request comes alone and every claim
+only then the next claim goes.  With ``--claimers N`` N workers' claims
+park, as the workers of ``leaseq bench queue``'s W3 at a fixed rate do
+on one queue; each push wakes one of them, which acks and parks again.  Every request comes alone and every claim
 parks, whatever the server's speed under valgrind (a fixed rate would
 batch requests when the server is slow and time claims out when it is
 fast).  Method: the server starts under callgrind; the queue is made;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -136,31 +139,45 @@ class Counted:
         self.log.close()
 
 
-def lockstep(producer: Conn, worker: Conn, wire, jobs: int) -> int:
-    """``jobs`` jobs one at a time: claim (parks), push (wakes it), ack; the
-    jobs acked.  At most ``JOB_LIMIT_S`` a job on average, or it stops."""
+def lockstep(producer: Conn, workers: list[Conn], wire, jobs: int) -> int:
+    """``jobs`` jobs one at a time: each worker's claim parks, a push wakes
+    one of them, that worker acks its job and parks again; the jobs acked.
+    At most ``JOB_LIMIT_S`` a job on average, or it stops."""
     claim = wire.claim("w", 1, BLOCK_MS)
     push, _stamp_at = wire.push_one()
     deadline = time.monotonic() + jobs * JOB_LIMIT_S
-    done = 0
-    for _ in range(jobs):
+    parked: list[Conn] = []             # the workers whose claim waits, in the order they sent it
+
+    def park(worker: Conn) -> None:
+        worker.sock.sendall(claim)
+        parked.append(worker)
+
+    for worker in workers:
+        park(worker)
+    for done in range(jobs):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{jobs} jobs in lockstep took more than {jobs * JOB_LIMIT_S:g} s")
-        worker.sock.sendall(claim)
         time.sleep(PARK_S)
         producer.call(push)
+        ready, _, _ = select.select([w.sock for w in parked], [], [], max(0.0, deadline - time.monotonic()))
+        if len(ready) != 1:
+            raise RuntimeError(f"a push woke {len(ready)} of {len(parked)} parked claims")
+        worker = next(w for w in parked if w.sock is ready[0])
+        parked.remove(worker)
         got = wire.claimed(worker.read(1)[0])
         if len(got) != 1:
             raise RuntimeError(f"a parked claim got {len(got)} jobs for one push")
         data, n = wire.ack([h for h, _p in got])
         worker.call(data, n)
-        done += 1
-    return done
+        if done + 1 < jobs:
+            park(worker)
+    return jobs
 
 
 def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int, idle_s: float = IDLE_S,
-            functions: int = 0) -> dict:
-    """One server: per job of ``jobs`` in lockstep, its instructions and
+            functions: int = 0, claimers: int = 1) -> dict:
+    """One server: per job of ``jobs`` in lockstep (``claimers`` parked
+    claims, one woken a job), its instructions and
     cache misses (the idle rate taken off), and what it runs a second idle;
     with ``functions``, that many of its C functions with the most misses
     of their own during the load."""
@@ -168,13 +185,14 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
     try:
         key = "bench-instructions"
         wire = wire_for(wire_kind(kind), key)
-        producer, worker = Conn(HOST, server.port, timeout=120), Conn(HOST, server.port, timeout=120)
+        producer = Conn(HOST, server.port, timeout=120)
+        workers = [Conn(HOST, server.port, timeout=120) for _ in range(claimers)]
         try:
             wire.create(producer, "memory")
             idle, idle_s, _ = server.count(lambda: time.sleep(idle_s))
             acked = []
             try:
-                load, load_s, dump = server.count(lambda: acked.append(lockstep(producer, worker, wire, jobs)))
+                load, load_s, dump = server.count(lambda: acked.append(lockstep(producer, workers, wire, jobs)))
             except (ConnectionError, OSError) as e:
                 raise RuntimeError(f"{LABELS[kind]} under callgrind: {e} during the load; {server.ending()}") from e
             top = most_missing(dump, functions, jobs) if functions else None
@@ -182,7 +200,8 @@ def measure(kind: str, work: str, server_cpus, redis_path: str | None, jobs: int
             wire.drop(producer)
         finally:
             producer.close()
-            worker.close()
+            for worker in workers:
+                worker.close()
     finally:
         server.stop()
     if left:
@@ -241,7 +260,7 @@ def wire_kind(kind: str) -> str:
 
 
 def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS, idle_s: float = IDLE_S,
-        functions: int = 0, say=None) -> dict:
+        functions: int = 0, say=None, claimers: int = 1) -> dict:
     """Count each of ``kinds`` in turn (redis only when installed, the
     compiled minimal queue only where it was built); ``functions``: list
     that many of leaseq's C functions with the most misses."""
@@ -258,10 +277,10 @@ def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS,
         for kind in chosen:
             say(f"{LABELS[kind]} under callgrind")
             results[kind] = measure(kind, work, server_cpus, redis_path, jobs, idle_s,
-                                    functions if kind == "leaseq" else 0)
+                                    functions if kind == "leaseq" else 0, claimers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"settings": {"jobs": jobs, "park_s": PARK_S, "idle_s": idle_s},
+    result = {"settings": {"jobs": jobs, "park_s": PARK_S, "idle_s": idle_s, "claimers": claimers},
               "machine": {"redis_server": redis_ver}, "results": results}
     notes = [f"{LABELS[k]}: not counted ({'redis-server not found' if k == 'redis' else 'not built'})"
              for k in kinds if k not in chosen]
@@ -275,8 +294,9 @@ def report(result: dict) -> None:
     base = res.get("compiled", {}).get("instructions")
     rows = [[LABELS[k], f"{r['instructions']:,.0f}", f"{r['instructions'] / base:.2f}" if base else "-",
              f"{r['i1_misses']:,.0f}", f"{r['d1_misses']:,.0f}", f"{r['idle_per_s']:,.0f}"] for k, r in res.items()]
-    print_grid(f"leaseq bench floor --queue --instructions: {s['jobs']:,} jobs in lockstep over sockets (a parked "
-               f"claim, the push that wakes it, the ack), each server under callgrind; user space only, per job",
+    parked = "a parked claim" if s.get("claimers", 1) == 1 else f"{s['claimers']} parked claims"
+    print_grid(f"leaseq bench floor --queue --instructions: {s['jobs']:,} jobs in lockstep over sockets ({parked}, "
+               f"the push that wakes one, the ack), each server under callgrind; user space only, per job",
                ["server", "instructions", "vs compiled minimal", "I1 misses", "D1 misses", "idle instructions/s"],
                rows, right={1, 2, 3, 4, 5})
     top = res.get("leaseq", {}).get("functions")

@@ -310,8 +310,10 @@ def bench_path(only, rounds, instructions, functions, gap_us, json_path) -> None
                    "do not apply.")
 @click.option("--functions", type=click.IntRange(0), default=0, show_default=True,
               help="With --instructions: also list leaseq's N C functions with the most cache misses per job.")
+@click.option("--claimers", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="With --instructions: claims parked on the queue, one woken a job (W3 at a fixed rate parks 4).")
 @JSON_OPTION
-def bench_floor(queue, rate, seconds, reps, redis_server, instructions, functions, json_path) -> None:
+def bench_floor(queue, rate, seconds, reps, redis_server, instructions, functions, claimers, json_path) -> None:
     """Server CPU per PING at a fixed rate: redis-server, a bare uvloop server (the least any Python
     server on uvloop spends for a request) and leaseq; with --queue, per job of W3 beside a minimal
     Python queue (the least any Python queue on uvloop spends for a job)."""
@@ -322,10 +324,12 @@ def bench_floor(queue, rate, seconds, reps, redis_server, instructions, function
         raise click.UsageError("--instructions runs jobs one at a time: --rate and --seconds do not apply")
     if functions and not instructions:
         raise click.BadParameter("needs --instructions", param_hint="--functions")
+    if claimers != 1 and not instructions:
+        raise click.BadParameter("needs --instructions", param_hint="--claimers")
     try:
         if instructions:
             from leaseq.bench import instructions as counting
-            counting.run(redis_server, json_path, functions=functions)
+            counting.run(redis_server, json_path, functions=functions, claimers=claimers)
             return
         run = floor.run_queue if queue else floor.run
         run(rate or (5000 if queue else 15000), seconds or (10 if queue else 8), reps, redis_server, json_path)

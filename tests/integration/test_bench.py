@@ -443,10 +443,26 @@ def test_bench_floor_queue_counts_instructions_over_sockets(tmp_path):
     assert all(":" in f["function"] and 0 < f["instructions"] < leaseq["instructions"] / 2 for f in top)
 
 
+@pytest.mark.timeout(300)
+def test_bench_floor_instructions_with_several_parked_claims(tmp_path):
+    """--claimers 3: three claims park on the queue, each push wakes one of
+    them (whichever the server serves first), which acks and parks again;
+    every job is claimed once and acked, none is left."""
+    from leaseq.bench import instructions
+    out = tmp_path / "count.json"
+    data = instructions.run("redis-server", str(out), kinds=("leaseq",), jobs=12, idle_s=0.5,
+                            say=lambda _msg: None, claimers=3)
+    assert data["settings"]["claimers"] == 3 == json.loads(out.read_text())["settings"]["claimers"]
+    r = data["results"]["leaseq"]
+    assert r["jobs"] == 12 and r["instructions"] > r["i1_misses"] > 0 and r["d1_misses"] > 0
+
+
 def test_bench_floor_instructions_needs_queue_and_valgrind(monkeypatch):
     for args, said in ((("--instructions",), "--instructions counts jobs: give it with --queue"),
                        (("--queue", "--instructions", "--rate", "50"), "--rate and --seconds do not apply"),
-                       (("--queue", "--functions", "5"), "needs --instructions")):
+                       (("--queue", "--functions", "5"), "needs --instructions"),
+                       (("--queue", "--claimers", "4"), "needs --instructions"),
+                       (("--queue", "--instructions", "--claimers", "0"), "0 is not in the range 1<=x<=16")):
         run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "floor", *args],
                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         assert run.returncode == 2 and said in run.stderr, run.stderr
