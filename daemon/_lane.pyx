@@ -604,7 +604,7 @@ def serve_plain(blocking, queue):
                                 get(CLAIM_WAIT, wait, W_CONSUMER))
         if jobs is None:
             if shares is None:
-                return False            # (nothing changed yet: the ordinary serve)
+                return False            # (at most a fold changed, which the ordinary serve repeats)
             replies = wait.take(share)
         else:
             replies = job_replies(jobs) if jobs else jobs
