@@ -18,6 +18,23 @@ COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)
 
 
+CIMPORTED = ("daemon", "storage")   # the folders whose .pxd files compiled modules cimport, as leaseq.<folder>
+
+
+def cimport_path(root: str = ".") -> str:
+    """A folder in which ``leaseq/storage/_index.pxd`` is storage/_index.pxd:
+    Cython finds what ``from leaseq.storage._index cimport ...`` names by
+    the package's name, which only pyproject.toml's package-dir maps to
+    the folders at the top (a link for each, under build/)."""
+    top = os.path.join(root, "build", "cimport")
+    os.makedirs(os.path.join(top, "leaseq"), exist_ok=True)
+    for folder in CIMPORTED:
+        link = os.path.join(top, "leaseq", folder)
+        if not os.path.islink(link):
+            os.symlink(os.path.abspath(os.path.join(root, folder)), link)
+    return top
+
+
 def extensions(compiled=COMPILED) -> list:
     """The extensions to build: each module Cython translates, one by one.
     A module Cython refuses (a newer Cython that reads it differently) is
@@ -30,10 +47,11 @@ def extensions(compiled=COMPILED) -> list:
         from Cython.Build import cythonize
     except ImportError:
         return []
-    built = []
+    built, include = [], [cimport_path()]
     for name, path in compiled:
         try:
-            built += cythonize([Extension(name, [path])], compiler_directives={"language_level": "3"}, quiet=True)
+            built += cythonize([Extension(name, [path])], compiler_directives={"language_level": "3"}, quiet=True,
+                               include_path=include)
         except Exception as e:       # Cython's CompileError, or any failure of its own
             print(f"warning: leaseq: {path} is not compiled ({type(e).__name__}: {e}); "
                   f"the pure-Python module serves instead", file=sys.stderr)

@@ -10,9 +10,7 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 
 cdef class Reading:
-    cdef public long long offset
-    cdef public bint frozen
-    cdef public long long frozen_at
+    """(Its fields are declared in _clock.pxd.)"""
 
     def __init__(self, long long offset, bint frozen, long long frozen_at):
         self.offset = offset
@@ -20,6 +18,10 @@ cdef class Reading:
         self.frozen_at = frozen_at
 
     def now(self):
+        return self.c_now()
+
+    cdef long long c_now(self):
+        """``now`` (what daemon._lane calls)."""
         cdef timespec ts
         if self.frozen:
             return self.frozen_at

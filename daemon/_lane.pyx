@@ -61,6 +61,12 @@ from leaseq.daemon.metrics import BUCKETS
 from leaseq.daemon.timeouts import COMPACT_ABOVE, Timeout, Timeouts
 from leaseq.storage import flow as _flow
 from leaseq.storage import plain as plain_module
+from leaseq.storage cimport _plain as cplain     # storage.plain's twin as C calls, when plain_module.twin is it
+from leaseq.storage cimport _job as cjob
+from leaseq.daemon._clock cimport Reading
+from leaseq.daemon._parser cimport RequestParser
+from leaseq.daemon cimport _resp as cresp
+from leaseq.storage._index cimport TimeIndex
 from leaseq.storage.wal import LogBuffer, Ticket
 
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
@@ -129,10 +135,19 @@ cdef Slots USER = Slots("leaseq.commands.acl.User", ("unrestricted",))
 cdef Slots HOLDINGS = Slots("leaseq.daemon.holdings.Holdings", ("subscriptions",))
 cdef Slots SERVER = Slots("leaseq.daemon.server.Server",
                           ("loading", "disk_error", "store", "oom", "settings", "stats", "metrics", "now_ms",
-                           "committer", "disk", "stopping", "blocking"))
+                           "committer", "disk", "stopping", "blocking", "clock"))
 cdef enum:
     S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS, S_COMMITTER, S_DISK, \
-        S_STOPPING, S_BLOCKING
+        S_STOPPING, S_BLOCKING, S_CLOCK
+
+
+cdef inline object _now(server):
+    """``server.now_ms()``, which is its clock's ``now``: a C call when the
+    clock is the compiled ``Reading`` (the server's ``Clock`` derives from it)."""
+    clock = get(SERVER, server, S_CLOCK)
+    if isinstance(clock, Reading):
+        return (<Reading>clock).c_now()
+    return get(SERVER, server, S_NOW_MS)()
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
@@ -245,8 +260,27 @@ def observe(commands, str name, double seconds):
     _observe(commands, name, seconds)
 
 
+# commands.jobs.job_replies is the compiled one with its first three arguments given (a partial) in
+# the compiled flavour: called here as C
+from leaseq.storage import _job as _job_module
+cdef tuple _REPLIES_OF = (job_replies.args if getattr(job_replies, "func", None) is _job_module.job_replies
+                          else None)
+
+
+cdef inline list _job_replies(jobs):
+    """``job_replies(jobs)``."""
+    if _REPLIES_OF is None:
+        return job_replies(jobs)
+    return cjob.c_job_replies(_REPLIES_OF[0], _REPLIES_OF[1], _REPLIES_OF[2], jobs)
+
+
 def run(client, list args):
     """``(reply, ticket)`` as ``dispatch.execute`` answers, or None: not plain."""
+    return _run(client, args)
+
+
+cdef object _run(client, list args):
+    """``run`` (a C call from the connection's turn)."""
     cdef Py_ssize_t n = len(args), i
     cdef Kind kind
     cdef bytes a
@@ -300,29 +334,28 @@ def run(client, list args):
     put(STATS, stats, 0, get(STATS, stats, 0) + 1)
     name = NAMES[<int>kind]
     put(CLIENT, client, C_LAST_COMMAND, name)
-    now_ms = get(SERVER, server, S_NOW_MS)
     started = _seconds()
     plain = plain_module.twin        # storage.plain's compiled twin, asked straight (None: it declined)
     try:
         if kind == PUSH:
-            now = now_ms()
-            reply = None if plain is None else plain.push_one(store, q, payload, PRIORITY, now)
+            now = _now(server)
+            reply = None if plain is None else cplain.c_push_one(store, q, payload, PRIORITY, now)
             if reply is None:
                 reply = plain_module.push_one(store, q, payload, PRIORITY, now)
         elif kind == CLAIM:
             if lease_ms is None:
                 lease_ms = config.lease
-            now = now_ms()          # claim_now's work, without holder
-            jobs = None if plain is None else plain.claim_next(store, q, now, count, now + lease_ms, consumer)
+            now = _now(server)          # claim_now's work, without holder
+            jobs = None if plain is None else cplain.c_claim_next(store, q, now, count, now + lease_ms, consumer)
             if jobs is None:
                 reply = claim_now(server, q, consumer, count, lease_ms, None)
             else:
-                reply = job_replies(jobs) if jobs else []
+                reply = _job_replies(jobs) if jobs else []
             if not reply and block is not None and not get(CLIENT, client, C_IN_EXEC):
                 reply = _claim_wait(server, q, consumer, count, lease_ms, block)
         else:
-            now = now_ms()
-            reply = None if plain is None else plain.ack_tokens(store, q, args[2:], now)
+            now = _now(server)
+            reply = None if plain is None else cplain.c_ack_tokens(store, q, args[2:], now)
             if reply is None:
                 reply = plain_module.ack_tokens(store, q, args[2:], now)
     except Error as e:
@@ -333,7 +366,7 @@ def run(client, list args):
     _observe(get(METRICS, get(SERVER, server, S_METRICS), 0), name, _seconds() - started)
     observes = OBSERVES[<int>kind]
     if observes:
-        return reply, _settled_since(journal, mark, now_ms() if observes == "claims" else None)
+        return reply, _settled_since(journal, mark, _now(server) if observes == "claims" else None)
     return reply, _ticket_since(journal, mark)
 
 
@@ -374,7 +407,8 @@ cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig", ("rate",))
 
 cdef object _Waiter = None            # daemon.waiter.Waiter, and Connection.unblock's function,
 cdef object _UNBLOCK = None           # and daemon.blocking.Blocking (imported at first use: those
-cdef object _Blocking = None          # modules import this one)
+cdef object _Blocking = None          # modules import this one), and this module's run_pending
+cdef object _RUN_PENDING = None
 
 
 cdef int _park(blocking, conn, wait) except -1:
@@ -392,12 +426,24 @@ cdef int _park(blocking, conn, wait) except -1:
     put(WAITER, w, WT_TIMER, None)
     put(CLIENT, conn, C_WAITING, w)
     queue = get(CLAIM_WAIT, wait, W_QUEUE)
-    (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).setdefault(queue, []).append(w)
+    by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
+    waiters = by_queue.get(queue)                         # (setdefault would make a list at every park)
+    if waiters is None:
+        by_queue[queue] = [w]
+    else:
+        (<list>waiters).append(w)
     timeout_ms = get(CLAIM_WAIT, wait, W_TIMEOUT_MS)
     if timeout_ms:
         put(WAITER, w, WT_TIMER, _timeout_add(get(BLOCKING, blocking, B_TIMEOUTS), timeout_ms / 1000.0, w))
     _arm(blocking, queue)
     return 0
+
+
+cdef inline object _first_moment(index):
+    """``index.first()`` of a time index: a C read of the compiled one."""
+    if type(index) is TimeIndex:
+        return (<TimeIndex>index).first_moment()
+    return index.first()
 
 
 cdef int _arm(blocking, queue) except -1:
@@ -415,10 +461,10 @@ cdef int _arm(blocking, queue) except -1:
         blocking._forget(queue)
         return 0
     server = get(BLOCKING, blocking, B_SERVER)
-    now = get(SERVER, server, S_NOW_MS)()
+    now = _now(server)
     indexes = get(QUEUE, queue, Q_INDEXES)
-    a = get(INDEXES, indexes, X_DELAYED).first()          # Indexes.next_due
-    b = get(INDEXES, indexes, X_LEASES).first()
+    a = _first_moment(get(INDEXES, indexes, X_DELAYED))          # Indexes.next_due
+    b = _first_moment(get(INDEXES, indexes, X_LEASES))
     due = b if a is None else (a if b is None or a < b else b)
     if get(CONFIG, get(QUEUE, queue, Q_CONFIG), 0)[0] or get(INDEXES, indexes, X_GROUPS) is not None:
         room = _flow.next_room(queue, now)
@@ -534,7 +580,7 @@ cdef int _unblock(conn, reply, ticket) except -1:
     if get(CLIENT, conn, C_CLOSED):
         return 0
     if reply is not NO_REPLY:
-        data = encode(reply, get(CLIENT, conn, C_RESP3))
+        data = _encode(reply, get(CLIENT, conn, C_RESP3))
         outbox = get(CLIENT, conn, C_OUTBOX)
         held = get(OUTBOX, outbox, 1)
         if ticket is not None:
@@ -544,16 +590,19 @@ cdef int _unblock(conn, reply, ticket) except -1:
             held.append((None, data))
         else:
             (<list>get(OUTBOX, outbox, 0)).append(data)
-    conn.run_pending()
+    if getattr(type(conn), "run_pending", None) is _RUN_PENDING:
+        _run_pending(conn)
+    else:
+        conn.run_pending()
     return 0
 
 
 cdef int _imports() except -1:
-    global _Waiter, _UNBLOCK, _Blocking
+    global _Waiter, _UNBLOCK, _Blocking, _RUN_PENDING
     from leaseq.daemon.blocking import Blocking
     from leaseq.daemon.connection import Connection
     from leaseq.daemon.waiter import Waiter
-    _Waiter, _UNBLOCK, _Blocking = Waiter, Connection.__dict__["unblock"], Blocking
+    _Waiter, _UNBLOCK, _Blocking, _RUN_PENDING = Waiter, Connection.__dict__["unblock"], Blocking, run_pending
     return 0
 
 
@@ -565,6 +614,11 @@ def serve_plain(blocking, queue):
     dealt as ``deal`` deals them, and each claimer's share is claimed in
     waiting order, by the compiled ``claim_next`` or, for jobs it declines
     (a job with a rare field), by the claim's own ``take``."""
+    return _serve_plain(blocking, queue)
+
+
+cdef bint _serve_plain(blocking, queue) except -1:
+    """``serve_plain`` (a C call from the end of the turn)."""
     waiters = (<dict>get(BLOCKING, blocking, B_BY_QUEUE)).get(queue)
     if (not waiters or queue in get(BLOCKING, blocking, B_WORKERS)
             or queue in get(BLOCKING, blocking, B_COHORTS)):
@@ -582,11 +636,10 @@ def serve_plain(blocking, queue):
     server = get(BLOCKING, blocking, B_SERVER)
     store = get(SERVER, server, S_STORE)
     journal = get(STORE, store, ST_JOURNAL)
-    now_ms = get(SERVER, server, S_NOW_MS)
     if n == 1:           # the commonest: one claimer takes what there is, up to its COUNT, as claim_next does
         takers, shares = waiters, None
     else:
-        available = plain.claimable(store, queue, now_ms(), total)
+        available = cplain.c_claimable(store, queue, _now(server), total)
         if available is None:
             return False
         takers, shares = list(<list>waiters), _deal(available, total, <list>waiters)
@@ -599,18 +652,18 @@ def serve_plain(blocking, queue):
         if not share:
             continue
         mark = _mark(journal)
-        now = now_ms()
-        jobs = plain.claim_next(store, queue, now, share, now + get(CLAIM_WAIT, wait, W_LEASE_MS),
-                                get(CLAIM_WAIT, wait, W_CONSUMER))
+        now = _now(server)
+        jobs = cplain.c_claim_next(store, queue, now, share, now + get(CLAIM_WAIT, wait, W_LEASE_MS),
+                                   get(CLAIM_WAIT, wait, W_CONSUMER))
         if jobs is None:
             if shares is None:
                 return False            # (at most a fold changed, which the ordinary serve repeats)
             replies = wait.take(share)
         else:
-            replies = job_replies(jobs) if jobs else jobs
+            replies = _job_replies(jobs) if jobs else jobs
         if not replies:
             break
-        ticket = _settled_since(journal, mark, now_ms())
+        ticket = _settled_since(journal, mark, _now(server))
         _cancel(blocking, w)
         _unblock(get(WAITER, w, WT_CONN), replies, ticket)
     if queue in get(BLOCKING, blocking, B_BY_QUEUE) or queue in get(BLOCKING, blocking, B_WORKERS):
@@ -652,6 +705,14 @@ def deal_counts(Py_ssize_t available, list counts):
 from leaseq.commands.replies import NO_REPLY
 from leaseq.commands.results import ResultWait
 from leaseq.daemon.resp import ProtocolError, encode
+from leaseq.daemon import _resp as _resp_module
+
+cdef bint _C_ENCODE = encode is _resp_module.encode    # daemon.resp's encode is the compiled one
+
+
+cdef inline bytes _encode(reply, bint resp3):
+    """``encode(reply, resp3)``: a C call to the compiled one."""
+    return cresp.c_encode(reply, resp3) if _C_ENCODE else encode(reply, resp3)
 
 cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
 
@@ -692,7 +753,7 @@ cdef int _serve_woken(blocking) except -1:
         put(BLOCKING, blocking, B_WOKEN, set())
     for q in sorted(woken, key=_BY_QID) if len(<set>woken) > 1 else woken:
         if q in get(BLOCKING, blocking, B_BY_QUEUE) or q in get(BLOCKING, blocking, B_WORKERS):
-            if not serve_plain(blocking, q):
+            if not _serve_plain(blocking, q):
                 blocking.serve(q)
     return 0
 cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))
@@ -703,7 +764,8 @@ def data_received(conn, data):
     """``Connection.data_received``, compiled (what it does is written there)."""
     put(CLIENT, conn, C_LAST_ACTIVE, _seconds())              # time.monotonic(): the same clock
     try:
-        commands = get(CLIENT, conn, C_PARSER).feed(data)
+        parser = get(CLIENT, conn, C_PARSER)
+        commands = (<RequestParser>parser).c_feed(data) if type(parser) is RequestParser else parser.feed(data)
     except ProtocolError as e:
         commands = e.commands
         conn.protocol_error = str(e)
@@ -731,7 +793,7 @@ cdef int _run_pending(conn) except -1:
     while (pending and get(CLIENT, conn, C_WAITING) is None and not get(CLIENT, conn, C_QUITTING)
            and not get(CLIENT, conn, C_CLOSED)):
         args = pending.popleft()
-        got = run(conn, args)
+        got = _run(conn, args)
         if got is None:
             if _ordinary is None:
                 from leaseq.daemon.dispatch import execute as _ordinary
@@ -751,7 +813,7 @@ cdef int _run_pending(conn) except -1:
                     get(SERVER, server, S_BLOCKING).results.park(conn, reply)
                 break
         if reply is not NO_REPLY:                     # Outbox.add
-            data = encode(reply, get(CLIENT, conn, C_RESP3))
+            data = _encode(reply, get(CLIENT, conn, C_RESP3))
             held = get(OUTBOX, outbox, 1)
             if ticket is not None:
                 held.append((ticket, data))

@@ -42,13 +42,6 @@ def bind(protocol_error, split_args):
     _split_args = split_args
 
 
-cdef enum State:
-    IDLE            # between commands
-    INLINE          # in an inline line, before its newline
-    COUNT           # in a multibulk's "*N" line
-    HEADER          # before or in an element's "$N" line
-    BODY            # in an element's body and its CRLF
-
 cdef enum:
     COUNT_LINE_MAX = 24     # the "*N\r\n" line must end within this many bytes
 
@@ -99,17 +92,8 @@ cdef inline Py_ssize_t _crlf(const char* p, Py_ssize_t start, Py_ssize_t n):
 
 
 cdef class RequestParser:
-    """Incremental request parser for one connection (compiled)."""
-
-    cdef char* buf              # the unfinished piece: a line, or part of a body
-    cdef Py_ssize_t blen, bcap
-    cdef State state
-    cdef Py_ssize_t seen        # bytes of buf already searched for the line's end
-    cdef Py_ssize_t used        # bytes of the current command before buf
-    cdef Py_ssize_t left        # elements still to come
-    cdef Py_ssize_t bulk        # length of the body being received
-    cdef list args              # the current command's arguments so far
-    cdef public Py_ssize_t max_inline, max_args, max_bulk, max_buffer
+    """Incremental request parser for one connection (compiled; its fields
+    and states are declared in _parser.pxd)."""
 
     def __cinit__(self):
         self.bcap = 256
@@ -150,6 +134,10 @@ cdef class RequestParser:
         return 0
 
     def feed(self, data):
+        return self.c_feed(data)
+
+    cdef list c_feed(self, data):
+        """``feed`` (what daemon._lane calls)."""
         cdef list out = []
         cdef Py_ssize_t n, done
         if type(data) is not bytes:

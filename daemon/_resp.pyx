@@ -178,8 +178,29 @@ cdef int _enc(_Buf b, object v, bint resp3) except -1:
     return b.put_bytes(_fallback(v, resp3))
 
 
+cdef _Buf _spare = None                # a buffer kept from one reply to the next
+cdef Py_ssize_t SPARE_MAX = 64 * 1024   # (not one a big reply grew)
+
+
 def encode(value, bint resp3):
     """``daemon.resp.encode``, compiled."""
-    cdef _Buf b = _Buf()
-    _enc(b, value, resp3)
-    return PyBytes_FromStringAndSize(b.data, b.length)
+    return c_encode(value, resp3)
+
+
+cdef bytes c_encode(object value, bint resp3):
+    """``encode`` (what daemon._lane calls), written into the spare buffer
+    when it is free; when it is not (an encoding re-entered through the
+    fallback), into one of its own."""
+    global _spare
+    cdef _Buf b = _spare
+    if b is None:
+        b = _Buf()
+    else:
+        _spare = None
+        b.length = 0
+    try:
+        _enc(b, value, resp3)
+        return PyBytes_FromStringAndSize(b.data, b.length)
+    finally:
+        if b.capacity <= SPARE_MAX:
+            _spare = b

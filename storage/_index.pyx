@@ -42,18 +42,12 @@ ctypedef fused key_t:
     leaseq_wide
 
 cdef enum:
-    CHUNK_BYTES = 8192          # a chunk's keys: 1,024 narrow ones or 512 wide ones
     BAND_SHIFT = 59             # a ready key: the band above bit 59, the id below it
 
 cdef uint64_t SIGN = (<uint64_t>1) << 63
 cdef uint64_t ID_MASK = ((<uint64_t>1) << BAND_SHIFT) - 1
 NEVER = 1 << 62
 cdef int64_t C_NEVER = (<int64_t>1) << 62
-
-ctypedef struct Chunk:
-    Py_ssize_t n
-    unsigned char data[CHUNK_BYTES]
-
 
 cdef inline leaseq_wide wide_key(int64_t when, uint64_t jid):
     return ((<leaseq_wide>((<uint64_t>when) ^ SIGN)) << 64) | <leaseq_wide>jid
@@ -74,10 +68,8 @@ cdef inline uint64_t id_bits(object jid, uint64_t limit) except? 0xFFFFFFFFFFFFF
 @cython.auto_pickle(False)
 cdef class _Keys:
     """Ascending unique keys, all of one width (``key_t``), in chunks; the
-    functions below that take a ``key_t`` are its typed operations."""
-    cdef Chunk **chunks
-    cdef Py_ssize_t nchunks, room, length
-    cdef Py_ssize_t width, cap, merge_below      # bytes a key, keys a chunk, merge threshold
+    functions below that take a ``key_t`` are its typed operations
+    (its fields, and those of the classes below, are declared in _index.pxd)."""
 
     def __cinit__(self, Py_ssize_t width):
         self.chunks = NULL
@@ -323,7 +315,6 @@ def _lazily(_Keys keys, bint wide, bint pairs):
 @cython.auto_pickle(False)
 cdef class _Index:
     """What both indexes are: their keys, and their size."""
-    cdef _Keys _keys
 
     def __len__(self):
         return self._keys.length
@@ -337,7 +328,6 @@ cdef class _Index:
 @cython.auto_pickle(False)
 cdef class TimeIndex(_Index):
     """``storage.index.TimeIndex``, compiled: (moment, id) keys, 16 bytes each."""
-    cdef readonly int64_t earliest
 
     def __cinit__(self):
         self._keys = _Keys(sizeof(leaseq_wide))
@@ -346,7 +336,7 @@ cdef class TimeIndex(_Index):
     def __iter__(self):
         return _lazily(self._keys, True, True)
 
-    cdef inline void _moved(self):
+    cdef void _moved(self):
         self.earliest = moment_of((<leaseq_wide *>self._keys.chunks[0].data)[0]) if self._keys.length else C_NEVER
 
     def add(self, int64_t when, jid):
@@ -355,12 +345,17 @@ cdef class TimeIndex(_Index):
             self.earliest = when
 
     def add_many(self, int64_t when, jids):
+        self.add_ids(when, jids)
+
+    cdef int add_ids(self, int64_t when, object jids) except -1:
+        """``add_many`` (what storage._plain calls)."""
         cdef bint any_added = False
         for jid in jids:
             insert[leaseq_wide](self._keys, wide_key(when, id_bits(jid, 0x7FFFFFFFFFFFFFFF)))
             any_added = True
         if any_added and when < self.earliest:
             self.earliest = when
+        return 0
 
     def remove(self, int64_t when, jid):
         """Remove an entry that is present (KeyError otherwise: a bug)."""
@@ -371,6 +366,10 @@ cdef class TimeIndex(_Index):
 
     def remove_many(self, int64_t when, jids):
         """``remove`` of several entries at one moment, all present."""
+        self.remove_ids(when, jids)
+
+    cdef int remove_ids(self, int64_t when, object jids) except -1:
+        """``remove_many`` (what storage._plain calls)."""
         cdef Py_ssize_t missing = 0
         for jid in jids:
             if not erase[leaseq_wide](self._keys, wide_key(when, id_bits(jid, 0x7FFFFFFFFFFFFFFF))):
@@ -379,9 +378,14 @@ cdef class TimeIndex(_Index):
             self._moved()
         if missing:
             raise KeyError(f"not all of {len(jids)} ids were indexed at {when}")
+        return 0
 
     def first(self):
         """The earliest moment, or None when empty."""
+        return self.first_moment()
+
+    cdef object first_moment(self):
+        """``first`` (what daemon._lane calls)."""
         return self.earliest if self._keys.length else None
 
     def last(self, Py_ssize_t count):
@@ -428,7 +432,7 @@ cdef class ReadyIndex(_Index):
         """Every entry as (band, id), in claim order."""
         return keys_list[uint64_t](self._keys, 0, self._keys.length, False, True, <uint64_t *>NULL)
 
-    cdef inline uint64_t _key(self, int band, object jid) except? 0xFFFFFFFFFFFFFFFF:
+    cdef uint64_t _key(self, int band, object jid) except? 0xFFFFFFFFFFFFFFFF:
         if band < 0 or band >= 20:
             raise IndexError(f"no band {band}")
         return ((<uint64_t>band) << BAND_SHIFT) | id_bits(jid, ID_MASK)
@@ -438,12 +442,16 @@ cdef class ReadyIndex(_Index):
 
     def append_new(self, int band, jids):
         """Ids above every id in the band, ascending (new jobs)."""
-        for jid in jids:
-            insert[uint64_t](self._keys, self._key(band, jid))
+        self.add_ids(band, jids)
 
     def update(self, int band, jids):
+        self.add_ids(band, jids)
+
+    cdef int add_ids(self, int band, object jids) except -1:
+        """``update``, and ``append_new`` (what storage._plain calls)."""
         for jid in jids:
             insert[uint64_t](self._keys, self._key(band, jid))
+        return 0
 
     def remove(self, int band, jid):
         """Remove an entry that is present (ValueError otherwise: a bug)."""
@@ -452,6 +460,10 @@ cdef class ReadyIndex(_Index):
 
     def first(self, Py_ssize_t count):
         """The first ``count`` ids in claim order."""
+        return self.first_ids(count)
+
+    cdef list first_ids(self, Py_ssize_t count):
+        """``first`` (what storage._plain calls)."""
         return keys_list[uint64_t](self._keys, 0, count, False, False, <uint64_t *>NULL)
 
     def pop_first(self, Py_ssize_t count):

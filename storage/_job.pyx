@@ -46,36 +46,18 @@ cdef unsigned char _IN_FLIGHT = _NUMBER_OF[IN_FLIGHT]
 @cython.no_gc          # byte strings and an int: no cycles
 cdef class _Lease:
     """A job's lease fields, made when a claim first sets one (a ready job
-    that was never claimed has none): the token, the deadline, the consumer."""
-    cdef object token, deadline, consumer
+    that was never claimed has none): the token, the deadline, the consumer
+    (the fields of both classes are declared in _job.pxd)."""
 
 
 @cython.auto_pickle(False)
 @cython.final
 @cython.no_gc          # jobs hold no reference cycles (see above): the cyclic collector never scans them
 cdef class Job:
-    cdef public object id, enqueued_at, visible_at, extra
-    cdef _Lease _lease
-    cdef char *_payload
-    cdef readonly unsigned int payload_len
-    cdef public int deliveries
-    cdef public signed char priority      # 0-9 (QPUSH ... PRIORITY)
-    cdef unsigned char _requeued
-    cdef unsigned char _state             # the index of the state in _STATE_OF
-
     def __init__(self, id, payload, int priority, enqueued_at, visible_at, key=None, flags=0,
                  max_deliveries=0, expire_ms=0):
-        self.id = id
-        _keep(self, payload)
-        self.priority = priority
-        self.enqueued_at = enqueued_at
-        self.visible_at = visible_at
-        self.deliveries = 0
-        self._state = 0
-        self._requeued = 0
-        if key is None and not flags and not max_deliveries and not expire_ms:
-            self.extra = None
-        else:
+        _fill(self, id, payload, priority, enqueued_at, visible_at)
+        if key is not None or flags or max_deliveries or expire_ms:
             self.extra = JobExtra(key, flags, max_deliveries, expire_ms)
 
     def __dealloc__(self):
@@ -157,6 +139,35 @@ cdef class Job:
     progress = _extra_field("progress", None)
 
 
+cdef int _fill(Job job, object id, object payload, int priority, object enqueued_at, object visible_at) except -1:
+    """A new job's fields, none of the rare ones (``Job.__init__`` adds those)."""
+    job.id = id
+    _keep(job, payload)
+    job.priority = priority
+    job.enqueued_at = enqueued_at
+    job.visible_at = visible_at
+    job.deliveries = 0
+    job._state = 0
+    job._requeued = 0
+    job.extra = None
+    return 0
+
+
+cdef Job c_new_job(object id, object payload, int priority, object now):
+    """``Job(id, payload, priority, now, now)`` (what storage._plain calls)."""
+    cdef Job job = Job.__new__(Job)
+    _fill(job, id, payload, priority, now, now)
+    return job
+
+
+cdef object c_acked_deadline(Job job):
+    """The deadline of ``job``'s lease when it is in flight and has none of
+    the rare fields (what a plain ack takes); None for any other."""
+    if job.extra is not None or job._state != _IN_FLIGHT:
+        return None
+    return 0 if job._lease is None else job._lease.deadline
+
+
 cdef int _keep(Job job, object payload) except -1:
     """Copy ``payload`` (bytes, or any bytes-like object) into a buffer of
     ``job``'s own, in place of the one it had (a function, not a method: a
@@ -213,6 +224,11 @@ def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
     """``storage.leasing``'s ``TOKEN`` for a new lease on each of ``jobs``,
     the lease numbers counting from ``first_seq``, written digit by digit
     (a bytes ``%`` per token was 8 % of W2's claims and acks in a profile)."""
+    return c_lease_tokens(jobs, epoch, first_seq)
+
+
+cdef list c_lease_tokens(object jobs, unsigned long long epoch, unsigned long long first_seq):
+    """``lease_tokens`` (what storage._plain calls)."""
     cdef char buf[64]
     cdef char mid[20]
     cdef Job job
@@ -238,6 +254,11 @@ def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
 def take_leases(jobs, tokens, deadline, consumer):
     """``leasing.take_leases``: each job in flight under its token, with
     ``deadline`` and ``consumer``, one more delivery; the jobs' ids."""
+    return c_take_leases(jobs, tokens, deadline, consumer)
+
+
+cdef list c_take_leases(object jobs, object tokens, object deadline, object consumer):
+    """``take_leases`` (what storage._plain calls)."""
     cdef Job job
     cdef _Lease lease
     ids = []
@@ -258,6 +279,11 @@ def take_leases(jobs, tokens, deadline, consumer):
 def drop_leases(jobs, table):
     """``leasing.drop_leases``: jobs in flight leave ``table`` with their
     leases ended; their ids by deadline, and the jobs with rare fields."""
+    return c_drop_leases(jobs, table)
+
+
+cdef tuple c_drop_leases(object jobs, object table):
+    """``drop_leases`` (what storage._plain calls)."""
     cdef Job job
     cdef _Lease lease
     cdef dict by_deadline = {}
@@ -287,6 +313,11 @@ def jobs_for_tokens(table, tokens):
     digits before the first dot; anything else there names no job (a head
     ``int(head, 16)`` would also take, such as upper-case digits, cannot
     equal a token the daemon made, so both twins skip it)."""
+    return c_jobs_for_tokens(table, tokens)
+
+
+cdef list c_jobs_for_tokens(object table, object tokens):
+    """``jobs_for_tokens`` (what storage._plain calls)."""
     cdef bytes token
     cdef const unsigned char *s
     cdef Py_ssize_t n, i
@@ -328,6 +359,11 @@ def job_replies(record, plain, job_reply, jobs):
     with no rare fields as ``record(plain, values)`` made here (``record`` is
     ``commands.replies.Record``: its two slots are set here, as its
     ``__init__`` sets them), the others by ``job_reply``."""
+    return c_job_replies(record, plain, job_reply, jobs)
+
+
+cdef list c_job_replies(object record, object plain, object job_reply, object jobs):
+    """``job_replies`` (what daemon._lane calls)."""
     cdef Job job
     cdef _Lease lease
     out = []

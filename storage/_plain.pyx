@@ -38,6 +38,28 @@ cdef bint _LENS = payload_sizes is _job_module._compiled_payload_sizes
 
 include "_slots.pxi"
 
+from libc.stdint cimport int64_t
+from leaseq.storage._index cimport ReadyIndex, TimeIndex
+from leaseq.storage cimport _job as cjob
+
+# The compiled indexes and jobs are called as C (their .pxd files); the pure
+# ones, which tests/unit/test_lane.py holds this module to with
+# LEASEQ_PURE=1, by their methods and storage.leasing's functions.
+cdef bint _CJOBS = Job is cjob.Job       # storage.job's Job is the compiled one
+
+cdef inline bint _due(index, int64_t now) except -1:
+    """``index.earliest <= now``."""
+    if type(index) is TimeIndex:
+        return (<TimeIndex>index).earliest <= now
+    return index.earliest <= now
+
+
+cdef inline object _first(ready, Py_ssize_t count):
+    """``ready.first(count)``."""
+    if type(ready) is ReadyIndex:
+        return (<ReadyIndex>ready).first_ids(count)
+    return ready.first(count)
+
 # What the three read and change of the store, the queue and its parts
 # (``Slots``: at the offset, after one comparison of the class)
 cdef Slots STORE = Slots("leaseq.storage.store.Store",
@@ -72,20 +94,29 @@ cdef inline bint _logged(journal, q) except -1:
 
 def push_one(store, q, payload, int priority, now):
     """``plain.push_one`` on a plain queue: the new job's id, or None."""
+    return c_push_one(store, q, payload, priority, now)
+
+
+cdef object c_push_one(store, q, payload, int priority, now):
+    """``push_one`` (what daemon._lane calls)."""
     indexes = get(QUEUE, q, Q_INDEXES)
     if get(INDEXES, indexes, I_GROUPS) is not None:
         return None
     jid = get(QUEUE, q, Q_NEXT_ID)
     if jid + 1 > get(QUEUE, q, Q_ID_MARK):   # take_ids logs an IDMARK first
         return None
-    job = Job(jid, payload, priority, now, now)
+    job = cjob.c_new_job(jid, payload, priority, now) if _CJOBS else Job(jid, payload, priority, now, now)
     journal = get(STORE, store, ST_JOURNAL)
     logged = _logged(journal, q)
     body = records.push(get(QUEUE, q, Q_QID), now, [job]) if logged else None     # encoded first, as push does
     put(QUEUE, q, Q_NEXT_ID, jid + 1)
     job.state = READY
     get(QUEUE, q, Q_JOBS).extend([job])
-    get(INDEXES, indexes, I_READY).append_new((9 - priority) * 2 + 1, [jid])     # band(job): never requeued
+    ready = get(INDEXES, indexes, I_READY)
+    if type(ready) is ReadyIndex:                                   # append_new(band(job), ...): never requeued
+        (<ReadyIndex>ready).add_ids((9 - priority) * 2 + 1, (jid,))
+    else:
+        ready.append_new((9 - priority) * 2 + 1, [jid])
     put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) + len(<bytes>payload))
     counters = get(QUEUE, q, Q_COUNTERS)
     put(COUNTERS, counters, 0, get(COUNTERS, counters, 0) + 1)
@@ -106,9 +137,10 @@ cdef inline bint _claims_plainly(indexes, q) except -1:
 cdef int _fold(store, q, indexes, now) except -1:
     """``Store.fold(q, now)``, called only when something in ``q`` is due
     (a fold with nothing due changes nothing)."""
-    if (get(INDEXES, indexes, I_DELAYED).earliest <= now or get(INDEXES, indexes, I_LEASES).earliest <= now
-            or get(INDEXES, indexes, I_DEAD).earliest <= now or get(INDEXES, indexes, I_COMPLETED).earliest <= now
-            or get(INDEXES, indexes, I_CANCELLED).earliest <= now or get(RESULTS, get(QUEUE, q, Q_RESULTS), 0)):
+    cdef int64_t at = now
+    if (_due(get(INDEXES, indexes, I_DELAYED), at) or _due(get(INDEXES, indexes, I_LEASES), at)
+            or _due(get(INDEXES, indexes, I_DEAD), at) or _due(get(INDEXES, indexes, I_COMPLETED), at)
+            or _due(get(INDEXES, indexes, I_CANCELLED), at) or get(RESULTS, get(QUEUE, q, Q_RESULTS), 0)):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
     return 0
 
@@ -116,6 +148,11 @@ cdef int _fold(store, q, indexes, now) except -1:
 def claimable(store, q, now, Py_ssize_t want):
     """``plain.claimable`` on a plain queue: how many of ``want`` jobs a
     claim could take now, after the fold; or None."""
+    return c_claimable(store, q, now, want)
+
+
+cdef object c_claimable(store, q, now, Py_ssize_t want):
+    """``claimable`` (what daemon._lane calls)."""
     indexes = get(QUEUE, q, Q_INDEXES)
     if not _claims_plainly(indexes, q):
         return None
@@ -125,27 +162,41 @@ def claimable(store, q, now, Py_ssize_t want):
 
 def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
     """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
+    return c_claim_next(store, q, now, count, deadline, consumer)
+
+
+cdef object c_claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
+    """``claim_next`` (what daemon._lane calls)."""
     indexes = get(QUEUE, q, Q_INDEXES)
     if not _claims_plainly(indexes, q):
         return None
     _fold(store, q, indexes, now)
     ready = get(INDEXES, indexes, I_READY)
-    ids = ready.first(count)
+    ids = _first(ready, count)
     if not ids:
         return []
     table = get(QUEUE, q, Q_JOBS)
     jobs = [table[i] for i in ids]
     for job in jobs:
-        if job.extra is not None:            # its own MAXDELIVERIES or EXPIRE, a holder ...
+        if (<cjob.Job>job).extra is not None if _CJOBS else job.extra is not None:   # its own MAXDELIVERIES ...
             return None
     # Store.claim(..., front=True)
     cdef Py_ssize_t n = len(jobs)
     first_seq = get(STORE, store, ST_LEASE_SEQ) + 1
     put(STORE, store, ST_LEASE_SEQ, first_seq + n - 1)
-    tokens = lease_tokens(jobs, get(STORE, store, ST_EPOCH), first_seq)
-    ready.pop_first(n)
-    ids = take_leases(jobs, tokens, deadline, consumer)
-    get(INDEXES, indexes, I_LEASES).add_many(deadline, ids)
+    epoch = get(STORE, store, ST_EPOCH)
+    tokens = cjob.c_lease_tokens(jobs, epoch, first_seq) if _CJOBS else lease_tokens(jobs, epoch, first_seq)
+    if type(ready) is ReadyIndex:
+        (<ReadyIndex>ready)._keys.pop_front(n)
+    else:
+        ready.pop_first(n)
+    ids = (cjob.c_take_leases(jobs, tokens, deadline, consumer) if _CJOBS
+           else take_leases(jobs, tokens, deadline, consumer))
+    leases = get(INDEXES, indexes, I_LEASES)
+    if type(leases) is TimeIndex:
+        (<TimeIndex>leases).add_ids(deadline, ids)
+    else:
+        leases.add_many(deadline, ids)
     journal = get(STORE, store, ST_JOURNAL)
     if _logged(journal, q):
         journal.job_record(q, CLAIM, records.claim(get(QUEUE, q, Q_QID), now, deadline, first_seq, consumer, ids,
@@ -155,29 +206,43 @@ def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
 
 def ack_tokens(store, q, tokens, now):
     """``plain.ack_tokens`` on a plain queue: how many jobs were completed, or None."""
+    return c_ack_tokens(store, q, tokens, now)
+
+
+cdef object c_ack_tokens(store, q, tokens, now):
+    """``ack_tokens`` (what daemon._lane calls)."""
     config = get(QUEUE, q, Q_CONFIG)
     indexes = get(QUEUE, q, Q_INDEXES)
     if (get(CONFIG, config, K_RETAIN_COMPLETED) or get(INDEXES, indexes, I_GROUPS) is not None
             or get(DEPS, get(STORE, store, ST_DEPS), 0)):
         return None
     table = get(QUEUE, q, Q_JOBS)
-    jobs = jobs_for_tokens(table, tokens)
+    jobs = cjob.c_jobs_for_tokens(table, tokens) if _CJOBS else jobs_for_tokens(table, tokens)
     if not jobs:
         return 0
     blind_until = None                       # _unseen_by_claims_until: the earliest deadline
     for job in jobs:
-        if job.extra is not None or job.state is not IN_FLIGHT:
+        if _CJOBS:
+            deadline = cjob.c_acked_deadline(job)
+            if deadline is None:             # a rare field, or not in flight
+                return None
+        elif job.extra is not None or job.state is not IN_FLIGHT:
             return None
-        if blind_until is None or job.deadline < blind_until:
-            blind_until = job.deadline
+        else:
+            deadline = job.deadline
+        if blind_until is None or deadline < blind_until:
+            blind_until = deadline
     has_slots = get(CONFIG, config, K_CONCURRENCY) or get(CONFIG, config, K_GROUP_CONCURRENCY)
     if has_slots or get(QUEUE, q, Q_DURABILITY) is not FSYNC:
         blind_until = 0
     # Queue.complete_many: all in flight, none kept
-    by_deadline, _rare = drop_leases(jobs, table)
+    by_deadline, _rare = cjob.c_drop_leases(jobs, table) if _CJOBS else drop_leases(jobs, table)
     leases = get(INDEXES, indexes, I_LEASES)
     for deadline, ids in by_deadline.items():
-        leases.remove_many(deadline, ids)
+        if type(leases) is TimeIndex:
+            (<TimeIndex>leases).remove_ids(deadline, ids)
+        else:
+            leases.remove_many(deadline, ids)
     put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES)
         - (sum(map(_PAYLOAD_LEN, jobs)) if _LENS else payload_sizes(jobs)))
     table.compact()

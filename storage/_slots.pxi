@@ -102,15 +102,27 @@ cdef inline PyObject **_slot(Slots s, object obj, Py_ssize_t i) except? NULL:
     return <PyObject **>((<char *><PyObject *>obj) + s.offsets[i])
 
 
-cdef object get(Slots s, object obj, Py_ssize_t i):
-    """``getattr(obj, s.names[i])``."""
+cdef inline object get(Slots s, object obj, Py_ssize_t i):
+    """``getattr(obj, s.names[i])``: small enough for the C compiler to
+    inline at every read (a read of the class learnt last, a plain slot,
+    set); any other read is ``_get``'s."""
+    cdef PyObject *value
+    if Py_TYPE(obj) == s.seen and s.offsets[i] != 0:
+        value = (<PyObject **>((<char *><PyObject *>obj) + s.offsets[i]))[0]
+        if value is not NULL:
+            return <object>value
+    return _get(s, obj, i)
+
+
+cdef object _get(Slots s, object obj, Py_ssize_t i):
+    """``get``, learning the class first if need be."""
     cdef PyObject **at = _slot(s, obj, i)
     if at is not NULL and at[0] is not NULL:
         return <object>at[0]
     return getattr(obj, <str>s.names[i])
 
 
-cdef int put(Slots s, object obj, Py_ssize_t i, object value) except -1:
+cdef inline int put(Slots s, object obj, Py_ssize_t i, object value) except -1:
     """``setattr(obj, s.names[i], value)``."""
     cdef PyObject **at = _slot(s, obj, i)
     cdef PyObject *old

@@ -660,6 +660,20 @@ def test_the_encoder_in_use_gives_the_pure_encoders_bytes(value, resp3):
     assert encode(value, resp3) == resp.encode_pure(value, resp3)
 
 
+def test_the_buffer_kept_between_replies_carries_nothing_over():
+    """The compiled encoder writes each reply into a buffer it keeps for the
+    next one (not one a big reply grew): a reply after one that failed half
+    way, or after a big one, is exactly its own bytes."""
+    small = [b"x", 7, Record(SHAPE_A, (1, b"p", 2))]
+    for resp3 in (False, True):
+        with pytest.raises(TypeError):
+            encode([b"written first", 5, object()], resp3)
+        assert encode(small, resp3) == resp.encode_pure(small, resp3)
+        big = [b"y" * 50_000, b"z" * 50_000]
+        assert encode(big, resp3) == resp.encode_pure(big, resp3)
+        assert encode(small, resp3) == resp.encode_pure(small, resp3)
+
+
 def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     """bin/setup builds daemon/_resp.pyx, daemon/_parser.pyx,
     storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx and

@@ -76,3 +76,24 @@ def test_old_builds_beside_the_sources_are_removed_before_a_build(tmp_path):
                                           str(tmp_path))
     assert sorted(pathlib.Path(g).relative_to(tmp_path).as_posix() for g in gone) == sorted(old)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted(keep)
+
+
+def test_a_module_cimports_another_by_its_name_in_the_package(tmp_path, capsys, monkeypatch):
+    """``from leaseq.storage._a cimport ...`` in storage/_b.pyx finds
+    storage/_a.pxd, though only pyproject.toml's package-dir says that
+    storage/ is ``leaseq.storage``: the build links it under build/cimport."""
+    monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "storage").mkdir()
+    (tmp_path / "storage" / "_a.pxd").write_text("cdef int twice(int x)\n")
+    (tmp_path / "storage" / "_a.pyx").write_text("cdef int twice(int x):\n    return 2 * x\n")
+    (tmp_path / "storage" / "_b.pyx").write_text("from leaseq.storage._a cimport twice\n\n"
+                                                 "def four():\n    return twice(2)\n")
+    setup = load_setup()
+    built = setup.extensions([("leaseq.storage._a", "storage/_a.pyx"), ("leaseq.storage._b", "storage/_b.pyx")])
+    assert [e.name for e in built] == ["leaseq.storage._a", "leaseq.storage._b"]
+    assert "not compiled" not in capsys.readouterr().err
+    link = tmp_path / "build" / "cimport" / "leaseq" / "storage"
+    assert link.is_symlink() and link.resolve() == (tmp_path / "storage").resolve()
+    assert "__pyx_capi__" in (tmp_path / "storage" / "_a.c").read_text()     # _a exports twice to _b
+    assert "twice" in (tmp_path / "storage" / "_b.c").read_text()
