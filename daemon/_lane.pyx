@@ -309,7 +309,7 @@ cdef object _run(client, list args):
     if kind == PUSH:
         payload = args[2]
         if (n != 3 or get(SERVER, server, S_OOM)
-                or len(<bytes>payload) > get(SETTINGS, get(SERVER, server, S_SETTINGS), 0) or config.maxlen):
+                or len(<bytes>payload) > get(SETTINGS, get(SERVER, server, S_SETTINGS), 0) or get(CONFIG, config, K_MAXLEN)):
             return None
     elif kind == CLAIM:
         consumer = args[2]
@@ -320,7 +320,7 @@ cdef object _run(client, list args):
             count, lease_ms, block, session = _claim_options(args, 3) if found is None else found
         except Error:
             return None
-        if session or config.window:
+        if session or get(CONFIG, config, K_WINDOW):
             return None
     else:
         for i in range(2, n):          # RESULT (in any case) is the one keyword; everything else is a token
@@ -344,7 +344,7 @@ cdef object _run(client, list args):
                 reply = plain_module.push_one(store, q, payload, PRIORITY, now)
         elif kind == CLAIM:
             if lease_ms is None:
-                lease_ms = config.lease
+                lease_ms = get(CONFIG, config, K_LEASE)
             now = _now(server)          # claim_now's work, without holder
             jobs = None if plain is None else cplain.c_claim_next(store, q, now, count, now + lease_ms, consumer)
             if jobs is None:
@@ -402,7 +402,9 @@ cdef object _claim_wait(server, queue, consumer, count, lease_ms, timeout_ms):
 cdef Slots INDEXES = Slots("leaseq.storage.indexes.Indexes", ("delayed", "leases", "groups"))
 cdef enum:
     X_DELAYED, X_LEASES, X_GROUPS
-cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig", ("rate",))
+cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig", ("rate", "maxlen", "window", "lease"))
+cdef enum:
+    K_RATE, K_MAXLEN, K_WINDOW, K_LEASE
 
 
 cdef object _Waiter = None            # daemon.waiter.Waiter, and Connection.unblock's function,
@@ -466,7 +468,7 @@ cdef int _arm(blocking, queue) except -1:
     a = _first_moment(get(INDEXES, indexes, X_DELAYED))          # Indexes.next_due
     b = _first_moment(get(INDEXES, indexes, X_LEASES))
     due = b if a is None else (a if b is None or a < b else b)
-    if get(CONFIG, get(QUEUE, queue, Q_CONFIG), 0)[0] or get(INDEXES, indexes, X_GROUPS) is not None:
+    if get(CONFIG, get(QUEUE, queue, Q_CONFIG), K_RATE)[0] or get(INDEXES, indexes, X_GROUPS) is not None:
         room = _flow.next_room(queue, now)
         if room is None and blocking._served_late(queue, now):
             room = now
@@ -573,7 +575,7 @@ cdef int _unblock(conn, reply, ticket) except -1:
     definition, daemon/connection.py) with its ``answer`` and
     ``Outbox.add`` on their slots, when ``conn`` has Connection's own;
     any other is called."""
-    if getattr(type(conn), "unblock", None) is not _UNBLOCK:
+    if not _connection_own(type(conn)):
         conn.unblock(reply, ticket)
         return 0
     put(CLIENT, conn, C_WAITING, None)
@@ -590,11 +592,34 @@ cdef int _unblock(conn, reply, ticket) except -1:
             held.append((None, data))
         else:
             (<list>get(OUTBOX, outbox, 0)).append(data)
-    if getattr(type(conn), "run_pending", None) is _RUN_PENDING:
-        _run_pending(conn)
-    else:
-        conn.run_pending()
+    _run_pending(conn)
     return 0
+
+
+cdef object _OWN_TYPE = None          # the class _connection_own said yes of last,
+cdef unsigned int _OWN_VERSION = 0    # and its version tag then
+
+
+cdef bint _connection_own(type cls) except -1:
+    """Whether objects of ``cls`` have Connection's own ``unblock`` and
+    ``run_pending`` (this module's), which ``_unblock`` does on their slots.
+    Asked of the class once, then again only when it changes: CPython gives
+    a class a new version tag whenever one of its attributes is set."""
+    global _OWN_TYPE, _OWN_VERSION
+    cdef unsigned int version = (<PyTypeObject *>cls).tp_version_tag
+    if cls is _OWN_TYPE and version == _OWN_VERSION and version != 0:
+        return True
+    if getattr(cls, "unblock", None) is not _UNBLOCK or getattr(cls, "run_pending", None) is not _RUN_PENDING:
+        return False
+    _OWN_TYPE, _OWN_VERSION = cls, (<PyTypeObject *>cls).tp_version_tag
+    return True
+
+
+def connection_own(cls):
+    """``_connection_own`` (for the tests)."""
+    if _Waiter is None:
+        _imports()
+    return _connection_own(cls)
 
 
 cdef int _imports() except -1:

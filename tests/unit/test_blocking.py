@@ -263,3 +263,25 @@ def test_serve_plain_and_serve_do_the_same(sequence):
     finally:
         for side in sides:
             side.close()
+
+
+def test_the_compiled_unblock_sees_a_connection_class_change(monkeypatch):
+    """The compiled serve unblocks a ``Connection`` on its slots only while
+    the class has its own ``unblock`` and the compiled ``run_pending``; it
+    remembers its answer for the class until the class changes (CPython's
+    version tag of the class), so a method set on it later is seen."""
+    from leaseq.daemon.connection import Connection
+    own = importlib.import_module("leaseq.daemon._lane").connection_own   # (built wherever there is a C compiler)
+
+    class Other(Connection):
+        def unblock(self, reply, ticket=None):
+            pass
+
+    assert own(Connection) and own(Connection)                  # asked, then remembered
+    assert not own(Other)
+    monkeypatch.setattr(Connection, "run_pending", lambda self: None)
+    assert not own(Connection)                                  # the class changed: asked again
+    monkeypatch.undo()
+    assert own(Connection)
+    monkeypatch.setattr(Connection, "unblock", lambda self, reply, ticket=None: None)
+    assert not own(Connection)
