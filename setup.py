@@ -29,9 +29,11 @@ def cimport_path(root: str = ".") -> str:
     top = os.path.join(root, "build", "cimport")
     os.makedirs(os.path.join(top, "leaseq"), exist_ok=True)
     for folder in CIMPORTED:
-        link = os.path.join(top, "leaseq", folder)
+        link, target = os.path.join(top, "leaseq", folder), os.path.abspath(os.path.join(root, folder))
+        if os.path.islink(link) and os.path.realpath(link) != os.path.realpath(target):
+            os.remove(link)           # (a link left by a checkout that has moved since)
         if not os.path.islink(link):
-            os.symlink(os.path.abspath(os.path.join(root, folder)), link)
+            os.symlink(target, link)
     return top
 
 

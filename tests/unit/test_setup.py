@@ -97,3 +97,16 @@ def test_a_module_cimports_another_by_its_name_in_the_package(tmp_path, capsys, 
     assert link.is_symlink() and link.resolve() == (tmp_path / "storage").resolve()
     assert "__pyx_capi__" in (tmp_path / "storage" / "_a.c").read_text()     # _a exports twice to _b
     assert "twice" in (tmp_path / "storage" / "_b.c").read_text()
+
+
+def test_a_link_left_by_a_checkout_that_moved_is_made_again(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "storage").mkdir()
+    (tmp_path / "daemon").mkdir()
+    (tmp_path / "build" / "cimport" / "leaseq").mkdir(parents=True)
+    stale = tmp_path / "build" / "cimport" / "leaseq" / "storage"
+    stale.symlink_to(tmp_path / "old")
+    top = load_setup().cimport_path(str(tmp_path))
+    assert pathlib.Path(top) == tmp_path / "build" / "cimport"
+    for folder in ("storage", "daemon"):
+        assert (pathlib.Path(top) / "leaseq" / folder).resolve() == (tmp_path / folder).resolve()
