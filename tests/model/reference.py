@@ -46,6 +46,8 @@ an expired-but-unclaimed lease exactly like a live one.
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass
 
 DELAYED = "delayed"
@@ -418,23 +420,49 @@ class RefQueue:
 
     def claim(self, count: int, lease_ms: int | None, consumer: bytes) -> list[RefJob]:
         """Lease up to ``count`` jobs, as the queue's rules allow, taking turns
-        among the groups; a job that would be delivered one time too many is
-        dead-lettered on the way and the next one taken.  The jobs get pending
-        tokens: call ``bind_tokens`` with the daemon's."""
+        among the groups.  A job that would be delivered one time too many is
+        dead-lettered on the way and the next one taken: the claim reads the
+        first ``count`` jobs it could deliver, passing over those that must
+        die (they take no turn); if it passed any, they die, in the order it
+        reached them, and it reads again, jobs their deaths released
+        included (docs/semantics.md §1.8).  The jobs get pending tokens: call
+        ``bind_tokens`` with the daemon's."""
         lease_ms = self.lease if lease_ms is None else clamp_lease(lease_ms)
-        self.fold()
+        deadline = self.now + lease_ms
+        while True:
+            self.fold()
+            dying = self._passed_over(count, deadline, consumer)
+            if not dying:
+                break
+            for job, reason in dying:
+                self._bury(self.jobs[job.id], reason)
+        return self._take(count, deadline, consumer)
+
+    def _passed_over(self, count: int, deadline: int, consumer: bytes) -> list[tuple[RefJob, str]]:
+        """The jobs a claim of ``count`` would pass over because they must
+        die, in the order it reaches them: the claim run on a copy of the
+        queue (the jobs returned are the copy's: their ids name them)."""
+        shadow = copy.deepcopy(self)
+        dying: list = []
+        shadow._take(count, deadline, consumer, dying)
+        return dying
+
+    def _take(self, count: int, deadline: int, consumer: bytes, dying: list | None = None) -> list[RefJob]:
+        """Lease the first ``count`` jobs in claim order; one that must die is
+        passed over into ``dying`` (or, with None, must not be there)."""
         allowed = self.allowance()
         if allowed is not None:
             count = min(count, allowed)
         taken: list[RefJob] = []
-        deadline = self.now + lease_ms
         while len(taken) < count:
             job = self._next_job()
             if job is None:
                 break
             reason = self.death_reason(job)
             if reason is not None:
-                self._bury(job, reason)
+                assert dying is not None, "a job that must die was left for the claim"
+                dying.append((job, reason))
+                job.state = "passed over"             # (in the copy only: no longer ready)
                 continue
             job.state = IN_FLIGHT
             job.token = _Pending()             # the old token (if any) is stale from now on
