@@ -139,15 +139,6 @@ cdef Slots SERVER = Slots("leaseq.daemon.server.Server",
 cdef enum:
     S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS, S_COMMITTER, S_DISK, \
         S_STOPPING, S_BLOCKING, S_CLOCK
-
-
-cdef inline object _now(server):
-    """``server.now_ms()``, which is its clock's ``now``: a C call when the
-    clock is the compiled ``Reading`` (the server's ``Clock`` derives from it)."""
-    clock = get(SERVER, server, S_CLOCK)
-    if isinstance(clock, Reading):
-        return (<Reading>clock).c_now()
-    return get(SERVER, server, S_NOW_MS)()
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
@@ -260,6 +251,15 @@ def observe(commands, str name, double seconds):
     _observe(commands, name, seconds)
 
 
+cdef inline object _now(server):
+    """``server.now_ms()``, which is its clock's ``now``: a C call when the
+    clock is the compiled ``Reading`` (the server's ``Clock`` derives from it)."""
+    clock = get(SERVER, server, S_CLOCK)
+    if isinstance(clock, Reading):
+        return (<Reading>clock).c_now()
+    return get(SERVER, server, S_NOW_MS)()
+
+
 # commands.jobs.job_replies is the compiled one with its first three arguments given (a partial) in
 # the compiled flavour: called here as C
 from leaseq.storage import _job as _job_module
@@ -309,7 +309,8 @@ cdef object _run(client, list args):
     if kind == PUSH:
         payload = args[2]
         if (n != 3 or get(SERVER, server, S_OOM)
-                or len(<bytes>payload) > get(SETTINGS, get(SERVER, server, S_SETTINGS), 0) or get(CONFIG, config, K_MAXLEN)):
+                or len(<bytes>payload) > get(SETTINGS, get(SERVER, server, S_SETTINGS), 0)
+                or get(CONFIG, config, K_MAXLEN)):
             return None
     elif kind == CLAIM:
         consumer = args[2]
@@ -335,7 +336,7 @@ cdef object _run(client, list args):
     name = NAMES[<int>kind]
     put(CLIENT, client, C_LAST_COMMAND, name)
     started = _seconds()
-    plain = plain_module.twin        # storage.plain's compiled twin, asked straight (None: it declined)
+    plain = plain_module.twin        # storage.plain's compiled twin (None: not built, or a test turned it off)
     try:
         if kind == PUSH:
             now = _now(server)
