@@ -44,3 +44,4 @@ cdef class ReadyIndex(_Index):
     cdef uint64_t _key(self, int band, object jid) except? 0xFFFFFFFFFFFFFFFF
     cdef int add_ids(self, int band, object jids) except -1
     cdef list first_ids(self, Py_ssize_t count)
+    cdef void pop_ids(self, Py_ssize_t count)

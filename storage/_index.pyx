@@ -468,6 +468,10 @@ cdef class ReadyIndex(_Index):
 
     def pop_first(self, Py_ssize_t count):
         """Remove the first ``count`` ids in claim order."""
+        self.pop_ids(count)
+
+    cdef void pop_ids(self, Py_ssize_t count):
+        """``pop_first`` (what storage._plain calls)."""
         self._keys.pop_front(count)
 
     def oldest(self):

@@ -60,6 +60,43 @@ cdef inline object _first(ready, Py_ssize_t count):
         return (<ReadyIndex>ready).first_ids(count)
     return ready.first(count)
 
+
+cdef inline int _pop_first(ready, Py_ssize_t count) except -1:
+    """``ready.pop_first(count)``."""
+    if type(ready) is ReadyIndex:
+        (<ReadyIndex>ready).pop_ids(count)
+    else:
+        ready.pop_first(count)
+    return 0
+
+
+cdef inline int _append_new(ready, int band, jids) except -1:
+    """``ready.append_new(band, jids)``."""
+    if type(ready) is ReadyIndex:
+        (<ReadyIndex>ready).add_ids(band, jids)
+    else:
+        ready.append_new(band, jids)
+    return 0
+
+
+cdef inline int _add_many(index, int64_t when, jids) except -1:
+    """``index.add_many(when, jids)``."""
+    if type(index) is TimeIndex:
+        (<TimeIndex>index).add_ids(when, jids)
+    else:
+        index.add_many(when, jids)
+    return 0
+
+
+cdef inline int _remove_many(index, int64_t when, jids) except -1:
+    """``index.remove_many(when, jids)``."""
+    if type(index) is TimeIndex:
+        (<TimeIndex>index).remove_ids(when, jids)
+    else:
+        index.remove_many(when, jids)
+    return 0
+
+
 # What the three read and change of the store, the queue and its parts
 # (``Slots``: at the offset, after one comparison of the class)
 cdef Slots STORE = Slots("leaseq.storage.store.Store",
@@ -87,6 +124,28 @@ cdef Slots DEPS = Slots("leaseq.storage.deps.Deps", ("children",))
 cdef Slots ENDINGS = Slots("leaseq.storage.results.EndWatch", ("watched",))
 
 
+# The job loops of storage.leasing, as C when the jobs are the compiled ones
+cdef inline object _new_job(jid, payload, int priority, now):
+    return cjob.c_new_job(jid, payload, priority, now) if _CJOBS else Job(jid, payload, priority, now, now)
+
+
+cdef inline object _lease_tokens(jobs, epoch, first_seq):
+    return cjob.c_lease_tokens(jobs, epoch, first_seq) if _CJOBS else lease_tokens(jobs, epoch, first_seq)
+
+
+cdef inline object _take_leases(jobs, tokens, deadline, consumer):
+    return (cjob.c_take_leases(jobs, tokens, deadline, consumer) if _CJOBS
+            else take_leases(jobs, tokens, deadline, consumer))
+
+
+cdef inline object _jobs_for_tokens(table, tokens):
+    return cjob.c_jobs_for_tokens(table, tokens) if _CJOBS else jobs_for_tokens(table, tokens)
+
+
+cdef inline tuple _drop_leases(jobs, table):
+    return cjob.c_drop_leases(jobs, table) if _CJOBS else drop_leases(jobs, table)
+
+
 cdef inline bint _logged(journal, q) except -1:
     """``Journal.logs_jobs_of``."""
     return get(JOURNAL, journal, 0) is not None and get(QUEUE, q, Q_DURABILITY) is not MEMORY
@@ -105,7 +164,7 @@ cdef object c_push_one(store, q, payload, int priority, now):
     jid = get(QUEUE, q, Q_NEXT_ID)
     if jid + 1 > get(QUEUE, q, Q_ID_MARK):   # take_ids logs an IDMARK first
         return None
-    job = cjob.c_new_job(jid, payload, priority, now) if _CJOBS else Job(jid, payload, priority, now, now)
+    job = _new_job(jid, payload, priority, now)
     journal = get(STORE, store, ST_JOURNAL)
     logged = _logged(journal, q)
     body = records.push(get(QUEUE, q, Q_QID), now, [job]) if logged else None     # encoded first, as push does
@@ -113,10 +172,7 @@ cdef object c_push_one(store, q, payload, int priority, now):
     job.state = READY
     get(QUEUE, q, Q_JOBS).extend([job])
     ready = get(INDEXES, indexes, I_READY)
-    if type(ready) is ReadyIndex:                                   # append_new(band(job), ...): never requeued
-        (<ReadyIndex>ready).add_ids((9 - priority) * 2 + 1, (jid,))
-    else:
-        ready.append_new((9 - priority) * 2 + 1, [jid])
+    _append_new(ready, (9 - priority) * 2 + 1, (jid,))             # band(job): never requeued
     put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) + len(<bytes>payload))
     counters = get(QUEUE, q, Q_COUNTERS)
     put(COUNTERS, counters, 0, get(COUNTERS, counters, 0) + 1)
@@ -185,18 +241,11 @@ cdef object c_claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
     first_seq = get(STORE, store, ST_LEASE_SEQ) + 1
     put(STORE, store, ST_LEASE_SEQ, first_seq + n - 1)
     epoch = get(STORE, store, ST_EPOCH)
-    tokens = cjob.c_lease_tokens(jobs, epoch, first_seq) if _CJOBS else lease_tokens(jobs, epoch, first_seq)
-    if type(ready) is ReadyIndex:
-        (<ReadyIndex>ready)._keys.pop_front(n)
-    else:
-        ready.pop_first(n)
-    ids = (cjob.c_take_leases(jobs, tokens, deadline, consumer) if _CJOBS
-           else take_leases(jobs, tokens, deadline, consumer))
+    tokens = _lease_tokens(jobs, epoch, first_seq)
+    _pop_first(ready, n)
+    ids = _take_leases(jobs, tokens, deadline, consumer)
     leases = get(INDEXES, indexes, I_LEASES)
-    if type(leases) is TimeIndex:
-        (<TimeIndex>leases).add_ids(deadline, ids)
-    else:
-        leases.add_many(deadline, ids)
+    _add_many(leases, deadline, ids)
     journal = get(STORE, store, ST_JOURNAL)
     if _logged(journal, q):
         journal.job_record(q, CLAIM, records.claim(get(QUEUE, q, Q_QID), now, deadline, first_seq, consumer, ids,
@@ -217,7 +266,7 @@ cdef object c_ack_tokens(store, q, tokens, now):
             or get(DEPS, get(STORE, store, ST_DEPS), 0)):
         return None
     table = get(QUEUE, q, Q_JOBS)
-    jobs = cjob.c_jobs_for_tokens(table, tokens) if _CJOBS else jobs_for_tokens(table, tokens)
+    jobs = _jobs_for_tokens(table, tokens)
     if not jobs:
         return 0
     blind_until = None                       # _unseen_by_claims_until: the earliest deadline
@@ -236,13 +285,10 @@ cdef object c_ack_tokens(store, q, tokens, now):
     if has_slots or get(QUEUE, q, Q_DURABILITY) is not FSYNC:
         blind_until = 0
     # Queue.complete_many: all in flight, none kept
-    by_deadline, _rare = cjob.c_drop_leases(jobs, table) if _CJOBS else drop_leases(jobs, table)
+    by_deadline, _rare = _drop_leases(jobs, table)
     leases = get(INDEXES, indexes, I_LEASES)
     for deadline, ids in by_deadline.items():
-        if type(leases) is TimeIndex:
-            (<TimeIndex>leases).remove_ids(deadline, ids)
-        else:
-            leases.remove_many(deadline, ids)
+        _remove_many(leases, deadline, ids)
     put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES)
         - (sum(map(_PAYLOAD_LEN, jobs)) if _LENS else payload_sizes(jobs)))
     table.compact()
