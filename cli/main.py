@@ -255,6 +255,23 @@ def _bench(name: str, *args) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("fsync")
+@click.option("--count", type=click.IntRange(10), default=2000, show_default=True,
+              help="Writes, each followed by an fdatasync, per way and round.")
+@click.option("--bytes", "size", type=click.IntRange(1, 1 << 20), default=940, show_default=True,
+              help="Bytes a write (940: a light turn's records at 5,000 single-job pushes a second).")
+@click.option("--rounds", type=click.IntRange(1), default=3, show_default=True, help="Rounds; the table shows medians.")
+@click.option("--reserve", type=click.IntRange(4096), default=1 << 20, show_default=True,
+              help="Bytes of room reserved at a time (the daemon's: 1 MiB).")
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False),
+              help="Where the files go (default: the current directory).")
+@JSON_OPTION
+def bench_fsync(count, size, rounds, reserve, directory, json_path) -> None:
+    """This disk's fdatasync after a write that grows the file, against one into room
+    reserved ahead (as the log does) and one over zeros."""
+    _bench("fsync", count, size, rounds, reserve, directory, json_path)
+
+
 @bench.command("path")
 @click.option("--only", default="batches,single", show_default=True,
               help="Loads: batches (QPUSHMANY, QCLAIM COUNT 100, QACK of 100), single (a blocked QCLAIM, "

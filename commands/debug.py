@@ -7,9 +7,12 @@
 ``DEBUG CLOCK RESUME``             let it run again from where it stands
 
 ``DEBUG FAULT``                    map: the errors the log pretends to get
-``DEBUG FAULT WRITE|FSYNC errno``  make every write (after half its bytes) or
-                                   every fsync of the log fail with ENOSPC or
-                                   EIO; ``NONE`` stops it (the disk is back)
+``DEBUG FAULT WRITE|FSYNC|RESERVE errno``
+                                   make every write (after half its bytes),
+                                   every fsync of the log, or every
+                                   reservation of room in a segment file fail
+                                   with ENOSPC or EIO; ``NONE`` stops it (the
+                                   disk is back)
 ``DEBUG FAULT SLOW ms``            make every fsync of the log wait ms first
                                    (a slow disk; 0 stops it)
 
@@ -32,8 +35,9 @@ HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
         b"CLOCK ADVANCE <ms>", b"    Move the clock forward.",
         b"CLOCK FREEZE [<ms-epoch>]", b"    Stop the clock now, or at a later moment.",
         b"CLOCK RESUME", b"    Let the clock run again from where it stands.",
-        b"FAULT", b"    Return the errors the log's writes and fsyncs are made to fail with.",
-        b"FAULT WRITE|FSYNC ENOSPC|EIO|NONE", b"    Make the log's writes or fsyncs fail (NONE: the disk is back).",
+        b"FAULT", b"    Return the errors the log's writes, fsyncs and reservations are made to fail with.",
+        b"FAULT WRITE|FSYNC|RESERVE ENOSPC|EIO|NONE",
+        b"    Make the log's writes, fsyncs or reservations of room fail (NONE: the disk is back).",
         b"FAULT SLOW <ms>", b"    Make every fsync of the log wait that long first (0: no more).",
         b"HELP", b"    Print this help."]
 
@@ -81,11 +85,12 @@ def _fault(server, args):
         name = {v: k for k, v in FAULTS.items()}
         return Map([(b"write", name.get(faults.write, b"%d" % faults.write)),
                     (b"fsync", name.get(faults.fsync, b"%d" % faults.fsync)),
+                    (b"reserve", name.get(faults.reserve, b"%d" % faults.reserve)),
                     (b"slow", faults.slow)])
     if len(args) == 4 and args[2].upper() == b"SLOW":
         faults.slow = in_range(args[3], "ms", 0, SLOWEST)
         return OK
-    if len(args) != 4 or args[2].upper() not in (b"WRITE", b"FSYNC") or args[3].upper() not in FAULTS:
+    if len(args) != 4 or args[2].upper() not in (b"WRITE", b"FSYNC", b"RESERVE") or args[3].upper() not in FAULTS:
         raise errors.SYNTAX
     setattr(faults, args[2].lower().decode(), FAULTS[args[3].upper()])
     return OK

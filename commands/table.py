@@ -418,7 +418,7 @@ _COMMANDS = [
        categories="keyspace"),
     _c("debug", debug.debug, -2, "admin", "server",
        "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME], "
-       "FAULT [WRITE|FSYNC ENOSPC|EIO|NONE | SLOW ms]",
+       "FAULT [WRITE|FSYNC|RESERVE ENOSPC|EIO|NONE | SLOW ms]",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)),
        reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes.",
        subcommands="clock fault"),

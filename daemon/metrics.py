@@ -137,7 +137,9 @@ class Metrics:
         yield fsync
         size = 0
         if server.datadir is not None:
-            size = sum(sizes_of(p for _n, p in list_segments(server.datadir.directory)))
+            wal = server.datadir.wal
+            size = (wal.segments_and_bytes()[1] if wal is not None     # (None during a disk fault)
+                    else sum(sizes_of(p for _n, p in list_segments(server.datadir.directory))))
         yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
         disk = server.disk
         yield GaugeMetricFamily("leaseq_wal_writable", "1 while the log can be written, 0 during a disk fault "

@@ -6,9 +6,14 @@ milliseconds since the Unix epoch (u64).  Nothing is pickled.
 Segment files
 -------------
 The log is a directory of segment files named ``seg-<20-digit number>.wal``,
-so name order is log order.  Files are only appended to; a new segment starts
-when the current one reaches ``segment-size`` bytes, and at every start of the
-daemon (so new writes never follow a torn tail).  Each file begins with a
+so name order is log order.  Records are only added after the last one; a
+new segment starts when the current one reaches ``segment-size`` bytes, and
+at every start of the daemon (so new writes never follow a torn tail).  The
+writer reserves room ahead of its writes (zeros), and cuts it off when the
+segment is sealed or the daemon stops; after a crash the newest segment may
+end in that room.  Zeros from a frame's start to the end of the file are
+that room, the end of the segment's records: not a torn tail, and not
+corruption in any segment (``reserved_from``).  Each file begins with a
 24-byte header::
 
     magic    8s   b"LEASEQWL"
@@ -136,6 +141,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import struct
 from typing import Iterator
 
@@ -647,6 +653,22 @@ _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
              PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
              REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress, RESULT: _d_result, CANCEL: _d_ack}
+
+
+_NOT_ZERO = re.compile(rb"[^\x00]")
+
+
+def reserved_from(data, offset: int) -> bool:
+    """Whether every byte of ``data`` from ``offset`` on is zero: room the
+    writer reserved and never wrote (the module docstring)."""
+    return _NOT_ZERO.search(data, offset) is None
+
+
+def next_nonzero(data, offset: int) -> int:
+    """The offset of the first byte at or after ``offset`` that is not zero
+    (``len(data)`` when there is none)."""
+    m = _NOT_ZERO.search(data, offset)
+    return m.start() if m else len(data)
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

@@ -116,11 +116,23 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0,
                 offset += records.FRAME_SIZE + len(body)
             if offset >= len(data):
                 break
+            if records.reserved_from(data, offset):
+                # the room the writer reserved (storage.wal): the end of the records, nothing torn
+                if modify:
+                    log.info("cutting %s at its last record, offset %d (%d bytes of reserved room)",
+                             path, offset, len(data) - offset)
+                    with open(path, "r+b") as f:
+                        f.truncate(offset)
+                        os.fsync(f.fileno())
+                data = data[:offset]
+                break
             resume = _next_valid_frame(data, offset + 1)
             if resume is None and newest:
                 cut = len(data) - offset
                 if modify:
-                    log.warning("truncating torn tail of %s at offset %d (%d bytes)", path, offset, cut)
+                    room = cut - len(data[offset:].rstrip(b"\0"))     # zeros after it: reserved, never written
+                    log.warning("truncating torn tail of %s at offset %d (%d bytes%s)", path, offset, cut,
+                                f", the last {room} of them zeros" if room else "")
                     with open(path, "r+b") as f:
                         f.truncate(offset)
                         os.fsync(f.fileno())
@@ -192,15 +204,23 @@ def _rewrite_without_skipped(path: str, data: bytes, skipped: list) -> bytes:
 
 
 def _next_valid_frame(data: bytes, start: int):
-    """Offset of the first complete, checksum-valid frame at or after ``start``."""
+    """Offset of the first complete, checksum-valid frame at or after ``start``.
+    A frame's type byte (its last) is never zero, so a run of zeros (the
+    writer's reserved room) is stepped over at once, not byte by byte."""
     known = records.NAMES
     limit = len(data) - records.FRAME_SIZE
     unpack = records.FRAME.unpack_from
-    for off in range(start, limit + 1):
+    type_at = records.FRAME_SIZE - 1
+    off = start
+    while off <= limit:
         _crc, length, rtype = unpack(data, off)
+        if not rtype:
+            off = records.next_nonzero(data, off + type_at) - type_at
+            continue
         if rtype in known and off + records.FRAME_SIZE + length <= len(data) \
                 and records.read_frame(data, off) is not None:
             return off
+        off += 1
     return None
 
 

@@ -39,6 +39,7 @@ from . import records
 log = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "seg-"
+RESERVE = 1 << 20     # bytes of room a segment file is given at a time, ahead of its writes
 SEGMENT_SUFFIX = ".wal"
 
 
@@ -292,20 +293,31 @@ class MemoryLog(LogBuffer):
 
 class Faults:
     """Errors to pretend the disk returns (DEBUG FAULT, for tests only): an
-    errno for writes (after half the bytes went out) and one for fsyncs; 0
-    means none.  ``slow``: milliseconds each fsync of the log waits first (a
-    slow disk)."""
+    errno for writes (after half the bytes went out), one for fsyncs and one
+    for reserving room in a segment file; 0 means none.  ``slow``:
+    milliseconds each fsync of the log waits first (a slow disk)."""
 
-    __slots__ = ("write", "fsync", "slow")
+    __slots__ = ("write", "fsync", "reserve", "slow")
 
     def __init__(self) -> None:
         self.write = 0
         self.fsync = 0
+        self.reserve = 0
         self.slow = 0
 
 
 class WriteAheadLog(LogBuffer):
-    """Appends framed records to the newest segment file of ``directory``."""
+    """Appends framed records to the newest segment file of ``directory``.
+
+    The file is given room ahead of the writes, ``RESERVE`` bytes at a time
+    (``posix_fallocate``: allocated, reading as zeros), so that a write
+    into it does not grow the file: an fdatasync after a write that grew
+    it has the new size to make durable too, and on this project's
+    machines it takes a quarter longer (docs/performance.md, "Room
+    reserved ahead of the log's writes").  A segment is cut to its last record when it is sealed
+    and at a clean close; after a crash the room left is zeros after the
+    last record, which readers take as the segment's end
+    (``records.reserved_from``)."""
 
     def __init__(self, directory: str, segment_size: int, first_segment: int) -> None:
         super().__init__()
@@ -315,7 +327,10 @@ class WriteAheadLog(LogBuffer):
         self._retired: list[int] = []   # fds of full segments, to fsync and close
         self._dir_dirty = False
         self._fd = -1
-        self._size = 0
+        self._size = 0           # where the last write ended
+        self._reached = 0        # ... or the bytes of one that failed part way
+        self._room = 0           # where the file ends: the room reserved past _size
+        self._reserving = True   # False for the rest of a segment after a reservation failed
         self.segment_number = first_segment
         self.faults = Faults()
         self._syncing_at = (first_segment, records.SEGMENT_HEADER_SIZE)
@@ -331,18 +346,51 @@ class WriteAheadLog(LogBuffer):
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
+        at = self._size
+        if at + len(view) > self._room and self._reserving:
+            self._reserve(at + len(view))
         fault = self.faults.write
         if fault:
-            os.write(self._fd, view[:len(view) // 2])     # a write cut short, then the error
+            self._reached = at + os.pwrite(self._fd, view[:len(view) // 2], at)   # a write cut short, then the error
             raise OSError(fault, os.strerror(fault))
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        self._size += len(data)
+        try:
+            while view:
+                n = os.pwrite(self._fd, view, at)
+                view = view[n:]
+                at += n
+        except OSError:
+            self._reached = at
+            raise
+        self._size = self._reached = at
+        self._room = max(self._room, at)
         self.written_at = (self.segment_number, self._size)
         if self._size >= self._segment_size:
             self._open_segment(self.segment_number + 1)
             log.info("started segment %s", segment_name(self.segment_number))
+
+    def _reserve(self, end: int) -> None:
+        """Room in the file up to ``end`` at least, ``RESERVE`` bytes more
+        than it has (no more than a segment's size at a time).  When the file
+        system refuses, the writes of this segment grow the file, as they
+        would without: that costs time, not safety."""
+        room = max(end, self._room + min(RESERVE, self._segment_size))
+        try:
+            fault = self.faults.reserve
+            if fault:
+                raise OSError(fault, os.strerror(fault))
+            os.posix_fallocate(self._fd, self._room, room - self._room)
+        except OSError as e:
+            self._reserving = False
+            log.warning("cannot reserve room in %s (%s): its writes grow the file instead",
+                        segment_name(self.segment_number), e.strerror or e)
+            return
+        self._room = room
+
+    def _seal(self) -> None:
+        """Cut the current file at its last record (the room after it goes)."""
+        if self._fd >= 0 and self._room > self._size:
+            os.ftruncate(self._fd, self._size)
+        self._room = self._size
 
     def rotate(self) -> int:
         """Start a new segment now (the buffer must be flushed); return the
@@ -354,8 +402,9 @@ class WriteAheadLog(LogBuffer):
         return sealed
 
     def _open_segment(self, number: int) -> None:
+        self._seal()
         path = os.path.join(self.directory, segment_name(number))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             header = records.segment_header(number)
             if os.write(fd, header) != len(header):
@@ -369,7 +418,8 @@ class WriteAheadLog(LogBuffer):
                 self._retired.append(self._fd)
             self._fd = fd
             self._dir_dirty = True
-        self._size = records.SEGMENT_HEADER_SIZE
+        self._size = self._reached = self._room = records.SEGMENT_HEADER_SIZE
+        self._reserving = True
         self.segment_number = number
 
     # worker thread ----------------------------------------------------------------
@@ -459,8 +509,10 @@ class WriteAheadLog(LogBuffer):
             elif number == segment:
                 have = os.path.getsize(path)
                 keep = max(size, records.SEGMENT_HEADER_SIZE)
+                written = min(have, self._reached) if number == self.segment_number else have    # not the room
+                if written > keep:
+                    dropped.append(f"{segment_name(number)}: {written - keep} bytes from offset {keep}")
                 if have > keep:
-                    dropped.append(f"{segment_name(number)}: {have - keep} bytes from offset {keep}")
                     fd = os.open(path, os.O_WRONLY)
                     try:
                         os.ftruncate(fd, keep)
@@ -473,11 +525,23 @@ class WriteAheadLog(LogBuffer):
         self.flush_and_sync()
         with self._lock:
             if self._fd >= 0:
+                try:
+                    self._seal()
+                    os.fdatasync(self._fd)
+                except OSError as e:     # the room stays: readers take it as the end anyway
+                    log.warning("cannot cut %s at its last record: %s", segment_name(self.segment_number), e)
                 os.close(self._fd)
             self._fd = -1
 
+    def segments_and_bytes(self) -> tuple[int, int]:
+        """(segment files, bytes of records in them): the current file's
+        reserved room is not counted."""
+        files = list_segments(self.directory)
+        sizes = sizes_of(path for number, path in files if number != self.segment_number)
+        return len(sizes) + 1, sum(sizes) + self._size
+
     def info_fields(self) -> list[tuple[str, object]]:
-        sizes = sizes_of(path for _n, path in list_segments(self.directory))
-        return [("wal_segments", len(sizes)),
+        segments, size = self.segments_and_bytes()
+        return [("wal_segments", segments),
                 ("wal_current_segment", self.segment_number),
-                ("wal_bytes", sum(sizes))] + super().info_fields()
+                ("wal_bytes", size)] + super().info_fields()

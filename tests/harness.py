@@ -444,6 +444,28 @@ def write_segment(directory, number: int, data: bytes, header: bytes | None = No
     return path
 
 
+def records_end(path) -> int:
+    """Where the last whole record of a segment file ends: after a kill the
+    room the daemon reserved ahead of its writes (zeros) follows it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    end = records.SEGMENT_HEADER_SIZE
+    for offset, _rtype, body in records.iter_frames(data, end):
+        end = offset + records.FRAME_SIZE + len(body)
+    assert records.reserved_from(data, end), f"{path}: bytes after the last record that are not reserved room"
+    return end
+
+
+def write_torn(path, data: bytes) -> int:
+    """Put ``data`` where a write cut short by a crash lands: right after the
+    last record, over the reserved room.  Returns that offset."""
+    end = records_end(path)
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(data)
+    return end
+
+
 class RespSocket:
     """A raw socket with hiredis's reader: to see RESP2 push arrays, RESP3
     ``>`` frames, protocol errors and closes exactly as sent."""

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import LEASEQ, Daemon, as_map, bgsave, qinfo
+from harness import LEASEQ, Daemon, as_map, bgsave, qinfo, write_torn
 from leaseq.storage import records
 
 LONG = 600_000
@@ -134,24 +134,23 @@ def test_torn_tail_is_reported_and_left_alone_then_truncated_by_repair(tmp_path,
     want = expected_counts(c, "q")
     d.kill()
     newest = os.path.join(d.data_dir, names(d.data_dir, "seg-")[-1])
-    size = os.path.getsize(newest)
     torn = records.frame(records.PUSH, b"x" * 40)[:-9]                 # a write cut short
-    with open(newest, "ab") as f:
-        f.write(torn)
+    size = write_torn(newest, torn)
+    room = os.path.getsize(newest) - size - len(torn)                  # the rest of the room reserved
     before = contents(d.data_dir)
 
     got = run_check(d.data_dir)
     assert got.returncode == 0, got.stderr
-    line = (f"torn tail {os.path.basename(newest)} at offset {size}, {len(torn)} bytes "
+    line = (f"torn tail {os.path.basename(newest)} at offset {size}, {len(torn) + room} bytes "
             f"(not truncated; the next start or --repair truncates it)")
     assert re.search(rf"^torn +{re.escape(line)}$", got.stdout, re.M), got.stdout
     assert queue_counts(got.stdout) == want
     assert contents(d.data_dir) == before
-    assert os.path.getsize(newest) == size + len(torn)
+    assert room > 0 and os.path.getsize(newest) == size + len(torn) + room
 
     got = run_check(d.data_dir, "--repair")
     assert got.returncode == 0, got.stderr
-    assert re.search(rf"^torn +torn tail {os.path.basename(newest)} at offset {size}, {len(torn)} bytes "
+    assert re.search(rf"^torn +torn tail {os.path.basename(newest)} at offset {size}, {len(torn) + room} bytes "
                      rf"\(truncated\)$", got.stdout, re.M), got.stdout
     assert os.path.getsize(newest) == size
     assert queue_counts(got.stdout) == want

@@ -3,7 +3,7 @@ the daemon keeps running, refuses changes with -MISCONF (never a success, and
 never found after a restart), keeps answering reads, cuts a half-written
 tail back, and resumes writing by itself once the disk takes it again.
 
-Faults come two ways: injected with ``DEBUG FAULT WRITE|FSYNC ENOSPC|EIO``
+Faults come two ways: injected with ``DEBUG FAULT WRITE|FSYNC|RESERVE ENOSPC|EIO``
 (the daemon runs with enable-debug-command), and for real on a small tmpfs
 that the test fills up (mounting needs root, as CI runs).
 """
@@ -20,7 +20,9 @@ import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, error_text, wait_for
+from harness import Daemon, as_map, error_text, records_end, wait_for
+
+from leaseq.storage.wal import list_segments
 
 DEBUG = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 MISCONF = "MISCONF leaseq cannot write its log"
@@ -91,6 +93,28 @@ def test_a_failing_log_refuses_changes_keeps_reads_and_resumes(tmp_path, daemons
     assert payloads == ([b"after"] if lease_kept else [b"after", b"before"])    # "lost" never came back
     assert "truncated 0 torn bytes" in d.log().rsplit("recovered", 1)[1]   # the tail had been cut back
     assert "dropped from the log" in d.log()
+
+
+def test_a_refused_reservation_of_room_only_makes_the_segment_grow_as_it_is_written(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d", "--segment-size", "4096")
+    c = d.client()
+    c.execute_command("QCREATE", "q", "DURABILITY", "fsync")
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[b"reserve"] == b"NONE"
+    assert c.execute_command("DEBUG", "FAULT", "RESERVE", "ENOSPC") == b"OK"
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[b"reserve"] == b"ENOSPC"
+    ids = [c.execute_command("QPUSH", "q", b"x" * 300) for _ in range(40)]      # a few segments of 4 KiB
+    assert "cannot reserve room in seg-" in d.log()
+    newest = list_segments(d.data_dir)[-1][1]
+    assert os.path.getsize(newest) == records_end(newest)                      # no room: it grew as written
+    assert c.info("persistence")["log_write_status"] == "ok"
+    assert c.execute_command("DEBUG", "FAULT", "RESERVE", "NONE") == b"OK"
+    ids += [c.execute_command("QPUSH", "q", b"y" * 300) for _ in range(40)]
+    newest = list_segments(d.data_dir)[-1][1]
+    assert os.path.getsize(newest) > records_end(newest)                       # room again
+    d.kill()
+    d.restart()
+    c = d.client()
+    assert [i for i in ids if c.execute_command("QGET", "q", i) is None] == []
 
 
 def test_replies_held_for_the_failed_fsync_get_misconf_and_a_read_never_shows_the_refused_change(tmp_path, daemons):

@@ -23,7 +23,7 @@ import time
 import pytest
 import redis
 
-from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, wait_for
+from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, records_end, wait_for, write_torn
 
 SEG_RE = re.compile(r"^seg-\d{20}\.wal$")
 SEGMENT_HEADER_SIZE = 24
@@ -41,7 +41,9 @@ def segments(data_dir) -> list[str]:
 
 def frames(path) -> list[tuple[int, int, int, int]]:
     """(offset, total length, type, body length) of each complete frame of a
-    segment file, walked by length only (checksums are the daemon's job)."""
+    segment file, walked by length only (checksums are the daemon's job), up
+    to the room the daemon reserves ahead of its writes (zeros to the end:
+    no record has type 0)."""
     with open(path, "rb") as f:
         data = f.read()
     out = []
@@ -49,11 +51,11 @@ def frames(path) -> list[tuple[int, int, int, int]]:
     while off + FRAME.size <= len(data):
         _crc, length, rtype = FRAME.unpack_from(data, off)
         end = off + FRAME.size + length
-        if end > len(data):
+        if end > len(data) or rtype == 0:
             break
         out.append((off, end - off, rtype, length))
         off = end
-    assert off == len(data), f"{path}: {len(data) - off} bytes after the last complete frame"
+    assert not data[off:].strip(b"\0"), f"{path}: {len(data) - off} bytes after the last complete frame"
     return out
 
 
@@ -130,8 +132,8 @@ def test_torn_tail_of_newest_segment_is_truncated(tmp_path, daemons, small_segme
     segs = segments(data_dir)
     assert len(segs) >= 3, "segment-size 4096 should have rotated the log"
     newest = segs[-1]
-    good = read_bytes(newest)
-    torn_at = len(good)
+    torn_at = records_end(newest)
+    good = read_bytes(newest)[:torn_at]
     if tail == "garbage":
         junk = bytes((i * 37 + 11) & 0xFF for i in range(53))
     elif tail == "half-record":
@@ -141,8 +143,7 @@ def test_torn_tail_of_newest_segment_is_truncated(tmp_path, daemons, small_segme
     else:
         # a frame header whose length runs past the end of the file
         junk = FRAME.pack(0x12345678, 500, PUSH_TYPE) + b"abc"
-    with open(newest, "ab") as f:
-        f.write(junk)
+    write_torn(newest, junk)
 
     mark = len(d.log())
     d.restart()
@@ -167,6 +168,34 @@ def test_torn_tail_of_newest_segment_is_truncated(tmp_path, daemons, small_segme
     d.stop()
 
 
+def test_the_room_a_kill_leaves_is_cut_at_the_next_start_and_nothing_is_torn(tmp_path, daemons):
+    """The daemon reserves room ahead of its writes (zeros); a kill leaves
+    it after the last record.  The next start cuts it off as the end of the
+    records, reports nothing torn, and a clean stop leaves none."""
+    data_dir = tmp_path / "data"
+    d = new_daemon(daemons, data_dir).start()
+    c = d.client(protocol=2)
+    assert c.execute_command("QCREATE", "q", "DURABILITY", "fsync") == b"OK"
+    pushed = push_numbered(c, 50)
+    c.close()
+    d.kill()
+    newest = segments(data_dir)[-1]
+    end = records_end(newest)
+    assert os.path.getsize(newest) > end
+    mark = len(d.log())
+    d.restart()
+    text = log_since(d, mark)
+    assert f"cutting {newest} at its last record, offset {end}" in text, text
+    assert "truncated 0 torn bytes" in text and "torn tail" not in text, text
+    assert os.path.getsize(newest) == end
+    c = d.client(protocol=2)
+    assert present_ids(c, pushed.values()) == set(pushed.values())
+    c.close()
+    d.stop()
+    for path in segments(data_dir):
+        assert os.path.getsize(path) == records_end(path), path
+
+
 def test_torn_tail_before_an_empty_newest_segment_is_truncated(tmp_path, daemons, small_segments):
     """Power loss just after a rotation: the last segment with data has a torn
     tail and the segment started after it exists with no bytes (its header
@@ -183,10 +212,8 @@ def test_torn_tail_before_an_empty_newest_segment_is_truncated(tmp_path, daemons
 
     segs = segments(data_dir)
     last = segs[-1]
-    torn_at = os.path.getsize(last)
     off, total, _t, _l = frames(segs[-2])[-1]
-    with open(last, "ab") as f:
-        f.write(read_bytes(segs[-2])[off:off + total // 2])
+    torn_at = write_torn(last, read_bytes(segs[-2])[off:off + total // 2])
     number = int(os.path.basename(last)[4:24])
     empty = os.path.join(str(data_dir), f"seg-{number + 1:020d}.wal")
     open(empty, "wb").close()

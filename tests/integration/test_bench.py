@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from leaseq.storage.wal import RESERVE
+
 
 def run_bench(tmp_path, *args: str, figures: tuple) -> dict:
     """Run ``leaseq bench ARGS --json F``; check it succeeds and prints
@@ -155,6 +157,26 @@ def test_bench_queue_leaseq_only_says_so(tmp_path):
     assert not table_lines(stdout, "w2", "memory")
     check_queue_json(data, ("w1", "w3rate"), ("memory",), with_redis=False)
     assert any("redis-server not found" in n for n in data["notes"])
+
+
+@pytest.mark.timeout(120)
+def test_bench_fsync_times_each_way_and_removes_its_files(tmp_path):
+    files = tmp_path / "files"
+    files.mkdir()
+    data = run_bench(tmp_path, "fsync", "--count", "20", "--rounds", "2", "--bytes", "100", "--dir", str(files),
+                     figures=("ways: grows / reserved / zero-filled", "fdatasync p99", "CPU a write + fdatasync"))
+    assert len(data["rounds"]) == 2 and set(data["ways"]) == {"grows", "reserved", "zero-filled"}
+    for way in data["ways"].values():
+        assert 0 < way["p50"] <= way["p99"] <= way["max"] and way["cpu"] > 0
+    assert list(files.iterdir()) == []
+    assert data["settings"]["reserve"] == RESERVE          # the default is what the daemon reserves
+
+
+def test_bench_fsync_names_a_directory_it_cannot_write_in():
+    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "fsync", "--count", "10", "--dir", "/proc"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1
+    assert "cannot make a directory for the files in /proc" in run.stderr, run.stderr
 
 
 @pytest.mark.timeout(120)

@@ -10,7 +10,9 @@ import shutil
 
 import pytest
 
-from harness import Daemon, as_map, unique, wait_for
+from harness import Daemon, as_map, unique, wait_for, write_segment
+
+from leaseq.storage import records
 
 
 def read(spark, *paths):
@@ -109,6 +111,16 @@ def test_a_torn_tail_is_skipped_and_corruption_elsewhere_is_named(spark, tmp_pat
     with open(torn / newest, "ab") as f:              # what a live daemon or a crash leaves
         f.write(garbage)
     assert read(spark, torn).filter("event = 'push'").count() == 6
+    # the room the daemon reserved past its last record, left by the kill: in
+    # a segment that is no longer the newest it is that segment's end too
+    roomy = tmp_path / "roomy"
+    shutil.copytree(d.data_dir, roomy)
+    data = (roomy / newest).read_bytes()
+    end = [off + records.FRAME_SIZE + len(body) for off, _t, body
+           in records.iter_frames(data, records.SEGMENT_HEADER_SIZE)][-1]
+    assert end < len(data) and records.reserved_from(data, end)
+    write_segment(roomy, int(newest[4:24]) + 1, b"")
+    assert read(spark, roomy).filter("event = 'push'").count() == 6
     bad = tmp_path / "bad"
     shutil.copytree(d.data_dir, bad)
     size = os.path.getsize(bad / first)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -10,8 +11,8 @@ from harness import write_segment
 
 from leaseq.storage import records
 from leaseq.storage.recovery import CorruptLog, read_log
-from leaseq.storage.wal import (DirectoryLocked, MemoryLog, Ticket, WriteAheadLog, list_segments, lock_directory,
-                                segment_name, sizes_of)
+from leaseq.storage.wal import (RESERVE, DirectoryLocked, MemoryLog, Ticket, WriteAheadLog, list_segments,
+                                lock_directory, segment_name, sizes_of)
 
 HEADER = records.SEGMENT_HEADER_SIZE
 
@@ -88,7 +89,9 @@ def test_flush_writes_all_appended_records_as_one_generation(tmp_path):
         mark = wal.mark()
         wal.append(*rec(4), sync=False)
         assert wal.written_generation == 1 and wal.ticket_since(mark).generation == 2
-        assert (tmp_path / segment_name(1)).read_bytes() == records.segment_header(1) + framed(*map(rec, range(3)))
+        written = records.segment_header(1) + framed(*map(rec, range(3)))
+        assert (tmp_path / segment_name(1)).read_bytes()[:len(written)] == written
+        assert records.reserved_from((tmp_path / segment_name(1)).read_bytes(), len(written))     # then room
         assert wal.bytes_written == len(framed(*map(rec, range(3))))
     finally:
         wal.close()
@@ -196,7 +199,7 @@ def test_one_flush_is_never_split_across_segments(tmp_path):
     assert (tmp_path / segment_name(2)).stat().st_size == HEADER
 
 
-def test_many_rotations_read_back_in_order(tmp_path):
+def test_many_rotations_read_back_in_order_and_each_sealed_segment_ends_at_its_last_record(tmp_path):
     one = len(framed(rec(0)))
     wal = WriteAheadLog(str(tmp_path), HEADER + 3 * one, 1)
     for n in range(20):
@@ -204,10 +207,143 @@ def test_many_rotations_read_back_in_order(tmp_path):
         wal.flush()
         if n % 4 == 0:
             wal.sync()
+    *sealed, (_n, current) = list_segments(str(tmp_path))
+    assert [os.path.getsize(p) for _n, p in sealed] == [HEADER + 3 * one] * len(sealed)     # no room left
+    assert os.path.getsize(current) > HEADER + 2 * one                                       # the room
     wal.close()
     got, report = read_all(tmp_path)
     assert got == [rec(n) for n in range(20)]
     assert report.segments == len(list_segments(str(tmp_path))) > 5
+
+
+# -- room reserved ahead of the writes -------------------------------------------------------------
+
+def test_the_file_written_has_room_reserved_past_its_records(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 64 << 20, 1)
+    path = tmp_path / segment_name(1)
+    try:
+        assert path.stat().st_size == HEADER           # nothing reserved before the first write
+        wal.append(*rec(1), sync=True)
+        wal.flush()
+        wal.sync()
+        body = records.segment_header(1) + framed(rec(1))
+        assert path.stat().st_size == HEADER + RESERVE
+        assert path.read_bytes() == body + bytes(HEADER + RESERVE - len(body))
+        assert os.stat(path).st_blocks * 512 >= RESERVE   # allocated, not a hole
+        big = b"x" * RESERVE                              # a write past the room gets more room
+        wal.append(records.IDMARK, big, sync=False)
+        wal.flush()
+        assert path.stat().st_size >= len(body) + len(records.frame(records.IDMARK, big))
+        info = dict(wal.info_fields())
+        assert info["wal_bytes"] == len(body) + len(records.frame(records.IDMARK, big))   # records, not room
+    finally:
+        wal.close()
+    assert path.read_bytes() == body + records.frame(records.IDMARK, big)      # a clean close cuts the room
+
+
+def crashed_copy(tmp_path, wal) -> str:
+    """The segment files as a crash would leave them (room and all): a copy
+    taken while ``wal`` is still open."""
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for number, path in list_segments(wal.directory):
+        (crashed / segment_name(number)).write_bytes(open(path, "rb").read())
+    return str(crashed)
+
+
+def test_room_left_by_a_crash_is_the_end_of_the_records_not_a_torn_tail(tmp_path):
+    os.mkdir(tmp_path / "log")
+    wal = WriteAheadLog(str(tmp_path / "log"), 64 << 20, 1)
+    for n in range(3):
+        wal.append(*rec(n), sync=True)
+        wal.flush()
+    wal.sync()
+    crashed = crashed_copy(tmp_path, wal)
+    wal.close()
+    path = os.path.join(crashed, segment_name(1))
+    assert os.path.getsize(path) == HEADER + RESERVE
+    got = []
+    report = read_log(crashed, lambda t, b: got.append((t, b)), modify=False)     # leaseq check: nothing changes
+    assert got == [rec(n) for n in range(3)]
+    assert (report.torn, report.truncated_bytes, report.skipped) == ([], 0, [])
+    assert os.path.getsize(path) == HEADER + RESERVE
+    got, report = read_all(crashed)                                              # a start: the room is cut off
+    assert got == [rec(n) for n in range(3)]
+    assert (report.torn, report.truncated_bytes, report.bytes) == ([], 0, HEADER + len(framed(*map(rec, range(3)))))
+    assert open(path, "rb").read() == records.segment_header(1) + framed(*map(rec, range(3)))
+
+
+def test_room_at_the_end_of_an_older_segment_is_its_end_too(tmp_path):
+    """A crash between reserving room and sealing the segment at a
+    rotation, with the next segment's records on disk."""
+    write_segment(tmp_path, 1, framed(rec(1)) + bytes(5000))
+    write_segment(tmp_path, 2, framed(rec(2)))
+    got, report = read_all(tmp_path)
+    assert got == [rec(1), rec(2)]
+    assert (report.torn, report.truncated_bytes) == ([], 0)
+    assert os.path.getsize(tmp_path / segment_name(1)) == HEADER + len(framed(rec(1)))
+
+
+def test_a_write_cut_short_in_the_room_is_a_torn_tail(tmp_path, caplog):
+    half = framed(rec(2))[:5]                       # its checksum and the low byte of its length
+    path = write_segment(tmp_path, 1, framed(rec(1)) + half + bytes(RESERVE))
+    got, report = read_all(tmp_path)
+    assert got == [rec(1)]
+    assert report.truncated_bytes == len(half) + RESERVE     # what was cut from the file
+    assert f"({len(half) + RESERVE} bytes, the last {RESERVE} of them zeros)" in caplog.text
+    assert [(p, o) for p, o, _n in report.torn] == [(path, HEADER + len(framed(rec(1))))]
+    assert os.path.getsize(path) == HEADER + len(framed(rec(1)))
+
+
+def test_a_bad_frame_then_zeros_then_a_valid_frame_is_still_corruption(tmp_path):
+    """Stepping over a run of zeros when looking for the next valid frame
+    still finds it."""
+    first = framed(rec(1))
+    path = write_segment(tmp_path, 1, first + b"\x05" * 3 + bytes(300_000) + framed(rec(3)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert (e.value.path, e.value.offset) == (path, HEADER + len(first))
+    got, report = read_all(tmp_path, repair=True)
+    assert got == [rec(1), rec(3)]
+    assert [(o, n) for _p, o, n in report.skipped] == [(HEADER + len(first), 3 + 300_000)]
+
+
+def test_a_refused_reservation_only_means_the_writes_grow_the_file(tmp_path, caplog):
+    wal = WriteAheadLog(str(tmp_path), HEADER + 2 * RESERVE, 1)
+    wal.faults.reserve = errno.ENOSPC
+    path = tmp_path / segment_name(1)
+    wal.append(*rec(1), sync=True)
+    wal.flush()
+    wal.sync()
+    assert path.read_bytes() == records.segment_header(1) + framed(rec(1))       # no room
+    assert "cannot reserve room in " + segment_name(1) in caplog.text
+    wal.append(*rec(2), sync=True)
+    wal.flush()
+    assert path.read_bytes() == records.segment_header(1) + framed(rec(1), rec(2))
+    assert caplog.text.count("cannot reserve room") == 1                       # once a segment
+    wal.faults.reserve = 0
+    wal.rotate()                                                                # the next segment tries again
+    wal.append(*rec(3), sync=True)
+    wal.flush()
+    assert (tmp_path / segment_name(2)).stat().st_size == HEADER + RESERVE
+    wal.close()
+    got, _ = read_all(tmp_path)
+    assert got == [rec(1), rec(2), rec(3)]
+
+
+def test_cut_back_after_a_failed_write_counts_its_bytes_not_the_room(tmp_path):
+    wal = WriteAheadLog(str(tmp_path), 64 << 20, 1)
+    wal.append(*rec(1), sync=True)
+    wal.flush()
+    wal.sync()
+    wal.faults.write = errno.EIO
+    wal.append(*rec(2), sync=True)
+    with pytest.raises(OSError):
+        wal.flush()
+    half = len(framed(rec(2))) // 2
+    keep = HEADER + len(framed(rec(1)))
+    assert wal.cut_back(fsync_failed=False) == [f"{segment_name(1)}: {half} bytes from offset {keep}"]
+    assert (tmp_path / segment_name(1)).read_bytes() == records.segment_header(1) + framed(rec(1))
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -254,7 +390,7 @@ def test_bad_checksum_at_end_of_newest_segment_is_a_torn_tail(tmp_path):
 
 
 def test_garbage_after_the_last_frame_of_newest_segment_is_truncated(tmp_path):
-    path = write_segment(tmp_path, 1, framed(rec(1)) + b"\x00" * 100)
+    path = write_segment(tmp_path, 1, framed(rec(1)) + b"\x07" * 100)
     got, report = read_all(tmp_path)
     assert got == [rec(1)]
     assert report.truncated_bytes == 100
