@@ -158,6 +158,24 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def steal_seconds(cpus) -> float:
+    """Seconds the hypervisor ran something else while ``cpus`` wanted to
+    run (the steal column of their ``/proc/stat`` lines); nan when unknown.
+    Two of these around a run say how much of it the host took away."""
+    wanted = {f"cpu{c}" for c in cpus}
+    total, seen = 0, 0
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in wanted and len(fields) > 8:
+                    total += int(fields[8])
+                    seen += 1
+    except OSError:
+        return math.nan
+    return total / os.sysconf("SC_CLK_TCK") if seen == len(wanted) else math.nan
+
+
 def cpu_by_process() -> dict[int, float]:
     """cpu_seconds of every process now, by PID: two of these around a run
     show how much CPU the machine's other processes took meanwhile."""

@@ -70,7 +70,8 @@ from urllib.parse import urlsplit
 
 import hiredis
 
-from .common import HOST, Daemon, cpu_by_process, free_port, percentile, pin_threads, print_grid, publish, wait_pong
+from .common import (HOST, Daemon, cpu_by_process, free_port, percentile, pin_threads, print_grid, publish,
+                     steal_seconds, wait_pong)
 
 PAYLOAD = 128
 BATCH = 100                   # jobs per push batch and per claim
@@ -570,7 +571,8 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
     for p in procs:
         p.start()
     outs: dict[int, dict] = {}
-    before = cpu_by_process()
+    server_cpus = placement()[0] or set(range(os.cpu_count() or 1))
+    before, stolen = cpu_by_process(), steal_seconds(server_cpus)
     t0 = time.monotonic()
     try:
         try:
@@ -592,22 +594,23 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
                 p.kill()
                 p.join(5)
         results.close()
-    after = cpu_by_process()
+    after, stolen = cpu_by_process(), steal_seconds(server_cpus) - stolen
     errors = [o["error"] for o in outs.values() if "error" in o]
     if errors or len(outs) < len(procs):
         raise RuntimeError("load failed: " + ("; ".join(errors[:4]) or f"{len(procs) - len(outs)} processes "
                                               f"reported nothing within {limit:.0f} s"))
-    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall)
+    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall, stolen)
 
 
-def accounting(before: dict, after: dict, server_pid: int, wall: float) -> dict:
+def accounting(before: dict, after: dict, server_pid: int, wall: float, stolen: float = math.nan) -> dict:
     """Server CPU and other processes' CPU between two cpu_by_process()
     snapshots (processes present in both; one that ended meanwhile counts
-    in its parent once reaped)."""
+    in its parent once reaped), and ``stolen``: the server CPUs' steal
+    seconds meanwhile."""
     mine = {os.getpid(), server_pid}
     other = sum(after[p] - before[p] for p in before.keys() & after.keys() if p not in mine)
     server = after.get(server_pid, math.nan) - before.get(server_pid, math.nan) if server_pid else math.nan
-    return {"wall_s": wall, "server_cpu_s": server, "other_cpu_s": max(other, 0.0)}
+    return {"wall_s": wall, "server_cpu_s": server, "other_cpu_s": max(other, 0.0), "steal_s": stolen}
 
 
 # --- the workloads --------------------------------------------------------
@@ -651,6 +654,7 @@ def common_figures(jobs: int, span: float, acct: dict, outs: list[dict]) -> dict
     return {"server_cpu_s": cpu, "server_cpu_us_per_job": cpu / jobs * 1e6 if jobs else math.nan,
             "load_cpu_s": load_cpu, "load_cpu_share": load_cpu / wall if wall else math.nan,
             "other_cpu_s": acct["other_cpu_s"], "other_cpu_pct": 100 * acct["other_cpu_s"] / wall if wall else math.nan,
+            "steal_pct": 100 * acct.get("steal_s", math.nan) / wall if wall else math.nan,
             "wall_s": wall, "span_s": span}
 
 
@@ -971,7 +975,8 @@ def check_warnings(runs: list[dict]) -> list[str]:
 # --- the table ------------------------------------------------------------
 
 # (figure key, label, better when the ratio is ...; None: no ratio, context only)
-NOISE_ROW = ("other_cpu_pct", "other processes' CPU %", None)
+NOISE_ROWS = [("other_cpu_pct", "other processes' CPU %", None),
+              ("steal_pct", "server CPU stolen by the host %", None)]
 ROWS = {
     "w1": [("jobs_per_s", "jobs/s", ">1"), ("p99_ms", "push call p99 ms", "<1"),
            ("server_cpu_s", "server CPU s", "<1"), ("server_cpu_us_per_job", "server CPU us/job", "<1")],
@@ -993,7 +998,7 @@ def table_rows(results: dict) -> list[list]:
     for w, by_class in results.items():
         for c, cell in by_class.items():
             lq, rd = cell["leaseq"], cell["redis"]
-            for key, label, better in ROWS[w] + [NOISE_ROW]:
+            for key, label, better in ROWS[w] + NOISE_ROWS:
                 ratio = cell["ratio"].get(key) if rd and better is not None else None
                 rows.append([TITLES[w], c, label, lq.get(key), rd.get(key) if rd else "-",
                              ratio if ratio is not None else "-", better if ratio is not None else ""])
