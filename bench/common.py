@@ -158,6 +158,20 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def read_calls(pid: int) -> float:
+    """The read system calls a process has made (``syscr`` of
+    ``/proc/<pid>/io``: read, readv, pread; a socket server's receives); nan
+    when unreadable."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("syscr:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return math.nan
+
+
 def steal_seconds(cpus) -> float:
     """Seconds the hypervisor ran something else while ``cpus`` wanted to
     run (the steal column of their ``/proc/stat`` lines); nan when unknown.

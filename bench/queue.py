@@ -71,7 +71,7 @@ from urllib.parse import urlsplit
 import hiredis
 
 from .common import (HOST, Daemon, cpu_by_process, free_port, percentile, pin_threads, print_grid, publish,
-                     steal_seconds, wait_pong)
+                     read_calls, steal_seconds, wait_pong)
 
 PAYLOAD = 128
 BATCH = 100                   # jobs per push batch and per claim
@@ -572,7 +572,7 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
         p.start()
     outs: dict[int, dict] = {}
     server_cpus = placement()[0] or set(range(os.cpu_count() or 1))
-    before, stolen = cpu_by_process(), steal_seconds(server_cpus)
+    before, stolen, reads = cpu_by_process(), steal_seconds(server_cpus), read_calls(ep.pid) if ep.pid else math.nan
     t0 = time.monotonic()
     try:
         try:
@@ -595,22 +595,25 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
                 p.join(5)
         results.close()
     after, stolen = cpu_by_process(), steal_seconds(server_cpus) - stolen
+    reads = (read_calls(ep.pid) if ep.pid else math.nan) - reads
     errors = [o["error"] for o in outs.values() if "error" in o]
     if errors or len(outs) < len(procs):
         raise RuntimeError("load failed: " + ("; ".join(errors[:4]) or f"{len(procs) - len(outs)} processes "
                                               f"reported nothing within {limit:.0f} s"))
-    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall, stolen)
+    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall, stolen, reads)
 
 
-def accounting(before: dict, after: dict, server_pid: int, wall: float, stolen: float = math.nan) -> dict:
+def accounting(before: dict, after: dict, server_pid: int, wall: float, stolen: float = math.nan,
+               reads: float = math.nan) -> dict:
     """Server CPU and other processes' CPU between two cpu_by_process()
     snapshots (processes present in both; one that ended meanwhile counts
-    in its parent once reaped), and ``stolen``: the server CPUs' steal
-    seconds meanwhile."""
+    in its parent once reaped), ``stolen``: the server CPUs' steal seconds
+    meanwhile, and ``reads``: the server's read calls meanwhile."""
     mine = {os.getpid(), server_pid}
     other = sum(after[p] - before[p] for p in before.keys() & after.keys() if p not in mine)
     server = after.get(server_pid, math.nan) - before.get(server_pid, math.nan) if server_pid else math.nan
-    return {"wall_s": wall, "server_cpu_s": server, "other_cpu_s": max(other, 0.0), "steal_s": stolen}
+    return {"wall_s": wall, "server_cpu_s": server, "other_cpu_s": max(other, 0.0), "steal_s": stolen,
+            "reads": reads}
 
 
 # --- the workloads --------------------------------------------------------
@@ -655,6 +658,7 @@ def common_figures(jobs: int, span: float, acct: dict, outs: list[dict]) -> dict
             "load_cpu_s": load_cpu, "load_cpu_share": load_cpu / wall if wall else math.nan,
             "other_cpu_s": acct["other_cpu_s"], "other_cpu_pct": 100 * acct["other_cpu_s"] / wall if wall else math.nan,
             "steal_pct": 100 * acct.get("steal_s", math.nan) / wall if wall else math.nan,
+            "server_reads_per_job": acct.get("reads", math.nan) / jobs if jobs else math.nan,
             "wall_s": wall, "span_s": span}
 
 
@@ -989,7 +993,8 @@ ROWS = {
     "w3rate": [("jobs_per_s", "achieved jobs/s", ">1"), ("sustained", "target sustained (reps)", ""),
                ("p50_ms", "push->claim p50 ms", "<1"), ("p99_ms", "push->claim p99 ms", "<1"),
                ("p999_ms", "push->claim p999 ms", "<1"), ("server_cpu_s", "server CPU s", "<1"),
-               ("server_cpu_us_per_job", "server CPU us/job", "<1")],
+               ("server_cpu_us_per_job", "server CPU us/job", "<1"),
+               ("server_reads_per_job", "server reads/job", None)],
 }
 
 
