@@ -79,10 +79,11 @@ class LogError(ValueError):
 
 
 class Segment(InputPartition):
-    def __init__(self, path: str, newest: bool, names: dict) -> None:
+    def __init__(self, path: str, newest: bool, names: dict, room_ok: bool) -> None:
         super().__init__(path)
         self.path = path
         self.newest = newest
+        self.room_ok = room_ok      # may end in the room the daemon reserves (the newest two)
         self.names = names          # qid -> queue name
 
 
@@ -116,10 +117,10 @@ class LogReader(DataSourceReader):
         segments = sorted(by_name.values())
         names = queue_names(self.directories, [p for _n, p in segments])
         last = len(segments) - 1
-        return [Segment(path, i == last, names) for i, (_n, path) in enumerate(segments)]
+        return [Segment(path, i == last, names, i >= last - 1) for i, (_n, path) in enumerate(segments)]
 
     def read(self, partition: Segment):
-        yield from events(partition.path, partition.names, partition.newest)
+        yield from events(partition.path, partition.names, partition.newest, partition.room_ok)
 
 
 def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, str]:
@@ -155,7 +156,7 @@ def _flatten(rtype: int, body: bytes):
         yield rtype, body
 
 
-def events(path: str, names: dict, newest: bool):
+def events(path: str, names: dict, newest: bool, room_ok: bool = True):
     """The event rows of one segment file (see the module docstring)."""
     with open(path, "rb") as f:
         data = f.read()
@@ -170,7 +171,7 @@ def events(path: str, names: dict, newest: bool):
         for inner_type, inner_body in _flatten(rtype, body):
             yield from _rows(inner_type, records.decode(inner_type, inner_body), names)
         offset += records.FRAME_SIZE + len(body)
-    if offset < len(data) and not newest and not records.reserved_from(data, offset):
+    if offset < len(data) and not newest and not (room_ok and records.reserved_from(data, offset)):
         raise LogError(f"{path} at offset {offset}: a record fails its checksum or is cut short")
 
 

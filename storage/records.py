@@ -10,10 +10,12 @@ so name order is log order.  Records are only added after the last one; a
 new segment starts when the current one reaches ``segment-size`` bytes, and
 at every start of the daemon (so new writes never follow a torn tail).  The
 writer reserves room ahead of its writes (zeros), and cuts it off when the
-segment is sealed or the daemon stops; after a crash the newest segment may
-end in that room.  Zeros from a frame's start to the end of the file are
-that room, the end of the segment's records: not a torn tail, and not
-corruption in any segment (``reserved_from``).  Each file begins with a
+segment is sealed (durably, before any record of the next segment is) or
+the daemon stops.  So after a crash the last segment that holds records,
+or the one before it (a crash as it was sealed), may end in that room:
+there, zeros from a frame's start to the end of the file are the end of
+the segment's records, not a torn tail and not corruption
+(``reserved_from``).  In an older segment they are damage.  Each file begins with a
 24-byte header::
 
     magic    8s   b"LEASEQWL"

@@ -74,6 +74,10 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0,
     last_with_records = with_records[-1] if with_records else len(segments) - 1
     for i, (number, path) in enumerate(segments):
         newest = i >= last_with_records
+        # The room the writer reserves (storage.wal) is cut off when a segment is sealed, and
+        # that cut is durable before any record of the next segment is: room can be left in the
+        # last segment with records, or in the one before it (a crash as it was sealed), not earlier.
+        room_ok = i >= last_with_records - 1
         with open(path, "rb") as f:
             data = f.read()
         report.segments += 1
@@ -116,7 +120,7 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0,
                 offset += records.FRAME_SIZE + len(body)
             if offset >= len(data):
                 break
-            if records.reserved_from(data, offset):
+            if room_ok and records.reserved_from(data, offset):
                 # the room the writer reserved (storage.wal): the end of the records, nothing torn
                 if modify:
                     log.info("cutting %s at its last record, offset %d (%d bytes of reserved room)",

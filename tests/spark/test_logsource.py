@@ -121,6 +121,11 @@ def test_a_torn_tail_is_skipped_and_corruption_elsewhere_is_named(spark, tmp_pat
     assert end < len(data) and records.reserved_from(data, end)
     write_segment(roomy, int(newest[4:24]) + 1, b"")
     assert read(spark, roomy).filter("event = 'push'").count() == 6
+    # ... but not in one two before the newest: cut when sealed, so that is damage
+    write_segment(roomy, int(newest[4:24]) + 2, b"")
+    with pytest.raises(Exception) as e:
+        read(spark, roomy).count()
+    assert f"{newest} at offset {end}: a record fails its checksum or is cut short" in str(e.value)
     bad = tmp_path / "bad"
     shutil.copytree(d.data_dir, bad)
     size = os.path.getsize(bad / first)

@@ -284,6 +284,17 @@ def test_room_at_the_end_of_an_older_segment_is_its_end_too(tmp_path):
     assert os.path.getsize(tmp_path / segment_name(1)) == HEADER + len(framed(rec(1)))
 
 
+def test_zeros_at_the_end_of_a_segment_two_before_the_last_are_damage(tmp_path):
+    """A sealed segment was cut at its last record before the next one got
+    a durable record: zeros at the end of one older than that are not room."""
+    older = write_segment(tmp_path, 1, framed(rec(1)) + bytes(5000))
+    write_segment(tmp_path, 2, framed(rec(2)))
+    write_segment(tmp_path, 3, framed(rec(3)))
+    with pytest.raises(CorruptLog) as e:
+        read_all(tmp_path)
+    assert (e.value.path, e.value.offset) == (older, HEADER + len(framed(rec(1))))
+
+
 def test_a_write_cut_short_in_the_room_is_a_torn_tail(tmp_path, caplog):
     half = framed(rec(2))[:5]                       # its checksum and the low byte of its length
     path = write_segment(tmp_path, 1, framed(rec(1)) + half + bytes(RESERVE))
