@@ -30,7 +30,7 @@ leaseq_queue_dead_lettered_total           counter queue
 leaseq_queue_lease_expired_total           counter queue
 leaseq_command_duration_seconds            hist.   command
 leaseq_wal_fsync_duration_seconds          hist.
-leaseq_wal_bytes                           gauge   (all segment files)
+leaseq_wal_bytes                           gauge   (records in the segment files)
 leaseq_wal_writable                        gauge   (1, or 0 during a disk
                                                    fault)
 leaseq_wal_write_errors_total              counter (disk faults since start)
@@ -140,7 +140,7 @@ class Metrics:
             wal = server.datadir.wal
             size = (wal.segments_and_bytes()[1] if wal is not None     # (None during a disk fault)
                     else sum(sizes_of(p for _n, p in list_segments(server.datadir.directory))))
-        yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes in the log's segment files.", value=size)
+        yield GaugeMetricFamily("leaseq_wal_bytes", "Bytes of records in the log's segment files.", value=size)
         disk = server.disk
         yield GaugeMetricFamily("leaseq_wal_writable", "1 while the log can be written, 0 during a disk fault "
                                 "(INFO's log_write_status).", value=0 if server.disk_error is not None else 1)
