@@ -5,7 +5,6 @@ requests get HTTP's own answers, and the RESP port keeps serving."""
 from __future__ import annotations
 
 import os
-
 import socket
 
 import pytest
