@@ -659,6 +659,7 @@ def common_figures(jobs: int, span: float, acct: dict, outs: list[dict]) -> dict
             "other_cpu_s": acct["other_cpu_s"], "other_cpu_pct": 100 * acct["other_cpu_s"] / wall if wall else math.nan,
             "steal_pct": 100 * acct.get("steal_s", math.nan) / wall if wall else math.nan,
             "server_reads_per_job": acct.get("reads", math.nan) / jobs if jobs else math.nan,
+            "server_cpu_us_per_read": cpu / acct.get("reads", math.nan) * 1e6 if acct.get("reads") else math.nan,
             "wall_s": wall, "span_s": span}
 
 
@@ -994,7 +995,8 @@ ROWS = {
                ("p50_ms", "push->claim p50 ms", "<1"), ("p99_ms", "push->claim p99 ms", "<1"),
                ("p999_ms", "push->claim p999 ms", "<1"), ("server_cpu_s", "server CPU s", "<1"),
                ("server_cpu_us_per_job", "server CPU us/job", "<1"),
-               ("server_reads_per_job", "server reads/job", None)],
+               ("server_reads_per_job", "server reads/job", None),
+               ("server_cpu_us_per_read", "server CPU us/read", "<1")],
 }
 
 

@@ -71,7 +71,8 @@ QUEUE_FIGURES = {"w1": ("jobs/s", "push call p99 ms", "server CPU s", "server CP
                  "w2g": ("jobs/s", "claim+ack p99 ms", "server CPU s", "server CPU us/job"),
                  "w3max": ("jobs/s through", "server CPU s", "server CPU us/job"),
                  "w3rate": ("achieved jobs/s", "target sustained (reps)", "push->claim p50 ms",
-                            "push->claim p99 ms", "push->claim p999 ms", "server CPU s", "server reads/job")}
+                            "push->claim p99 ms", "push->claim p999 ms", "server CPU s", "server reads/job",
+                            "server CPU us/read")}
 QUEUE_TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w2g": "W2g consume, 10,000 groups, GROUP-CONCURRENCY 1",
                 "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
 LEASEQ_ONLY = ("w2g",)        # redis has no groups
@@ -106,6 +107,7 @@ def check_queue_json(data, workloads, classes, with_redis):
         assert r["steal_pct"] >= 0, r        # /proc/stat has the steal column on any kernel CI runs
         if r["workload"] == "w3rate":         # a job is three requests: at most three reads, at least one
             assert 0.5 <= r["server_reads_per_job"] <= 3.5, r
+            assert r["server_cpu_us_per_read"] * r["server_reads_per_job"] == pytest.approx(r["server_cpu_us_per_job"])
         if r["workload"] in ("w1", "w2", "w2g"):
             assert r["check"] == "ok", r        # every job pushed is there (W1), none left (W2): not a speed
     for w in workloads:
