@@ -660,17 +660,17 @@ _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM
 _NOT_ZERO = re.compile(rb"[^\x00]")
 
 
-def reserved_from(data, offset: int) -> bool:
-    """Whether every byte of ``data`` from ``offset`` on is zero: room the
-    writer reserved and never wrote (the module docstring)."""
-    return _NOT_ZERO.search(data, offset) is None
-
-
 def next_nonzero(data, offset: int) -> int:
     """The offset of the first byte at or after ``offset`` that is not zero
     (``len(data)`` when there is none)."""
     m = _NOT_ZERO.search(data, offset)
     return m.start() if m else len(data)
+
+
+def reserved_from(data, offset: int) -> bool:
+    """Whether every byte of ``data`` from ``offset`` on is zero: room the
+    writer reserved and never wrote (the module docstring)."""
+    return next_nonzero(data, offset) == len(data)
 
 
 def iter_frames(data, offset: int) -> Iterator[tuple[int, int, bytes]]:

@@ -362,7 +362,8 @@ class WriteAheadLog(LogBuffer):
             self._reached = at
             raise
         self._size = self._reached = at
-        self._room = max(self._room, at)
+        if at > self._room:          # the file grew: no room was reserved, or this write ran past it
+            self._room = at
         self.written_at = (self.segment_number, self._size)
         if self._size >= self._segment_size:
             self._open_segment(self.segment_number + 1)
