@@ -43,7 +43,8 @@ reads the client and the store.
 
 ``serve_plain(blocking, queue)`` is ``Blocking.serve`` for the commonest
 case at one job per request: plain claims parked on a plain queue,
-served at the end of the turn in which a push woke them;
+served right after the push that woke them (``Committer.serve_now``) or
+at the end of its turn;
 tests/unit/test_blocking.py holds it to ``Blocking.serve``.
 """
 
@@ -743,9 +744,9 @@ cdef inline bytes _encode(reply, bint resp3):
 cdef object _ordinary = None          # dispatch.execute (imported at first use: dispatch imports this module)
 
 cdef Slots COMMITTER = Slots("leaseq.daemon.committer.Committer",
-                            ("closed", "wal", "scheduled", "loop", "waiters", "server"))
+                            ("closed", "wal", "scheduled", "loop", "waiters", "server", "serving"))
 cdef enum:
-    M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS, M_SERVER
+    M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS, M_SERVER, M_SERVING
 
 
 def end_of_turn(committer):
@@ -766,6 +767,16 @@ def end_of_turn(committer):
 
 
 cdef object _BY_QID = attrgetter("qid")
+
+
+cdef inline bint _woken_waited(server, blocking) except -1:
+    """Whether a queue was woken that someone waits on: the part of
+    ``Committer.work_left`` and ``serve_now`` that asks it."""
+    if get(BLOCKING, blocking, B_WOKEN):
+        return True
+    if get(STORE, get(SERVER, server, S_STORE), ST_WOKEN):
+        return bool(get(BLOCKING, blocking, B_BY_QUEUE) or get(BLOCKING, blocking, B_WORKERS))
+    return False
 
 
 cdef int _serve_woken(blocking) except -1:
@@ -863,10 +874,15 @@ cdef int _run_pending(conn) except -1:
     if get(CLIENT, conn, C_QUITTING) and not get(CLIENT, conn, C_CLOSED) and not get(OUTBOX, outbox, 1):
         get(CLIENT, conn, C_TRANSPORT).close()
     blocking = get(SERVER, server, S_BLOCKING)
-    if (get(OUTBOX, outbox, 1) or get(LOG, get(COMMITTER, committer, M_WAL), L_BUFFER)      # Committer.work_left
-            or get(BLOCKING, blocking, B_WOKEN)
-            or (get(STORE, get(SERVER, server, S_STORE), ST_WOKEN)
-                and (get(BLOCKING, blocking, B_BY_QUEUE) or get(BLOCKING, blocking, B_WORKERS)))):
+    wal = get(COMMITTER, committer, M_WAL)
+    if (not get(OUTBOX, outbox, 1) and not get(LOG, wal, L_BUFFER) and not get(COMMITTER, committer, M_SERVING)
+            and not get(COMMITTER, committer, M_CLOSED) and _woken_waited(server, blocking)):   # Committer.serve_now
+        put(COMMITTER, committer, M_SERVING, True)
+        try:
+            _serve_woken(blocking)
+        finally:
+            put(COMMITTER, committer, M_SERVING, False)
+    if get(OUTBOX, outbox, 1) or get(LOG, wal, L_BUFFER) or _woken_waited(server, blocking):  # Committer.work_left
         if not get(COMMITTER, committer, M_SCHEDULED):                                  # Committer.touch
             put(COMMITTER, committer, M_SCHEDULED, True)
             get(COMMITTER, committer, M_LOOP).call_soon(committer.end_of_turn)

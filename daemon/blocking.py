@@ -276,7 +276,8 @@ class Blocking:
         self.woken.add(queue)
 
     def serve_woken(self) -> None:
-        """End of a turn: serve the queues whose ready jobs or next due moment
+        """End of a turn (or of a connection's commands, ``Committer.serve_now``):
+        serve the queues whose ready jobs or next due moment
         changed (the store's woken set) and those ``wake`` named, in the
         order of their qid (whichever the daemon, the same lease tokens)."""
         woken = self.server.store.take_woken()

@@ -162,8 +162,11 @@ class Connection(asyncio.Protocol):
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self._write(self.outbox.take())                                                        # (flush)
-        if self.outbox.held or server.committer.work_left():
-            server.committer.touch()
+        committer = server.committer
+        if not self.outbox.held:
+            committer.serve_now()
+        if self.outbox.held or committer.work_left():
+            committer.touch()
 
     def answer(self, reply, ticket: Ticket | None = None) -> None:
         """Queue a reply (see the module docstring): held on ``ticket`` when

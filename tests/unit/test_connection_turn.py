@@ -127,12 +127,8 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
 
 
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
-    lane = importlib.import_module("leaseq.daemon._lane")     # built by bin/setup wherever there is a C compiler
     got = {}
-    for name, turn, received, ended, plain in (
-            ("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn,
-             None),
-            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn, lane)):
+    for name, turn, received, ended, plain in _flavours():        # (_lane: built by bin/setup wherever gcc is)
         monkeypatch.setattr(Connection, "run_pending", turn)
         monkeypatch.setattr(Connection, "data_received", received)
         monkeypatch.setattr(Committer, "end_of_turn", ended)
@@ -149,6 +145,81 @@ def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypa
     assert written[5] == b"+PONG\r\n+OK\r\n" and got["python"][5][1]                 # nothing after QUIT
     assert written[6].startswith(b"*0\r\n") and b"after the timeout" in written[6]  # the BLOCK ran out
     assert written[3].startswith(b"%")                                              # RESP3's HELLO map
+
+
+def _flavours():
+    lane = importlib.import_module("leaseq.daemon._lane")
+    return (("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn,
+             None),
+            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn, lane))
+
+
+async def _serve_now_script(data_dir: str, ends: list) -> None:
+    """Pushes that wake parked claims: on memory queues the claims are
+    answered before ``data_received`` returns, with no end of the turn;
+    a claim answered then, whose pipelined push wakes another, leaves that
+    one to the end of the turn; on an fsync queue the serve waits for it."""
+    server = Server(config.Settings(port=0, dir=data_dir))
+    await server.listen()
+    server.attach(DataDir.open(data_dir, T0))
+    server.clock.freeze(T0)
+    transports = [Transport(50_000 + i) for i in range(5)]
+    conns = []
+    for t in transports:
+        c = Connection(server)
+        c.connection_made(t)
+        conns.append(c)
+    try:
+        conns[0].data_received(b"".join(cmd("QCREATE", q, "DURABILITY", d) for q, d in
+                                        (("a", "memory"), ("b", "memory"), ("c", "memory"), ("disk", "fsync"))))
+        # a queue's first push logs the block of ids it takes from: take them now, so that the pushes below log nothing
+        conns[0].data_received(b"".join(cmd("QPUSH", q, "first") + cmd("QCLAIM", q, "w0") for q in "abc"))
+        conns[1].data_received(cmd("QCLAIM", "a", "w1", "BLOCK", "5000"))
+        conns[2].data_received(cmd("QCLAIM", "b", "w2", "BLOCK", "5000") + cmd("QPUSH", "c", "from w2"))
+        conns[3].data_received(cmd("QCLAIM", "c", "w3", "BLOCK", "5000"))
+        conns[4].data_received(cmd("QCLAIM", "disk", "w4", "BLOCK", "5000"))
+        await _settle(server, conns)
+        assert all(c.waiting is not None for c in conns[1:])
+        ends.clear()
+
+        conns[0].data_received(cmd("QPUSH", "a", "x"))
+        assert b"$1\r\nx" in b"".join(transports[1].written) and conns[1].waiting is None
+        assert not server.committer.scheduled and ends == []
+
+        conns[0].data_received(cmd("QPUSH", "b", "y"))
+        assert b"$1\r\ny" in b"".join(transports[2].written)                  # served now ...
+        assert conns[3].waiting is not None and server.committer.scheduled    # ... its push's claimer at the turn's end
+        await _settle(server, conns)
+        assert b"from w2" in b"".join(transports[3].written) and ends
+        ends.clear()
+
+        conns[0].data_received(cmd("QPUSH", "disk", "z"))
+        assert conns[4].waiting is not None and server.committer.scheduled    # the push's record goes first
+        await _settle(server, conns)
+        assert b"$1\r\nz" in b"".join(transports[4].written) and ends
+    finally:
+        for c in conns:
+            if not c.closed:
+                c.connection_lost(None)
+        server.request_shutdown("test done")
+        await server.wait_stopped()
+
+
+def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path, monkeypatch):
+    """``Committer.serve_now``, in both flavours of the connection's turn."""
+    for name, turn, received, ended, plain in _flavours():
+        ends = []
+
+        def counted(self, ended=ended):
+            ends.append(1)
+            ended(self)
+
+        monkeypatch.setattr(Connection, "run_pending", turn)
+        monkeypatch.setattr(Connection, "data_received", received)
+        monkeypatch.setattr(Committer, "end_of_turn", counted)
+        monkeypatch.setattr(dispatch, "lane", plain and plain.run)
+        monkeypatch.setattr(blocking, "serve_plain", plain and plain.serve_plain)
+        asyncio.run(_serve_now_script(str(tmp_path / name), ends))
 
 
 def test_the_compiled_histogram_puts_each_duration_where_the_python_one_does():
