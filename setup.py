@@ -4,6 +4,7 @@ that a machine without a compiler installs the pure-Python modules
 (``LEASEQ_PURE=1`` also picks those at run time).  Everything else about
 the package is in pyproject.toml."""
 
+import glob
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -64,18 +65,22 @@ def extensions(compiled=COMPILED) -> list:
 
 def remove_old_builds(compiled=COMPILED, root: str = ".") -> list[str]:
     """Delete the builds an editable install left beside each module's
-    source (``daemon/_lane.cpython-311-x86_64-linux-gnu.so`` ...), before
-    building again: a module that is not built this time (Cython or the C
-    compiler refused it, or LEASEQ_PURE_BUILD=1) must not go on running
-    from its old build while pip, which hides setup's warnings, reports
-    success.  Returns what it deleted."""
+    source (``daemon/_lane.cpython-311-x86_64-linux-gnu.so`` ...), and
+    build_ext's own copies under build/lib.*/, before building again: a
+    module that is not built this time (Cython or the C compiler refused
+    it, or LEASEQ_PURE_BUILD=1) must not go on running from its old build
+    while pip, which hides setup's warnings, reports success (an in-place
+    build copies what build/lib.* holds into the tree, built this time or
+    not).  Returns what it deleted."""
     gone = []
-    for _name, path in compiled:
-        stem = os.path.join(root, os.path.splitext(path)[0])
-        for suffix in EXTENSION_SUFFIXES:
-            if os.path.exists(stem + suffix):
-                os.remove(stem + suffix)
-                gone.append(stem + suffix)
+    for name, path in compiled:
+        stems = [os.path.join(root, os.path.splitext(path)[0])]
+        stems += [os.path.join(lib, *name.split(".")) for lib in glob.glob(os.path.join(root, "build", "lib.*"))]
+        for stem in stems:
+            for suffix in EXTENSION_SUFFIXES:
+                if os.path.exists(stem + suffix):
+                    os.remove(stem + suffix)
+                    gone.append(stem + suffix)
     return gone
 
 

@@ -17,14 +17,14 @@ from leaseq.daemon import config
 
 
 def _version() -> str:
-    """The package's version and which flavour runs: ``0.1.0 (compiled)``
-    or ``(pure)`` (docs/performance.md)."""
-    from leaseq.daemon.dispatch import FLAVOUR
+    """The package's version and which flavour runs: ``0.1.0 (compiled)``,
+    ``(compiled, profile-guided)`` or ``(pure)`` (docs/performance.md)."""
+    from leaseq.daemon.dispatch import FLAVOUR, PROFILE_GUIDED
     try:
         number = version("leaseq")
     except PackageNotFoundError:
         number = "unknown"
-    return f"{number} ({FLAVOUR})"
+    return f"{number} ({FLAVOUR}{', profile-guided' if PROFILE_GUIDED else ''})"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -45,6 +45,8 @@ DAEMON_COMPILED = ("_resp", "_parser", "_job", "_jobtable", "_index", "_clock", 
 COMPILED = resp.COMPILED + (["_lane"] if lane is not None else [])
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")
+# whether the compiled modules were built from a profile (bin/build-from-profile; docs/performance.md)
+PROFILE_GUIDED = _lane is not None and _lane.PROFILE_GUIDED
 
 
 def execute(client, args: list) -> tuple[object, Ticket | None]:

@@ -56,6 +56,7 @@ class Info:
             "server": [
                 ("leaseq_version", VERSION),
                 ("leaseq_flavour", dispatch.FLAVOUR),
+                ("leaseq_profile_guided", int(dispatch.PROFILE_GUIDED)),
                 ("leaseq_mode", "standalone"),
                 ("os", os_line()),
                 ("process_id", os.getpid()),

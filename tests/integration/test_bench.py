@@ -515,3 +515,16 @@ def test_a_server_lost_under_callgrind_is_named_with_how_it_ended(tmp_path):
         server.stop()
     assert "exited with status -9" in said and "its output ends:" in said
     assert "Callgrind" in said or "valgrind" in said.lower()         # valgrind's banner, from its output
+
+
+@pytest.mark.timeout(120)
+def test_the_training_load_runs_each_workload_and_leaves_nothing(tmp_path, monkeypatch):
+    """bench/training.py, the load bin/build-from-profile builds from, at its
+    smallest: one run a workload and class, each daemon stopped, its
+    directory removed."""
+    import tempfile
+
+    from leaseq.bench import training
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert training.train(jobs=500, seconds=0.3, workloads=("w1", "w3rate"), classes=("memory", "fsync")) == 4
+    assert list(tmp_path.iterdir()) == []

@@ -67,9 +67,14 @@ def test_a_module_the_c_compiler_refuses_does_not_stop_the_build(tmp_path, monke
 
 
 def test_old_builds_beside_the_sources_are_removed_before_a_build(tmp_path):
+    """And build_ext's copies under build/lib.*, which an in-place build
+    would copy back beside the sources when a module fails to build."""
     (tmp_path / "pkg").mkdir()
-    keep = ["pkg/_a.pyx", "pkg/_a.c", "pkg/_b.pyx", "pkg/other.cpython-311-x86_64-linux-gnu.so"]
-    old = [f"pkg/_a{EXTENSION_SUFFIXES[0]}", "pkg/_b.abi3.so", "pkg/_b.so"]
+    (tmp_path / "build" / "lib.linux-x86_64-cpython-311" / "leaseq" / "pkg").mkdir(parents=True)
+    keep = ["pkg/_a.pyx", "pkg/_a.c", "pkg/_b.pyx", "pkg/other.cpython-311-x86_64-linux-gnu.so",
+            "build/lib.linux-x86_64-cpython-311/leaseq/pkg/other.so"]
+    old = [f"pkg/_a{EXTENSION_SUFFIXES[0]}", "pkg/_b.abi3.so", "pkg/_b.so",
+           f"build/lib.linux-x86_64-cpython-311/leaseq/pkg/_a{EXTENSION_SUFFIXES[0]}"]
     for name in keep + old:
         (tmp_path / name).write_text("x")
     gone = load_setup().remove_old_builds([("leaseq.pkg._a", "pkg/_a.pyx"), ("leaseq.pkg._b", "pkg/_b.pyx")],
