@@ -520,10 +520,7 @@ cdef int _cancel(blocking, w) except -1:
         if not waiters:                                   # Blocking._forget (its waiters: none left)
             if (<dict>get(BLOCKING, blocking, B_WORKERS)).get(queue):
                 return 0
-            by_queue.pop(queue, None)
-            timer = (<dict>get(BLOCKING, blocking, B_TIMERS)).pop(queue, None)
-            if timer is not None:
-                timer[1].cancel()
+            by_queue.pop(queue, None)                     # (its timer stays: see _forget)
             cohort = (<dict>get(BLOCKING, blocking, B_COHORTS)).pop(queue, None)
             if cohort is not None:
                 cohort.cancel()

@@ -89,6 +89,47 @@ def test_no_timer_spins_for_claimers_that_cannot_take(world):
     assert q not in blocking.timers
 
 
+def _timer_outlived_its_claimers(core, client, blocking):
+    """A queue with a lease running (its timer armed for the deadline) whose
+    one parked claimer was served: the timer, still set."""
+    call(client, "QCREATE", "q", now=T0)
+    call(client, "QPUSHMANY", "q", 1, "a")
+    assert len(call(client, "QCLAIM", "q", "w0", "LEASE", 5000)) == 1
+    parked = park_claim(client, blocking, "q", "w1", "BLOCK", 20000)
+    q = core.store.queues[b"q"]
+    due, handle = blocking.timers[q]
+    assert due == T0 + 5000
+    call(client, "QPUSHMANY", "q", 1, "b")
+    blocking.serve(q)
+    assert parked.answers and q not in blocking.by_queue       # served: nobody waits on q now
+    assert blocking.timers[q] == (due, handle) and not handle.cancelled()
+    return q, handle
+
+
+def test_a_queues_timer_outlives_its_last_claimer_and_serves_the_next(world):
+    """``_forget`` keeps the queue's timer: the next park finds it set and
+    sets none (at one job per request that was a timer of the loop made and
+    closed 0.16 times a job); it still runs at the deadline."""
+    core, client, loop, blocking = world
+    q, handle = _timer_outlived_its_claimers(core, client, blocking)
+    again = park_claim(client, blocking, "q", "w2", "BLOCK", 20000)
+    assert blocking.timers[q][1] is handle
+    core.at(T0 + 5000)                                          # w0's lease runs out: its job is ready again
+    loop.run_until_complete(asyncio.sleep(5.1))
+    assert [job[b"payload"] for job in plain(again.answers[0])] == [b"a"]
+
+
+def test_a_timer_kept_for_nobody_goes_with_its_queue_and_with_a_clock_jump(world):
+    core, client, loop, blocking = world
+    q, handle = _timer_outlived_its_claimers(core, client, blocking)
+    blocking.queue_dropped(q)
+    assert handle.cancelled() and q not in blocking.timers
+    call(client, "QDROP", "q", "FORCE")
+    q, handle = _timer_outlived_its_claimers(core, client, blocking)
+    blocking.time_moved()                                       # set for the old time: gone, as the others'
+    assert handle.cancelled() and blocking.timers == {}
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 3000), st.lists(st.integers(1, 1000), min_size=1, max_size=12))
 def test_deal_divides_in_proportion_never_above_a_count(available, counts):
