@@ -50,18 +50,6 @@ tests/unit/test_blocking.py holds it to ``Blocking.serve``.
 
 import logging
 from heapq import heappush
-
-cdef extern from *:
-    """
-    #ifdef LEASEQ_PROFILE_USE
-    #define LEASEQ_PROFILE_GUIDED 1
-    #else
-    #define LEASEQ_PROFILE_GUIDED 0
-    #endif
-    """
-    int LEASEQ_PROFILE_GUIDED
-
-PROFILE_GUIDED = bool(LEASEQ_PROFILE_GUIDED)   # built from a profile (bin/build-from-profile defines the macro)
 from operator import attrgetter
 
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -85,6 +73,18 @@ from leaseq.storage.wal import LogBuffer, Ticket
 from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 
 log = logging.getLogger("leaseq.daemon.dispatch")
+
+cdef extern from *:
+    """
+    #ifdef LEASEQ_PROFILE_USE
+    #define LEASEQ_PROFILE_GUIDED 1
+    #else
+    #define LEASEQ_PROFILE_GUIDED 0
+    #endif
+    """
+    int LEASEQ_PROFILE_GUIDED
+
+PROFILE_GUIDED = bool(LEASEQ_PROFILE_GUIDED)   # built from a profile (bin/build-from-profile defines the macro)
 
 cdef enum Kind:
     OTHER, PUSH, CLAIM, ACK
