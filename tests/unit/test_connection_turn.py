@@ -14,6 +14,7 @@ it is held to the pure daemon's objects as well."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import re
 
@@ -94,19 +95,33 @@ async def _settle(server, conns) -> None:
     raise AssertionError("replies still held for the log after 2,000 turns of the loop")
 
 
-async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
+@contextlib.asynccontextmanager
+async def _served(data_dir: str, n: int):
+    """An in-process server (the clock frozen) and ``n`` connections over
+    stand-in transports: (server, transports, connections); all closed after."""
     server = Server(config.Settings(port=0, dir=data_dir))
     await server.listen()
     server.attach(DataDir.open(data_dir, T0))
     server.clock.freeze(T0)
-    transports = [Transport(50_000 + i) for i in range(7)]
+    transports = [Transport(50_000 + i) for i in range(n)]
     conns = []
     for t in transports:
         c = Connection(server)
         c.connection_made(t)
         conns.append(c)
-    sent: list[bytes] = [b""] * len(conns)
     try:
+        yield server, transports, conns
+    finally:
+        for c in conns:
+            if not c.closed:
+                c.connection_lost(None)
+        server.request_shutdown("test done")
+        await server.wait_stopped()
+
+
+async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
+    async with _served(data_dir, 7) as (server, transports, conns):
+        sent: list[bytes] = [b""] * len(conns)
         for i, step in SCRIPT:
             data = step(b"".join(transports[i].written)) if callable(step) else step
             sent[i] += data
@@ -118,12 +133,6 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
             await asyncio.sleep(0.005)
         await _settle(server, conns)
         return [(b"".join(t.written), t.closed) for t in transports]
-    finally:
-        for c in conns:
-            if not c.closed:
-                c.connection_lost(None)
-        server.request_shutdown("test done")
-        await server.wait_stopped()
 
 
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
@@ -159,17 +168,7 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
     answered before ``data_received`` returns, with no end of the turn;
     a claim answered then, whose pipelined push wakes another, leaves that
     one to the end of the turn; on an fsync queue the serve waits for it."""
-    server = Server(config.Settings(port=0, dir=data_dir))
-    await server.listen()
-    server.attach(DataDir.open(data_dir, T0))
-    server.clock.freeze(T0)
-    transports = [Transport(50_000 + i) for i in range(5)]
-    conns = []
-    for t in transports:
-        c = Connection(server)
-        c.connection_made(t)
-        conns.append(c)
-    try:
+    async with _served(data_dir, 5) as (server, transports, conns):
         conns[0].data_received(b"".join(cmd("QCREATE", q, "DURABILITY", d) for q, d in
                                         (("a", "memory"), ("b", "memory"), ("c", "memory"), ("disk", "fsync"))))
         # a queue's first push logs the block of ids it takes from: take them now, so that the pushes below log nothing
@@ -197,12 +196,6 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
         assert conns[4].waiting is not None and server.committer.scheduled    # the push's record goes first
         await _settle(server, conns)
         assert b"$1\r\nz" in b"".join(transports[4].written) and ends
-    finally:
-        for c in conns:
-            if not c.closed:
-                c.connection_lost(None)
-        server.request_shutdown("test done")
-        await server.wait_stopped()
 
 
 def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path, monkeypatch):
