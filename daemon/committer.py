@@ -88,10 +88,13 @@ class Committer:
         queues nobody waits on, schedules nothing (a callback and its checks
         were a fifth of a read's cost on the loop).  Queues woken meanwhile
         stay in the store's woken set until a turn serves them."""
-        server = self.server
-        blocking = server.blocking
-        return bool(self.wal.buffer or blocking.woken
-                    or (server.store.woken and (blocking.by_queue or blocking.workers)))
+        return bool(self.wal.buffer) or self._woken_waited()
+
+    def _woken_waited(self) -> bool:
+        """Whether a queue was woken that someone waits on (daemon/_lane.pyx's
+        ``_woken_waited`` is its twin)."""
+        blocking = self.server.blocking
+        return bool(blocking.woken or (self.server.store.woken and (blocking.by_queue or blocking.workers)))
 
     def serve_now(self) -> None:
         """Right after a connection's commands, when they left the log
@@ -105,12 +108,10 @@ class Committer:
         connection."""
         if self.serving or self.closed or self.wal.buffer:
             return
-        server = self.server
-        blocking = server.blocking
-        if blocking.woken or (server.store.woken and (blocking.by_queue or blocking.workers)):
+        if self._woken_waited():
             self.serving = True
             try:
-                blocking.serve_woken()
+                self.server.blocking.serve_woken()
             finally:
                 self.serving = False
 
