@@ -572,7 +572,7 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
         p.start()
     outs: dict[int, dict] = {}
     server_cpus = placement()[0] or set(range(os.cpu_count() or 1))
-    before, stolen, reads = cpu_by_process(), steal_seconds(server_cpus), read_calls(ep.pid) if ep.pid else math.nan
+    before, stolen, reads = cpu_by_process(), steal_seconds(server_cpus), read_calls(ep.pid)
     t0 = time.monotonic()
     try:
         try:
@@ -595,7 +595,7 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
                 p.join(5)
         results.close()
     after, stolen = cpu_by_process(), steal_seconds(server_cpus) - stolen
-    reads = (read_calls(ep.pid) if ep.pid else math.nan) - reads
+    reads = read_calls(ep.pid) - reads
     errors = [o["error"] for o in outs.values() if "error" in o]
     if errors or len(outs) < len(procs):
         raise RuntimeError("load failed: " + ("; ".join(errors[:4]) or f"{len(procs) - len(outs)} processes "
