@@ -54,6 +54,7 @@ class Snapshots:
         self.server = server
         self.loop = loop
         self.child = 0                 # pid of the running child, 0 when none
+        self.compacting = False        # its compaction runs in the compactor's thread
         self.scheduled = False         # BGSAVE SCHEDULE asked for one after the running one
         self.started = 0.0             # monotonic time the running one started
         self.taken = 0
@@ -68,7 +69,10 @@ class Snapshots:
 
     @property
     def in_progress(self) -> bool:
-        return self.child != 0
+        """From the fork until the compaction after it ends: a snapshot counts
+        as taken only then, so BGSAVE, the automatic check and INFO see one
+        running through both, and two compactions never overlap."""
+        return self.child != 0 or self.compacting
 
     def live_bytes(self) -> int:
         return sum(q.payload_bytes + q.results.bytes + RECORD_OVERHEAD * (len(q.jobs) + len(q.results))
@@ -171,6 +175,7 @@ class Snapshots:
             _ok, size, jobs = said.split()
             datadir = self.server.datadir
             datadir.snapshot_written()
+            self.compacting = True
             done = self.loop.run_in_executor(self._compactor, datadir.compact)
             done.add_done_callback(lambda f: self._compacted(f, jobs, size))
             return
@@ -181,6 +186,7 @@ class Snapshots:
     def _compacted(self, done, jobs: str, size: str) -> None:
         """The compaction after a good snapshot ended (in its thread): the
         snapshot counts as taken now."""
+        self.compacting = False
         if done.cancelled():
             return
         error = done.exception()
