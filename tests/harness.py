@@ -428,8 +428,17 @@ class ClockWatch:
 
 
 def wait_blocked(c, q, n: int) -> None:
-    """Wait (5 s at most) until ``n`` claimers are blocked on ``q``."""
-    wait_for(lambda: qinfo(c, q)[b"consumers_blocked"] == n, 5, f"{n} claimers blocked on {q}")
+    """Wait (5 s at most) until ``n`` claimers are blocked on ``q``.  A queue
+    that only a blocked claim creates does not exist until the claimer's
+    thread has sent it: until then none blocks there."""
+    def blocked() -> int:
+        try:
+            return qinfo(c, q)[b"consumers_blocked"]
+        except redis.ResponseError as e:
+            if not str(e).startswith("NOQUEUE"):
+                raise
+            return 0
+    wait_for(lambda: blocked() == n, 5, f"{n} claimers blocked on {q}")
 
 
 # -- data directories, byte by byte ---------------------------------------------------------------
