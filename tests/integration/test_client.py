@@ -443,7 +443,13 @@ def test_a_lost_lease_is_not_acked(daemon, q, r, caplog, monkeypatch):
 
 def test_a_worker_rides_out_a_daemon_restart(tmp_path, q):
     """A connection error while claiming is logged and retried: the worker
-    goes on once the daemon is back on its port."""
+    goes on once the daemon is back on its port.
+
+    The stop waits for the first job's ack to reach the daemon (QINFO's
+    ``acked``), not for the handler's side effect: the handler returns
+    before the Worker sends the ack, and a stop between the two would
+    rightly cost that job (counted ``lost``). The daemon's SIGTERM answers
+    what it received before it closes, so the Worker reads that reply."""
     d = Daemon(tmp_path / "data").start()
     try:
         queue = Queue(d.url, q)
@@ -452,7 +458,7 @@ def test_a_worker_rides_out_a_daemon_restart(tmp_path, q):
         worker = Worker(queue, lambda job: done.append(job.payload), block_ms=200)
         t = CheckedThread(target=lambda: done.append(worker.run()))
         t.start()
-        wait_for(lambda: b"before" in done, 5, "the first job")
+        wait_for(lambda: queue.info()["acked"] == 1, 5, "the first job acked")
         d.stop()
         time.sleep(0.5)
         d.restart()
