@@ -1,8 +1,11 @@
 """The compiled hot path (docs/performance.md): Cython modules built at
 install time when Cython and a C compiler are there, each optional, so
 that a machine without a compiler installs the pure-Python modules
-(``LEASEQ_PURE=1`` also picks those at run time).  Everything else about
-the package is in pyproject.toml."""
+(``LEASEQ_PURE=1`` also picks those at run time).  ``ONE_SOURCE`` are
+ordinary .py modules that Cython compiles as they are, with the C types of
+the .pxd beside each (pure-Python mode: their annotations are for readers
+and type checkers, the .pxd is what Cython reads); ``COMPILED`` are .pyx
+modules.  Everything else about the package is in pyproject.toml."""
 
 import glob
 import os
@@ -11,7 +14,9 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 from setuptools import Extension, setup
 
-COMPILED = [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
+ONE_SOURCE = [("leaseq.storage.logbuffer", "storage/logbuffer.py"), ("leaseq.daemon.outbox", "daemon/outbox.py")]
+
+COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
             ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.daemon._clock", "daemon/_clock.pyx"),
             ("leaseq.storage._plain", "storage/_plain.pyx"),
@@ -53,7 +58,10 @@ def extensions(compiled=COMPILED) -> list:
     built, include = [], [cimport_path()]
     for name, path in compiled:
         try:
-            built += cythonize([Extension(name, [path])], compiler_directives={"language_level": "3"}, quiet=True,
+            directives = {"language_level": "3"}
+            if path.endswith(".py"):
+                directives["annotation_typing"] = False
+            built += cythonize([Extension(name, [path])], compiler_directives=directives, quiet=True,
                                include_path=include)
         except Exception as e:       # Cython's CompileError, or any failure of its own
             print(f"warning: leaseq: {path} is not compiled ({type(e).__name__}: {e}); "

@@ -68,9 +68,9 @@ from leaseq.daemon._clock cimport Reading
 from leaseq.daemon._parser cimport RequestParser
 from leaseq.daemon cimport _resp as cresp
 from leaseq.storage._index cimport TimeIndex
-from leaseq.storage.wal import LogBuffer, Ticket
+from leaseq.storage.logbuffer cimport LogBuffer      # compiled from storage/logbuffer.py
+from leaseq.daemon.outbox cimport Outbox            # compiled from daemon/outbox.py
 
-from cpython.method cimport PyMethod_Check, PyMethod_GET_FUNCTION, PyMethod_GET_SELF
 
 log = logging.getLogger("leaseq.daemon.dispatch")
 
@@ -164,76 +164,31 @@ cdef enum:
 cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
 cdef enum:
     J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
-cdef Slots LOG = Slots("leaseq.storage.wal.LogBuffer",
-                      ("_appended", "buffer", "_written", "_durable", "_sync_gen", "_claim_sync_gen", "_blind_gen",
-                       "_blind_until", "_last_sync_record", "_covered"))
-cdef enum:
-    L_APPENDED, L_BUFFER, L_WRITTEN, L_DURABLE, L_SYNC_GEN, L_CLAIM_SYNC_GEN, L_BLIND_GEN, L_BLIND_UNTIL, \
-        L_LAST_SYNC_RECORD, L_COVERED
-
-cdef object _SETTLED_SINCE = LogBuffer.settled_since
-cdef object _TICKET_SINCE = LogBuffer.ticket_since
 
 
 cdef inline object _mark(journal):
-    """``journal.mark()``: ``LogBuffer.mark``, the records appended so far
-    (0 without a log)."""
+    """``journal.mark()``: the log's ``mark`` (0 without a log)."""
     log = get(JOURNAL, journal, J_LOG)
-    return 0 if log is None else get(LOG, log, L_APPENDED)
-
-
-cdef inline object _log_of(method, plain):
-    """The log whose method ``method`` is, when it is ``LogBuffer``'s own
-    ``plain`` (then its twin below may run instead); None otherwise."""
-    if PyMethod_Check(method) and <object>PyMethod_GET_FUNCTION(method) is plain:
-        return <object>PyMethod_GET_SELF(method)
-    return None
+    if isinstance(log, LogBuffer):
+        return (<LogBuffer>log).mark()
+    return 0 if log is None else log.mark()
 
 
 cdef object _settled_since(journal, mark, claim_at):
     """``journal.settled_since(mark, claim_at)``: ``LogBuffer.settled_since``
-    (the definition) on the log's slots, with no Python frame; any other
-    log's method is called."""
-    method = get(JOURNAL, journal, J_SETTLED_SINCE)
-    log = _log_of(method, _SETTLED_SINCE)
-    if log is None:
-        return method(mark, claim_at)
-    own = get(LOG, log, L_APPENDED) != mark
-    buffer = get(LOG, log, L_BUFFER)
-    generation = get(LOG, log, L_WRITTEN)
-    if buffer:
-        generation = generation + 1
-    durable = get(LOG, log, L_DURABLE)
-    if get(LOG, log, L_SYNC_GEN) > durable and (
-            claim_at is None or get(LOG, log, L_CLAIM_SYNC_GEN) > durable
-            or (get(LOG, log, L_BLIND_GEN) > durable and claim_at >= get(LOG, log, L_BLIND_UNTIL))):
-        put(LOG, log, L_SYNC_GEN, generation)
-        return tuple.__new__(Ticket, (generation, True, own))
-    if buffer:
-        return tuple.__new__(Ticket, (generation, False, own))
-    return None
+    as a C call when the journal's log is one."""
+    log = get(JOURNAL, journal, J_LOG)
+    if isinstance(log, LogBuffer):
+        return (<LogBuffer>log).settled_since(mark, claim_at)
+    return get(JOURNAL, journal, J_SETTLED_SINCE)(mark, claim_at)
 
 
 cdef object _ticket_since(journal, mark):
-    """``journal.ticket_since(mark)``: ``LogBuffer.ticket_since`` on the
-    log's slots, as ``_settled_since``."""
-    method = get(JOURNAL, journal, J_TICKET_SINCE)
-    log = _log_of(method, _TICKET_SINCE)
-    if log is None:
-        return method(mark)
-    if get(LOG, log, L_APPENDED) == mark:
-        return None
-    return tuple.__new__(Ticket, (get(LOG, log, L_WRITTEN) + 1, get(LOG, log, L_LAST_SYNC_RECORD) > mark, True))
-
-
-def settled_since(journal, mark, claim_at=None):
-    """``_settled_since`` (for the tests)."""
-    return _settled_since(journal, mark, claim_at)
-
-
-def ticket_since(journal, mark):
-    """``_ticket_since`` (for the tests)."""
-    return _ticket_since(journal, mark)
+    """``journal.ticket_since(mark)``, as ``_settled_since``."""
+    log = get(JOURNAL, journal, J_LOG)
+    if isinstance(log, LogBuffer):
+        return (<LogBuffer>log).ticket_since(mark)
+    return get(JOURNAL, journal, J_TICKET_SINCE)(mark)
 
 
 cdef Slots HISTOGRAM = Slots("leaseq.daemon.metrics.Histogram", ("counts", "total"))
@@ -583,8 +538,8 @@ def timeout_cancel(t):
 
 cdef int _unblock(conn, reply, ticket) except -1:
     """``conn.unblock(reply, ticket)``: ``Connection.unblock`` (the
-    definition, daemon/connection.py) with its ``answer`` and
-    ``Outbox.add`` on their slots, when ``conn`` has Connection's own;
+    definition, daemon/connection.py) with its ``answer`` on the
+    connection's slots, when ``conn`` has Connection's own;
     any other is called."""
     if not _connection_own(type(conn)):
         conn.unblock(reply, ticket)
@@ -593,16 +548,8 @@ cdef int _unblock(conn, reply, ticket) except -1:
     if get(CLIENT, conn, C_CLOSED):
         return 0
     if reply is not NO_REPLY:
-        data = _encode(reply, get(CLIENT, conn, C_RESP3))
-        outbox = get(CLIENT, conn, C_OUTBOX)
-        held = get(OUTBOX, outbox, 1)
-        if ticket is not None:
-            held.append((ticket, data))
+        if (<Outbox?>get(CLIENT, conn, C_OUTBOX)).add(_encode(reply, get(CLIENT, conn, C_RESP3)), ticket):
             (<set>get(COMMITTER, get(SERVER, get(CLIENT, conn, C_SERVER), S_COMMITTER), M_WAITERS)).add(conn)
-        elif held:
-            held.append((None, data))
-        else:
-            (<list>get(OUTBOX, outbox, 0)).append(data)
     _run_pending(conn)
     return 0
 
@@ -758,23 +705,6 @@ cdef enum:
     M_CLOSED, M_WAL, M_SCHEDULED, M_LOOP, M_WAITERS, M_SERVER, M_SERVING
 
 
-def end_of_turn(committer):
-    """``Committer.end_of_turn`` (the definition, daemon/committer.py),
-    compiled: the class runs it in the compiled flavour.  A turn that left
-    the log nothing to write or fsync, as every turn of memory queues,
-    ends here: the woken queues served, the held replies released; any
-    other goes on in ``Committer.commit_turn``, as the Python one does."""
-    put(COMMITTER, committer, M_SCHEDULED, False)
-    if get(COMMITTER, committer, M_CLOSED):
-        return
-    _serve_woken(get(SERVER, get(COMMITTER, committer, M_SERVER), S_BLOCKING))
-    wal = get(COMMITTER, committer, M_WAL)
-    if get(LOG, wal, L_BUFFER) or get(LOG, wal, L_COVERED) < get(LOG, wal, L_SYNC_GEN) <= get(LOG, wal, L_WRITTEN):
-        committer.commit_turn()
-    elif get(COMMITTER, committer, M_WAITERS):
-        committer._release()
-
-
 cdef object _BY_QID = attrgetter("qid")
 
 
@@ -803,7 +733,6 @@ cdef int _serve_woken(blocking) except -1:
                 blocking.serve(q)
     return 0
 cdef Slots DISK_FAULTS = Slots("leaseq.daemon.faults.DiskFaults", ("rebuilding",))
-cdef Slots OUTBOX = Slots("leaseq.daemon.outbox.Outbox", ("_ready", "held"))
 
 
 def data_received(conn, data):
@@ -835,7 +764,7 @@ cdef int _run_pending(conn) except -1:
         pending.clear()
     if get(DISK_FAULTS, get(SERVER, server, S_DISK), 0):
         return 0
-    outbox = get(CLIENT, conn, C_OUTBOX)
+    cdef Outbox outbox = get(CLIENT, conn, C_OUTBOX)
     while (pending and get(CLIENT, conn, C_WAITING) is None and not get(CLIENT, conn, C_QUITTING)
            and not get(CLIENT, conn, C_CLOSED)):
         args = pending.popleft()
@@ -858,40 +787,31 @@ cdef int _run_pending(conn) except -1:
                 else:
                     get(SERVER, server, S_BLOCKING).results.park(conn, reply)
                 break
-        if reply is not NO_REPLY:                     # Outbox.add
-            data = _encode(reply, get(CLIENT, conn, C_RESP3))
-            held = get(OUTBOX, outbox, 1)
-            if ticket is not None:
-                held.append((ticket, data))
+        if reply is not NO_REPLY:
+            if outbox.add(_encode(reply, get(CLIENT, conn, C_RESP3)), ticket):
                 (<set>get(COMMITTER, committer, M_WAITERS)).add(conn)
-            elif held:
-                held.append((None, data))
-            else:
-                (<list>get(OUTBOX, outbox, 0)).append(data)
     if (get(CLIENT, conn, C_PROTOCOL_ERROR) is not None and not pending
             and get(CLIENT, conn, C_WAITING) is None and not get(CLIENT, conn, C_QUITTING)):
         conn.answer(errors.protocol_error(get(CLIENT, conn, C_PROTOCOL_ERROR)))
         put(CLIENT, conn, C_QUITTING, True)
-    ready = get(OUTBOX, outbox, 0)                    # Outbox.take, then Connection._write
+    ready = outbox.take()                             # then Connection._write
     if ready:
-        put(OUTBOX, outbox, 0, [])
         if not get(CLIENT, conn, C_CLOSED):
-            get(CLIENT, conn, C_TRANSPORT).write((<list>ready)[0] if len(<list>ready) == 1
-                                                     else b"".join(<list>ready))
+            get(CLIENT, conn, C_TRANSPORT).write(ready)
             if get(CLIENT, conn, C_WRITING_PAUSED):
                 conn._check_output()
-    if get(CLIENT, conn, C_QUITTING) and not get(CLIENT, conn, C_CLOSED) and not get(OUTBOX, outbox, 1):
+    if get(CLIENT, conn, C_QUITTING) and not get(CLIENT, conn, C_CLOSED) and not outbox.held:
         get(CLIENT, conn, C_TRANSPORT).close()
     blocking = get(SERVER, server, S_BLOCKING)
-    wal = get(COMMITTER, committer, M_WAL)
-    if (not get(OUTBOX, outbox, 1) and not get(LOG, wal, L_BUFFER) and not get(COMMITTER, committer, M_SERVING)
+    cdef LogBuffer wal = get(COMMITTER, committer, M_WAL)
+    if (not outbox.held and not wal.buffer and not get(COMMITTER, committer, M_SERVING)
             and not get(COMMITTER, committer, M_CLOSED) and _woken_waited(server, blocking)):   # Committer.serve_now
         put(COMMITTER, committer, M_SERVING, True)
         try:
             _serve_woken(blocking)
         finally:
             put(COMMITTER, committer, M_SERVING, False)
-    if get(OUTBOX, outbox, 1) or get(LOG, wal, L_BUFFER) or _woken_waited(server, blocking):  # Committer.work_left
+    if outbox.held or wal.buffer or _woken_waited(server, blocking):  # Committer.work_left
         if not get(COMMITTER, committer, M_SCHEDULED):                                  # Committer.touch
             put(COMMITTER, committer, M_SCHEDULED, True)
             get(COMMITTER, committer, M_LOOP).call_soon(committer.end_of_turn)
@@ -900,5 +820,5 @@ cdef int _run_pending(conn) except -1:
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
-    return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, LOG, HISTOGRAM,
-            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, OUTBOX, TIMEOUTS, TIMEOUT]
+    return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, HISTOGRAM,
+            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, TIMEOUTS, TIMEOUT]

@@ -45,7 +45,6 @@ import asyncio
 import logging
 import time
 
-from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.wal import MemoryLog
 
 from .logthread import LogThread
@@ -91,8 +90,7 @@ class Committer:
         return bool(self.wal.buffer) or self._woken_waited()
 
     def _woken_waited(self) -> bool:
-        """Whether a queue was woken that someone waits on (daemon/_lane.pyx's
-        ``_woken_waited`` is its twin)."""
+        """Whether a queue was woken that someone waits on."""
         blocking = self.server.blocking
         return bool(blocking.woken or (self.server.store.woken and (blocking.by_queue or blocking.workers)))
 
@@ -128,9 +126,7 @@ class Committer:
     def commit_turn(self) -> None:
         """The rest of ``end_of_turn``: write the turn's records, fsync
         them if they need it, release the held replies the log reached,
-        and see whether a snapshot is due (daemon/_lane.pyx's twin of
-        ``end_of_turn`` calls it when the log has something to write or
-        fsync, and ``_release`` alone otherwise)."""
+        and see whether a snapshot is due."""
         wal = self.wal
         wrote = bool(wal.buffer)
         before = wal.bytes_written
@@ -232,12 +228,3 @@ class Committer:
 
     def resumed(self, wal) -> None:
         self.wal = wal
-
-
-# The definition above serves the pure flavour and the tests; the compiled
-# flavour runs ``end_of_turn`` compiled (daemon/_lane.pyx;
-# tests/unit/test_connection_turn.py holds the two to the same bytes).
-python_end_of_turn = Committer.end_of_turn
-_lane = compiled_twin("leaseq.daemon._lane")
-if _lane is not None:
-    Committer.end_of_turn = _lane.end_of_turn

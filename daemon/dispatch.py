@@ -25,10 +25,11 @@ from time import perf_counter
 from leaseq.commands import acl, errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
-from leaseq.storage.flavour import compiled_twin
+from leaseq.storage import logbuffer
+from leaseq.storage.flavour import compiled_twin, is_compiled
 from leaseq.storage.wal import Ticket
 
-from . import resp
+from . import outbox, resp
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,9 @@ lane = _lane.run if _lane is not None else None
 # the two lists together) was built and LEASEQ_PURE is not 1; "pure" when
 # none is; otherwise it names those in use (INFO's leaseq_flavour,
 # ``leaseq --version``).
-DAEMON_COMPILED = ("_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
-COMPILED = resp.COMPILED + (["_lane"] if lane is not None else [])
+DAEMON_COMPILED = ("logbuffer", "outbox", "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
+COMPILED = ([m.__name__.rpartition(".")[2] for m in (logbuffer, outbox) if is_compiled(m)] + resp.COMPILED
+            + (["_lane"] if lane is not None else []))
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")
 # whether the compiled modules were built from a profile (bin/build-from-profile; docs/performance.md)

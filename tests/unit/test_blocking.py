@@ -19,6 +19,7 @@ from leaseq.daemon.resp import encode
 from store_state import digest
 
 from core import T0, Client, Core, call, plain
+from harness import compiled
 
 
 class Parked:
@@ -150,17 +151,14 @@ def test_deal_divides_in_proportion_never_above_a_count(available, counts):
 def test_the_compiled_deal_deals_as_deal(available, counts):
     """``serve_plain``'s deal among several waiters (daemon/_lane.pyx) is
     ``deal`` (the module is built by bin/setup wherever there is a C compiler)."""
-    assert importlib.import_module("leaseq.daemon._lane").deal_counts(available, counts) == deal(available, counts)
+    assert compiled("leaseq.daemon._lane").deal_counts(available, counts) == deal(available, counts)
 
 
 # -- the compiled serve of plain claims (daemon/_lane.pyx serve_plain) against Blocking.serve --------
 
-try:
-    import importlib
-    SERVE_PLAIN = importlib.import_module("leaseq.daemon._lane").serve_plain
-    PLAIN = importlib.import_module("leaseq.storage._plain")
-except ImportError:         # built by bin/setup wherever there is a C compiler
-    SERVE_PLAIN = PLAIN = None
+def _compiled_serve():
+    """The compiled serve and plain transitions (skips in the pure flavour)."""
+    return compiled("leaseq.daemon._lane").serve_plain, compiled("leaseq.storage._plain")
 
 SERVED_QUEUES = {b"mem": [b"DURABILITY", b"memory"], b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100"],
                  b"slots": [b"CONCURRENCY", b"1", b"DURABILITY", b"memory"]}
@@ -200,7 +198,7 @@ class ServeSide:
         blocking_module, plain_module = self.modules
         saved = blocking_module.serve_plain, plain_module.twin
         if self.compiled:
-            blocking_module.serve_plain, plain_module.twin = SERVE_PLAIN, PLAIN
+            blocking_module.serve_plain, plain_module.twin = _compiled_serve()
         else:
             blocking_module.serve_plain, plain_module.twin = None, None
         try:
@@ -312,7 +310,7 @@ def test_the_compiled_unblock_sees_a_connection_class_change(monkeypatch):
     remembers its answer for the class until the class changes (CPython's
     version tag of the class), so a method set on it later is seen."""
     from leaseq.daemon.connection import Connection
-    lane = importlib.import_module("leaseq.daemon._lane")      # (built wherever there is a C compiler)
+    lane = compiled("leaseq.daemon._lane")
     own = lane.connection_own
     # the compiled flavour's turn (with LEASEQ_PURE=1 the class keeps the Python one)
     monkeypatch.setattr(Connection, "run_pending", lane.run_pending)

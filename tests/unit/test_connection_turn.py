@@ -1,5 +1,4 @@
-"""``Connection.run_pending`` and ``data_received`` and ``Committer.end_of_turn``
-and their compiled twins
+"""``Connection.run_pending`` and ``data_received`` and their compiled twins
 (``daemon._lane``'s, which the compiled flavour runs, with its plain lane
 and its serve of a parked claim; the Python side runs none of them) write the same bytes
 and close the same connections.  One script of requests, in chunks, over several connections
@@ -8,24 +7,26 @@ once with each: pipelined plain and other commands, replies held for the
 log and for fsync, a claim that parks with a command pipelined behind it
 and the push that wakes it, MULTI, RESP3, unknown commands and bad arity,
 a protocol error, QUIT with a command behind it, and a claim whose BLOCK
-runs out.  The compiled module is imported directly, so with LEASEQ_PURE=1
-it is held to the pure daemon's objects as well."""
+runs out.  ``Committer.end_of_turn``, the ``Outbox`` and the log's tickets
+are one definition each, which both turns call.  The compiled module is
+built against the compiled Outbox and log buffer, so these tests skip in
+the pure flavour (``harness.compiled``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import re
 
 import hiredis
 
 from leaseq.bench.path import Transport as BenchTransport
-from leaseq.daemon import blocking, committer, config, connection, dispatch
+from leaseq.daemon import blocking, config, connection, dispatch
 from leaseq.daemon.committer import Committer
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
 from leaseq.storage.datadir import DataDir
+from harness import compiled
 
 T0 = 1_700_000_000_000
 
@@ -137,16 +138,15 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
 
 def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
     got = {}
-    for name, turn, received, ended, plain in _flavours():        # (_lane: built by bin/setup wherever gcc is)
+    for name, turn, received, plain in _flavours():        # (_lane: built by bin/setup wherever gcc is)
         monkeypatch.setattr(Connection, "run_pending", turn)
         monkeypatch.setattr(Connection, "data_received", received)
-        monkeypatch.setattr(Committer, "end_of_turn", ended)
         # the Python side runs no compiled code of the lane at all: no plain lane in execute, no compiled serve
         monkeypatch.setattr(dispatch, "lane", plain and plain.run)
         monkeypatch.setattr(blocking, "serve_plain", plain and plain.serve_plain)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
-    for i, (python, compiled) in enumerate(zip(got["python"], got["compiled"])):
-        assert compiled == python, f"connection {i}"
+    for i, (python, by_lane) in enumerate(zip(got["python"], got["compiled"])):
+        assert by_lane == python, f"connection {i}"
     written = [w for w, _closed in got["python"]]
     # the script did what it says (so that the comparison compares something)
     assert written[2].startswith(b"*1\r\n*") and b"$6\r\nbehind" in written[2]     # woken, then the PING behind
@@ -157,10 +157,9 @@ def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypa
 
 
 def _flavours():
-    lane = importlib.import_module("leaseq.daemon._lane")
-    return (("python", connection.python_run_pending, connection.python_data_received, committer.python_end_of_turn,
-             None),
-            ("compiled", lane.run_pending, lane.data_received, lane.end_of_turn, lane))
+    lane = compiled("leaseq.daemon._lane")
+    return (("python", connection.python_run_pending, connection.python_data_received, None),
+            ("compiled", lane.run_pending, lane.data_received, lane))
 
 
 async def _serve_now_script(data_dir: str, ends: list) -> None:
@@ -200,10 +199,11 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
 
 def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path, monkeypatch):
     """``Committer.serve_now``, in both flavours of the connection's turn."""
-    for name, turn, received, ended, plain in _flavours():
+    ended = Committer.end_of_turn
+    for name, turn, received, plain in _flavours():
         ends = []
 
-        def counted(self, ended=ended):
+        def counted(self):
             ends.append(1)
             ended(self)
 
@@ -223,12 +223,12 @@ def test_the_compiled_histogram_puts_each_duration_where_the_python_one_does():
 
     from leaseq.daemon.metrics import BUCKETS, Histogram
 
-    lane = importlib.import_module("leaseq.daemon._lane")
-    compiled, python = defaultdict(Histogram), defaultdict(Histogram)
+    lane = compiled("leaseq.daemon._lane")
+    by_lane, python = defaultdict(Histogram), defaultdict(Histogram)
     durations = [0.0, 1e-9, 10.0] + [b * f for b in BUCKETS for f in (0.999, 1.0, 1.001)]
     for i, seconds in enumerate(durations):
         name = ("qpush", "qclaim")[i % 2]
-        lane.observe(compiled, name, seconds)
+        lane.observe(by_lane, name, seconds)
         python[name].observe(seconds)
-    assert {n: (h.counts, h.total) for n, h in compiled.items()} == \
+    assert {n: (h.counts, h.total) for n, h in by_lane.items()} == \
         {n: (h.counts, h.total) for n, h in python.items()}

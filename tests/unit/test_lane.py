@@ -7,9 +7,9 @@ statistics, the same log records and the same store.  The sequences mix
 plain commands with every way of not being plain (options, a queue's
 features, jobs with rare fields, MULTI, a full memory, a failed log, bad
 arguments, names in any case, leases that ran out), so both sides of each
-check are run.  Both modules are imported directly, so with LEASEQ_PURE=1
-(where the daemon runs without them) they are held to the pure path over
-the pure ``Job``, job table and indexes as well."""
+check are run.  The lane is built against the compiled one-source classes
+(the Outbox, the log buffer), which the pure flavour does not load: with
+LEASEQ_PURE=1 this module skips, saying so."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import shutil
 import pytest
 
 from core import T0, Client, Core
+from harness import compiled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_state import digest
@@ -32,11 +33,8 @@ from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
 from leaseq.storage import plain as plain_module
 
-try:
-    LANE = importlib.import_module("leaseq.daemon._lane").run
-    PLAIN = importlib.import_module("leaseq.storage._plain")
-except ImportError:         # built by bin/setup wherever there is a C compiler
-    LANE = PLAIN = None
+LANE = compiled("leaseq.daemon._lane").run       # (the whole module skips in the pure flavour, saying why)
+PLAIN = importlib.import_module("leaseq.storage._plain")
 
 QUEUES = {
     b"mem": [b"DURABILITY", b"memory"],

@@ -5,8 +5,8 @@ not, say a property added later, would still be read right, by ``getattr``,
 but slowly, and nothing else would notice), and a read or write through
 ``Slots`` gives what ``getattr`` and ``setattr`` give for any object: of
 the class, of a subclass that overrides a name, of an unrelated class, or
-one whose slot is empty.  The modules are imported directly, as in
-test_lane.py, so the test runs in both flavours."""
+one whose slot is empty.  The modules are compiled code only: with
+LEASEQ_PURE=1 this module skips, saying so."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import importlib
 import types
 
 import pytest
+from harness import compiled
 
 MODULES = ("leaseq.daemon._lane", "leaseq.storage._plain")
 
@@ -21,7 +22,7 @@ MODULES = ("leaseq.daemon._lane", "leaseq.storage._plain")
 def _layouts():
     out = []
     for name in MODULES:
-        module = importlib.import_module(name)       # built by bin/setup wherever there is a C compiler
+        module = compiled(name)
         out += [(name, s) for s in module.layouts()]
     return out
 
@@ -41,7 +42,7 @@ def test_every_name_read_is_a_slot_of_its_class(module, slots):
 def _slots_for(names):
     """A ``Slots`` of the lane's own module, learning any class (``of`` is
     only what the daemon's tables say)."""
-    lane = importlib.import_module("leaseq.daemon._lane")
+    lane = compiled("leaseq.daemon._lane")
     return type(lane.layouts()[0])("test.Point", names)
 
 
@@ -114,7 +115,7 @@ def test_the_daemons_objects_are_read_at_their_offsets(monkeypatch):
     from leaseq.daemon.connection import Connection
     from leaseq.storage import plain
 
-    lane = importlib.import_module("leaseq.daemon._lane")
+    lane = compiled("leaseq.daemon._lane")
     monkeypatch.setattr(Connection, "run_pending", lane.run_pending)
     monkeypatch.setattr(Connection, "data_received", lane.data_received)
     monkeypatch.setattr(dispatch, "lane", lane.run)

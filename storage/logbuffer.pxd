@@ -1,0 +1,18 @@
+# The C types of storage/logbuffer.py, which Cython compiles as it is (the
+# compiled flavour: docs/performance.md, "One source, two flavours").  What
+# LogBuffer does is written there; here only what each field and method is in C.
+cimport cython
+
+
+cdef class LogBuffer:
+    cdef public list buffer
+    cdef long long _appended, _last_sync_record, _sync_gen, _claim_sync_gen, _blind_gen, _blind_until
+    cdef long long _written, _covered, _durable
+    cdef public long long bytes_written
+    cdef public object last_fsync_ms
+
+    cpdef append(self, int rtype, object body, bint sync, long long blind_until=*)
+    cpdef long long mark(self)
+    cpdef object ticket_since(self, long long mark)
+    cpdef object settled_since(self, long long mark, object claim_at=*)
+    cpdef bint reached(self, object ticket)

@@ -1,0 +1,88 @@
+"""One source, two flavours (docs/performance.md): a module compiled from
+its own ``.py`` runs as a build in the compiled flavour and from that very
+``.py`` with LEASEQ_PURE=1; and the class a reader opens is the class that
+runs: no method of a class of daemon/, commands/ or storage/ is a function
+of another module (a compiled copy put in its place at import); what the
+standard library makes for a class (a dataclass's ``__getstate__``, a
+Protocol's ``__init__``, a NamedTuple's ``__new__``) is its own."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+import shutil
+import sys
+
+import pytest
+from test_setup import ROOT, load_setup
+
+PURE = os.environ.get("LEASEQ_PURE") == "1"
+ROOMS = ("daemon", "commands", "storage")
+
+# Methods still put in place at import by a compiled twin, each to go when its
+# twin does (docs/performance.md, "One source, two flavours"): the list may
+# only shrink.
+STILL_REPLACED = {"leaseq.daemon.connection.Connection.run_pending",
+                  "leaseq.daemon.connection.Connection.data_received"}
+
+
+@pytest.mark.parametrize("name, path", load_setup().ONE_SOURCE)
+def test_a_one_source_module_runs_from_its_source_only_when_pure(name, path):
+    module = importlib.import_module(name)
+    if PURE:
+        assert module.__file__ == str(ROOT / path)
+    elif shutil.which("cc") or shutil.which("gcc"):       # (bin/setup builds it wherever there is a C compiler)
+        assert not module.__file__.endswith(".py") and os.path.dirname(module.__file__) == str((ROOT / path).parent)
+    else:
+        assert module.__file__ == str(ROOT / path)
+    assert (ROOT / path).with_suffix(".pxd").is_file()     # its C types, beside it
+
+
+def _modules():
+    for room in ROOMS:
+        for info in pkgutil.iter_modules([str(ROOT / room)]):
+            if not info.name.startswith("_"):              # (the compiled twins: .pyx modules of their own)
+                yield f"leaseq.{room}.{info.name}"
+
+
+def _methods(cls):
+    """(name, function) of what ``cls`` defines itself that runs as a method."""
+    for name, value in vars(cls).items():
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        elif isinstance(value, property):
+            value = value.fget
+        if value is not None and (inspect.isfunction(value) or type(value).__name__ == "cython_function_or_method"):
+            yield name, value
+
+
+def test_every_method_is_defined_in_its_own_class():
+    moved = []
+    for module_name in _modules():
+        module = importlib.import_module(module_name)
+        for cls in vars(module).values():
+            if not isinstance(cls, type) or cls.__module__ != module_name:
+                continue
+            for name, function in _methods(cls):
+                home = function.__module__ or ""
+                made = home.partition(".")[0] in sys.stdlib_module_names or home.startswith("namedtuple_")
+                if home != module_name and not made:
+                    moved.append(f"{module_name}.{cls.__qualname__}.{name}")
+    if PURE:
+        assert moved == []
+    else:
+        assert set(moved) <= STILL_REPLACED, sorted(set(moved) - STILL_REPLACED)
+
+
+def test_the_walk_finds_a_method_put_in_place(monkeypatch):
+    """(The walk above sees a replacement: one put there by the test.)"""
+    from leaseq.daemon.committer import Committer
+
+    def end_of_turn(self):
+        pass
+
+    monkeypatch.setattr(Committer, "end_of_turn", end_of_turn)
+    with pytest.raises(AssertionError, match="Committer.end_of_turn"):
+        test_every_method_is_defined_in_its_own_class()
