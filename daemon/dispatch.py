@@ -25,7 +25,7 @@ from time import perf_counter
 from leaseq.commands import acl, errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
-from leaseq.storage import logbuffer
+from leaseq.storage import bands, logbuffer
 from leaseq.storage.flavour import compiled_twin, is_compiled
 from leaseq.storage.wal import Ticket
 
@@ -42,8 +42,8 @@ lane = _lane.run if _lane is not None else None
 # the two lists together) was built and LEASEQ_PURE is not 1; "pure" when
 # none is; otherwise it names those in use (INFO's leaseq_flavour,
 # ``leaseq --version``).
-DAEMON_COMPILED = ("logbuffer", "outbox", "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
-COMPILED = ([m.__name__.rpartition(".")[2] for m in (logbuffer, outbox) if is_compiled(m)] + resp.COMPILED
+DAEMON_COMPILED = ("bands", "logbuffer", "outbox", "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
+COMPILED = ([m.__name__.rpartition(".")[2] for m in (bands, logbuffer, outbox) if is_compiled(m)] + resp.COMPILED
             + (["_lane"] if lane is not None else []))
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

@@ -30,6 +30,10 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport INT64_MAX, int64_t, uint64_t
 from libc.string cimport memcpy, memmove
 
+from leaseq.storage.bands import BANDS      # (a Python import: this engine also loads beside the pure flavour)
+
+cdef int N_BANDS = BANDS
+
 cdef extern from *:
     """
     typedef unsigned __int128 leaseq_wide;
@@ -416,14 +420,10 @@ cdef class ReadyIndex(_Index):
     """``storage.index.ReadyIndex``, compiled: (band, id) keys in claim
     order, 8 bytes each (the band above bit 59: ids stay below 2**59)."""
 
-    BANDS = 20
+    BANDS = BANDS
 
     def __cinit__(self):
         self._keys = _Keys(sizeof(uint64_t))
-
-    @staticmethod
-    def band(int priority, bint requeued):
-        return (9 - priority) * 2 + (0 if requeued else 1)
 
     def __iter__(self):
         return _lazily(self._keys, False, False)
@@ -433,7 +433,7 @@ cdef class ReadyIndex(_Index):
         return keys_list[uint64_t](self._keys, 0, self._keys.length, False, True, <uint64_t *>NULL)
 
     cdef uint64_t _key(self, int band, object jid) except? 0xFFFFFFFFFFFFFFFF:
-        if band < 0 or band >= 20:
+        if band < 0 or band >= N_BANDS:
             raise IndexError(f"no band {band}")
         return ((<uint64_t>band) << BAND_SHIFT) | id_bits(jid, ID_MASK)
 

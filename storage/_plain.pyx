@@ -40,6 +40,7 @@ include "_slots.pxi"
 
 from libc.stdint cimport int64_t
 from leaseq.storage._index cimport ReadyIndex, TimeIndex
+from leaseq.storage.bands cimport band                       # compiled from storage/bands.py
 from leaseq.storage cimport _job as cjob
 
 # The compiled indexes and jobs are called as C (their .pxd files); the pure
@@ -172,7 +173,7 @@ cdef object c_push_one(store, q, payload, int priority, now):
     job.state = READY
     get(QUEUE, q, Q_JOBS).extend([job])
     ready = get(INDEXES, indexes, I_READY)
-    _append_new(ready, (9 - priority) * 2 + 1, (jid,))             # band(job): never requeued
+    _append_new(ready, band(priority, False), (jid,))
     put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) + len(<bytes>payload))
     counters = get(QUEUE, q, Q_COUNTERS)
     put(COUNTERS, counters, 0, get(COUNTERS, counters, 0) + 1)

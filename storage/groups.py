@@ -42,6 +42,7 @@ from heapq import heappop, heappush
 
 from sortedcontainers import SortedList
 
+from .bands import band
 from .flow import RateWindow
 from .job import DELAYED, IN_FLIGHT, READY, WAITING, Job
 
@@ -50,8 +51,8 @@ ID_MASK = (1 << ID_BITS) - 1
 
 
 def ready_key(job: Job) -> int:
-    """A ready job's key in its group: claim order (``indexes.band``), then id."""
-    return ((9 - job.priority) * 2 + (0 if job.requeued else 1)) << ID_BITS | job.id
+    """A ready job's key in its group: claim order (its band), then id."""
+    return band(job.priority, job.requeued) << ID_BITS | job.id
 
 
 class Group:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedDict, SortedList
 
+from .bands import BANDS
 from .flavour import compiled_twin
 
 
@@ -152,16 +153,12 @@ class ReadyIndex:
 
     __slots__ = ("_bands", "_len", "_filled")
 
-    BANDS = 20
+    BANDS = BANDS
 
     def __init__(self) -> None:
-        self._bands = [SortedList() for _ in range(self.BANDS)]
+        self._bands = [SortedList() for _ in range(BANDS)]
         self._len = 0
         self._filled = 0
-
-    @staticmethod
-    def band(priority: int, requeued: bool) -> int:
-        return (9 - priority) * 2 + (0 if requeued else 1)
 
     def __len__(self) -> int:
         return self._len

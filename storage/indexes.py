@@ -33,13 +33,14 @@ from __future__ import annotations
 
 from operator import attrgetter
 
+from .bands import band as ready_band
 from .index import ReadyIndex, TimeIndex
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
 
 
 def band(job: Job) -> int:
-    """The job's band in ``ReadyIndex`` (``ReadyIndex.band``, without its call)."""
-    return (9 - job.priority) * 2 + (0 if job.requeued else 1)
+    """The job's band in ``ReadyIndex`` (storage/bands.py)."""
+    return ready_band(job.priority, job.requeued)
 
 
 # state -> (attribute, index type, the job's key in it); in the order counts() lists them

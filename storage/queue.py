@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .bands import band as ready_band
 from .config import QueueConfig
 from .indexes import Bulk, Indexes, band
 from .flow import RateWindow
@@ -123,7 +124,7 @@ class Queue:
                 delayed_add(job.visible_at, job.id)
             else:
                 job.state = READY
-                b = (9 - job.priority) * 2 + (0 if job.requeued else 1)      # band(job), inline
+                b = ready_band(job.priority, job.requeued)
                 ids = ready.get(b)
                 if ids is None:
                     ready[b] = [job.id]

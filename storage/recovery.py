@@ -229,112 +229,183 @@ def _next_valid_frame(data: bytes, start: int):
 
 
 class Replayer:
-    """Applies log records to a store through its live transitions.  Records
-    naming a queue or job that is gone (possible only after ``--repair``
-    dropped bytes) are skipped."""
+    """Applies log records to a store through its live transitions, one
+    function a record type (``STORE_RECORDS`` for the records about the
+    store, ``QUEUE_RECORDS`` for those about one queue: their first field
+    is its qid).  Records naming a queue or job that is gone (possible only
+    after ``--repair`` dropped bytes) are skipped."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def apply(self, rtype: int, body: bytes) -> None:
         fields = records.decode(rtype, body)
-        store = self.store
         if rtype == records.TXN:
             for inner_type, inner_body in fields[0]:
                 self.apply(inner_type, inner_body)
             return
-        if rtype == records.BOOT:
-            store.epoch, _ts = fields
-            store.lease_seq = 0
+        of_store = STORE_RECORDS.get(rtype)
+        if of_store is not None:
+            of_store(self.store, fields)
             return
-        if rtype == records.CLOCK:
-            store.set_clock(*fields)
-            return
-        if rtype == records.QUEUE:
-            qid, ts, name, config = fields
-            config = QueueConfig.from_json(config)
-            q = store.by_qid.get(qid)
-            if q is None:
-                store.create_queue(name, config, ts, qid)
-            else:
-                store.set_config(q, config, ts)
-            return
-        q = store.by_qid.get(fields[0])
-        if q is None:
-            return
-        if rtype == records.PUSH:
-            _qid, ts, jobs = fields
-            # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
-            store.push(q, [_job(r, ts) for r in jobs], ts)
-        elif rtype == records.CLAIM:
-            _qid, ts, deadline, first_seq, consumer, ids, _deliveries = fields
-            store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
-        elif rtype == records.EXPIRE:
-            store.apply_expire(q, fields[2])
-        elif rtype == records.ACK:
-            _qid, ts, ids = fields
-            store.ack(q, _jobs(q, ids), ts)
-        elif rtype == records.NACK:
-            _qid, ts, visible_at, error, ids, closed = fields
-            store.nack(q, _jobs(q, ids), visible_at, error, ts, closed)
-        elif rtype == records.EXTEND:
-            _qid, ts, deadline, ids = fields
-            store.extend(q, _jobs(q, ids), deadline, ts)
-        elif rtype == records.IDMARK:
-            q.id_mark = fields[1]
-        elif rtype == records.DEAD:
-            _qid, ts, reason, target_qid, pairs = fields
-            self._moved(q, target_qid, pairs,
-                        lambda target, kept: store.deaths.apply_dead(q, ts, records.REASONS[reason], target, kept,
-                                                              _survives(target)))
-        elif rtype == records.REDRIVE:
-            _qid, ts, ids = fields
-            store.deaths.redrive(q, _jobs(q, ids), ts)
-        elif rtype == records.MOVE:
-            _qid, ts, target_qid, pairs = fields
-            self._moved(q, target_qid, pairs,
-                        lambda source, kept: store.deaths.apply_move(q, ts, source, kept, _survives(source)))
-        elif rtype in (records.DEL, records.PURGE):
-            _qid, ts, ids = fields
-            store.delete(q, _jobs(q, ids), ts, purge=rtype == records.PURGE)
-        elif rtype == records.DROP:
-            store.drop_queue(q, fields[1])
-        elif rtype == records.PROGRESS:
-            _qid, ts, jid, value = fields
-            if jid in q.jobs:
-                store.progress(q, q.jobs[jid], value, ts)
-        elif rtype == records.RESULT:
-            _qid, _ts, jid, until, value = fields
-            q.results.put(jid, until, value=value)             # (the ACK before it ended the job)
-        elif rtype == records.CANCEL:
-            _qid, ts, ids = fields
-            store.deaths.apply_cancel(q, _jobs(q, ids), ts)    # its children's DEAD records follow
-        elif rtype == records.RELEASE:
-            pass                    # for readers of the log: the record before it released them here
-        elif rtype == records.REPLACE:
-            _qid, ts, visible_at, priority, pairs = fields
-            store.replace(q, [(q.jobs[i], p) for i, p in pairs if i in q.jobs], priority, visible_at, ts)
-        elif rtype == records.SCHEDULE:
-            store.timetable.apply_define(q, Schedule.from_json(fields[2]))
-        elif rtype == records.UNSCHEDULE:
-            store.timetable.apply_remove(q, fields[2])
-        elif rtype == records.FIRE:
-            _qid, ts, name, next_tick, skipped, pairs = fields
-            schedule = q.schedules.get(name)
-            if schedule is not None:
-                store.timetable.apply_fire(q, schedule, ts, pairs, next_tick, skipped)
-        else:
+        of_queue = QUEUE_RECORDS.get(rtype)
+        if of_queue is None:
             raise records.FormatError(f"record type {rtype} cannot be replayed")
+        q = self.store.by_qid.get(fields[0])
+        if q is not None:
+            of_queue(self.store, q, fields)
 
-    def _moved(self, q: Queue, target_qid: int, pairs, apply) -> None:
-        """DEAD and MOVE: jobs leaving ``q`` (for queue ``target_qid``, 0 = none)."""
-        target = self.store.by_qid.get(target_qid) if target_qid else None
-        pairs = [p for p in pairs if p[0] in q.jobs]
-        if target_qid and target is None:       # only after --repair dropped its QUEUE record
-            for jid, _ in pairs:
-                q.remove(q.jobs[jid])
-            return
-        apply(target, pairs)
+
+# -- the records about the store: (store, fields) ------------------------------------------------
+
+def _boot(store: Store, fields) -> None:
+    store.epoch, _ts = fields
+    store.lease_seq = 0
+
+
+def _clock(store: Store, fields) -> None:
+    store.set_clock(*fields)
+
+
+def _queue(store: Store, fields) -> None:
+    qid, ts, name, config = fields
+    config = QueueConfig.from_json(config)
+    q = store.by_qid.get(qid)
+    if q is None:
+        store.create_queue(name, config, ts, qid)
+    else:
+        store.set_config(q, config, ts)
+
+
+# -- the records about one queue: (store, its queue, fields) ------------------------------------
+
+def _push(store: Store, q: Queue, fields) -> None:
+    _qid, ts, jobs = fields
+    # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
+    store.push(q, [_job(r, ts) for r in jobs], ts)
+
+
+def _claim(store: Store, q: Queue, fields) -> None:
+    _qid, ts, deadline, first_seq, consumer, ids, _deliveries = fields
+    store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
+
+
+def _expire(store: Store, q: Queue, fields) -> None:
+    store.apply_expire(q, fields[2])
+
+
+def _ack(store: Store, q: Queue, fields) -> None:
+    _qid, ts, ids = fields
+    store.ack(q, _jobs(q, ids), ts)
+
+
+def _nack(store: Store, q: Queue, fields) -> None:
+    _qid, ts, visible_at, error, ids, closed = fields
+    store.nack(q, _jobs(q, ids), visible_at, error, ts, closed)
+
+
+def _extend(store: Store, q: Queue, fields) -> None:
+    _qid, ts, deadline, ids = fields
+    store.extend(q, _jobs(q, ids), deadline, ts)
+
+
+def _idmark(store: Store, q: Queue, fields) -> None:
+    q.id_mark = fields[1]
+
+
+def _dead(store: Store, q: Queue, fields) -> None:
+    _qid, ts, reason, target_qid, pairs = fields
+    _moved(store, q, target_qid, pairs,
+           lambda target, kept: store.deaths.apply_dead(q, ts, records.REASONS[reason], target, kept,
+                                                        _survives(target)))
+
+
+def _redrive(store: Store, q: Queue, fields) -> None:
+    _qid, ts, ids = fields
+    store.deaths.redrive(q, _jobs(q, ids), ts)
+
+
+def _move(store: Store, q: Queue, fields) -> None:
+    _qid, ts, target_qid, pairs = fields
+    _moved(store, q, target_qid, pairs,
+           lambda source, kept: store.deaths.apply_move(q, ts, source, kept, _survives(source)))
+
+
+def _delete(store: Store, q: Queue, fields) -> None:
+    _qid, ts, ids = fields
+    store.delete(q, _jobs(q, ids), ts)
+
+
+def _purge(store: Store, q: Queue, fields) -> None:
+    _qid, ts, ids = fields
+    store.delete(q, _jobs(q, ids), ts, purge=True)
+
+
+def _drop(store: Store, q: Queue, fields) -> None:
+    store.drop_queue(q, fields[1])
+
+
+def _progress(store: Store, q: Queue, fields) -> None:
+    _qid, ts, jid, value = fields
+    if jid in q.jobs:
+        store.progress(q, q.jobs[jid], value, ts)
+
+
+def _result(store: Store, q: Queue, fields) -> None:
+    _qid, _ts, jid, until, value = fields
+    q.results.put(jid, until, value=value)             # (the ACK before it ended the job)
+
+
+def _cancel(store: Store, q: Queue, fields) -> None:
+    _qid, ts, ids = fields
+    store.deaths.apply_cancel(q, _jobs(q, ids), ts)    # its children's DEAD records follow
+
+
+def _release(store: Store, q: Queue, fields) -> None:
+    """For readers of the log: the record before it released them here."""
+
+
+def _replace(store: Store, q: Queue, fields) -> None:
+    _qid, ts, visible_at, priority, pairs = fields
+    store.replace(q, [(q.jobs[i], p) for i, p in pairs if i in q.jobs], priority, visible_at, ts)
+
+
+def _schedule(store: Store, q: Queue, fields) -> None:
+    store.timetable.apply_define(q, Schedule.from_json(fields[2]))
+
+
+def _unschedule(store: Store, q: Queue, fields) -> None:
+    store.timetable.apply_remove(q, fields[2])
+
+
+def _fire(store: Store, q: Queue, fields) -> None:
+    _qid, ts, name, next_tick, skipped, pairs = fields
+    schedule = q.schedules.get(name)
+    if schedule is not None:
+        store.timetable.apply_fire(q, schedule, ts, pairs, next_tick, skipped)
+
+
+STORE_RECORDS = {records.BOOT: _boot, records.CLOCK: _clock, records.QUEUE: _queue}
+
+QUEUE_RECORDS = {
+    records.PUSH: _push, records.CLAIM: _claim, records.EXPIRE: _expire, records.ACK: _ack,
+    records.NACK: _nack, records.EXTEND: _extend, records.IDMARK: _idmark, records.DEAD: _dead,
+    records.REDRIVE: _redrive, records.MOVE: _move, records.DEL: _delete, records.PURGE: _purge,
+    records.DROP: _drop, records.PROGRESS: _progress, records.RESULT: _result, records.CANCEL: _cancel,
+    records.RELEASE: _release, records.REPLACE: _replace, records.SCHEDULE: _schedule,
+    records.UNSCHEDULE: _unschedule, records.FIRE: _fire,
+}
+
+
+def _moved(store: Store, q: Queue, target_qid: int, pairs, apply) -> None:
+    """DEAD and MOVE: jobs leaving ``q`` (for queue ``target_qid``, 0 = none)."""
+    target = store.by_qid.get(target_qid) if target_qid else None
+    pairs = [p for p in pairs if p[0] in q.jobs]
+    if target_qid and target is None:       # only after --repair dropped its QUEUE record
+        for jid, _ in pairs:
+            q.remove(q.jobs[jid])
+        return
+    apply(target, pairs)
 
 
 def _survives(target: Queue | None) -> bool:

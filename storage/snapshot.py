@@ -38,6 +38,7 @@ from operator import attrgetter, itemgetter
 from crc32c import crc32c
 
 from . import records, snapformat
+from .bands import band
 from .config import MEMORY, QueueConfig
 from .indexes import Bulk
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance, payload_sizes
@@ -389,8 +390,8 @@ def _plain_jobs(store: Store, pending: dict, decoded: tuple) -> None:
 
 
 def _band(kind: int) -> int:
-    """The ready band of a SNAP_PLAIN job of ``kind`` (``indexes.band``)."""
-    return (9 - (kind & snapformat.PLAIN_PRIORITY)) * 2 + (0 if kind & snapformat.PLAIN_REQUEUED else 1)
+    """The ready band of a SNAP_PLAIN job of ``kind``."""
+    return band(kind & snapformat.PLAIN_PRIORITY, kind & snapformat.PLAIN_REQUEUED)
 
 
 def _place(bulk: Bulk, kind: int, ids: list, visible: list) -> None:

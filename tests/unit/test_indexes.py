@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from leaseq.storage import bands
 from leaseq.storage import job as job_module
 from leaseq.storage.index import ReadyIndex, TimeIndex
 from leaseq.storage.indexes import PLACES, Bulk, Indexes, band
@@ -67,12 +68,17 @@ def test_add_files_a_job_under_the_key_its_state_names():
         assert holders(indexes, n) == [state]
 
 
-def test_the_ready_key_is_the_ready_index_band():
-    for priority in range(10):
-        for requeued in (False, True):
-            job = a_job(1, READY, priority)
-            job.requeued = requeued
-            assert band(job) == ReadyIndex.band(priority, requeued)
+def test_bands_order_ready_jobs_as_claims_take_them():
+    """storage/bands.py: higher priority first, and within a priority the
+    jobs ready again first; BANDS bands, 0 claimed first.  A job's key in
+    the ready index is its band."""
+    of = {(p, r): bands.band(p, r) for p in range(10) for r in (False, True)}
+    assert sorted(of.values()) == list(range(bands.BANDS))
+    assert sorted(of, key=of.get) == [(p, r) for p in range(9, -1, -1) for r in (True, False)]
+    for (priority, requeued), expected in of.items():
+        job = a_job(1, READY, priority)
+        job.requeued = requeued
+        assert band(job) == expected
 
 
 def test_remove_takes_the_job_out_and_leaves_a_job_without_state_alone():

@@ -7,9 +7,10 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from leaseq.storage import records
+from leaseq.storage import records, recovery
 from leaseq.storage.job import Job
 from leaseq.storage.records import FormatError
+from leaseq.storage.store import Store
 
 
 def J(id, payload, visible_at=0, priority=5, flags=0, max_deliveries=0, expire_ms=0, key=None) -> Job:
@@ -399,3 +400,19 @@ def test_id_lists_of_every_length_pack_the_same_bytes_as_their_format():
             assert records._u32s(n).pack(*[i & 0xFFFFFFFF for i in ids]) == struct.pack("<%dI" % n, *[i & 0xFFFFFFFF for i in ids])
     assert 0 < records._u64s.cache_info().currsize <= records._LENGTHS_KEPT
     assert 0 < records._u32s.cache_info().currsize <= records._LENGTHS_KEPT
+
+
+def test_every_record_type_has_one_replay_step():
+    """storage/recovery.py replays a record by its type's row in one of its
+    two tables (TXN unwraps into them): every type the format names has
+    exactly one row, and a type it does not name is refused."""
+    rows = set(recovery.STORE_RECORDS) | set(recovery.QUEUE_RECORDS) | {records.TXN}
+    assert rows == set(records.NAMES)
+    assert not set(recovery.STORE_RECORDS) & set(recovery.QUEUE_RECORDS)
+    unknown = max(records.NAMES) + 1
+    records._DECODERS[unknown] = lambda body: (1,)         # (decodable, so that the replay is what refuses it)
+    try:
+        with pytest.raises(records.FormatError, match=f"record type {unknown} cannot be replayed"):
+            recovery.Replayer(Store()).apply(unknown, b"")
+    finally:
+        del records._DECODERS[unknown]
