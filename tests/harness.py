@@ -31,6 +31,8 @@ LEASEQ = [sys.executable, "-m", "leaseq.cli"]
 HOST = "127.0.0.1"
 
 
+DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}     # a daemon that answers DEBUG (its clock, faults ...)
+
 _names = itertools.count(1)
 
 
@@ -345,6 +347,16 @@ def qget(c, q, job_id, *, str_keys: bool = False):
     return None if reply is None else as_map(reply, str_keys=str_keys)
 
 
+def now(c) -> int:
+    """The daemon's clock, ms (DEBUG CLOCK: a daemon started with DEBUG_ENV)."""
+    return as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
+
+
+def advance(c, ms: int) -> None:
+    """Move the daemon's DEBUG clock ``ms`` on."""
+    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
+
+
 def hold_through_leases(c, q, job_id: int, lease_ms: int, leases: int = 4) -> None:
     """Move a frozen DEBUG clock through ``leases`` lengths of ``lease_ms``,
     a half lease at a time, while a worker's heartbeat holds job ``job_id``
@@ -355,11 +367,11 @@ def hold_through_leases(c, q, job_id: int, lease_ms: int, leases: int = 4) -> No
     heartbeat's work is tested, not the machine's timing."""
     step = lease_ms // 2
     for _ in range(leases * 2):
-        now = as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
-        wait_for(lambda: qget(c, q, job_id)[b"deadline"] == now + lease_ms, 10,
-                 f"a heartbeat extending job {job_id} at {now}")
+        at = now(c)
+        wait_for(lambda: qget(c, q, job_id)[b"deadline"] == at + lease_ms, 10,
+                 f"a heartbeat extending job {job_id} at {at}")
         assert c.execute_command("QCLAIM", q, "thief", "LEASE", 60_000) == []
-        assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", step) == b"OK"
+        advance(c, step)
 
 
 def work_through_leases(c, q, job_id: int, lease_ms: int, run, started, finish):

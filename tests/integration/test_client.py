@@ -42,14 +42,6 @@ def queue(daemon, q, protocol):
         yield queue
 
 
-@pytest.fixture
-def r(daemon):
-    """Plain redis-py, to look at what the client did."""
-    c = daemon.client(protocol=2)
-    yield c
-    c.close()
-
-
 # -- Queue -------------------------------------------------------------------------------------
 
 def test_push_claim_ack(queue, r):

@@ -31,13 +31,6 @@ def protocol(request) -> int:
     return request.param
 
 
-@pytest.fixture
-def r(daemon):
-    c = daemon.client(protocol=2)
-    yield c
-    c.close()
-
-
 def run(scenario, daemon, name: str, timeout: float = 20.0, **redis_kwargs):
     """Run ``scenario(queue)`` in a new event loop with an ``aio.Queue`` on
     ``name``, bounded by ``timeout``."""

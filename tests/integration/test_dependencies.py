@@ -9,14 +9,9 @@ import time
 
 import pytest
 
-from harness import Daemon, as_map, bgsave, claim, claim_one, error_text, qget, qinfo, unique
+from harness import DEBUG_ENV, Daemon, bgsave, claim, claim_one, error_text, now, qget, qinfo, unique
 
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
-
-
-def now(c) -> int:
-    return as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
 
 
 def done(c, q, job_id: int) -> None:

@@ -16,22 +16,10 @@ import time
 import pytest
 import redis
 
-from harness import (BlockedClaim, ClockWatch, Daemon, RespSocket, as_map, claim, error_text, most_in_window, qinfo,
-                     run_threads, unique, wait_blocked, wait_for)
+from harness import (DEBUG_ENV, BlockedClaim, ClockWatch, Daemon, RespSocket, advance, as_map, claim, error_text,
+                     most_in_window, qinfo, run_threads, unique, wait_blocked, wait_for)
 
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
-
-
-@pytest.fixture
-def r(daemon):
-    c = daemon.client(protocol=2)
-    yield c
-    c.close()
-
-
-def advance(c, ms: int) -> None:
-    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
 
 
 def push(c, q, n: int) -> list[int]:

@@ -15,15 +15,10 @@ import time
 
 import pytest
 
-from harness import (BlockedClaim, CheckedThread, ClockWatch, Daemon, bgsave, claim, error_text, http_daemon, http_get,
-                     most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
+from harness import (DEBUG_ENV, BlockedClaim, CheckedThread, ClockWatch, Daemon, advance, bgsave, claim, error_text,
+                     http_daemon, http_get, most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
 
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 LEASE = 60_000
-
-
-def advance(c, ms: int) -> None:
-    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
 
 
 def push_groups(c, q, groups: list[str], *options) -> list[int]:

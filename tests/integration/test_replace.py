@@ -7,17 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import Daemon, as_map, bgsave, claim, error_text, qget, qinfo, unique
-
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
-
-
-def now(c) -> int:
-    return as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
-
-
-def advance(c, ms: int) -> None:
-    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
+from harness import DEBUG_ENV, Daemon, advance, bgsave, claim, error_text, now, qget, qinfo, unique
 
 
 def test_replace_gives_a_ready_holder_the_new_payload_and_priority(f):

@@ -12,9 +12,7 @@ import time
 import pytest
 import redis
 
-from harness import Daemon, as_map, bgsave, claim_one, error_text, qget, qinfo, unique, wait_for
-
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
+from harness import DEBUG_ENV, Daemon, as_map, bgsave, claim_one, error_text, qget, qinfo, unique, wait_for
 
 
 def test_an_ack_with_a_result_is_kept_for_result_ttl(f):

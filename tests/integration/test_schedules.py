@@ -14,19 +14,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness import (BlockedClaim, Daemon, as_map, bgsave, claim, error_text, http_daemon, http_get, qget, unique,
-                     wait_blocked)
+from harness import (DEBUG_ENV, BlockedClaim, Daemon, advance, as_map, bgsave, claim, error_text, http_daemon, http_get,
+                     now, qget, unique, wait_blocked)
 
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 NEW_YORK = ZoneInfo("America/New_York")
-
-
-def now(c) -> int:
-    return as_map(c.execute_command("DEBUG", "CLOCK"))[b"now"]
-
-
-def advance(c, ms: int) -> None:
-    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
 
 
 def schedules(c, q) -> dict[bytes, dict]:

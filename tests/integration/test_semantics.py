@@ -30,10 +30,9 @@ import hiredis
 import pytest
 import redis
 
-from harness import (HOST, BlockedClaim, CheckedThread, Daemon, RespSocket, as_map, claim, claim_one, error_text,
-                     no_retry_client, qget, qinfo, unique, wait_blocked, wait_for)
+from harness import (DEBUG_ENV, BlockedClaim, CheckedThread, RespSocket, advance, as_map, claim,
+                     claim_one, error_text, no_retry_client, now, qget, qinfo, unique, wait_blocked, wait_for)
 
-DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
 # the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
 SHARED_DAEMON_ENV = DEBUG_ENV
 HOUR = 3_600_000
@@ -61,14 +60,6 @@ def scan_all(c, q, *options, count=5) -> list[dict]:
 
 def clock(c) -> dict:
     return as_map(c.execute_command("DEBUG", "CLOCK"))
-
-
-def now(c) -> int:
-    return clock(c)[b"now"]
-
-
-def advance(c, ms: int) -> None:
-    assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
 
 
 def ids(jobs) -> list[int]:

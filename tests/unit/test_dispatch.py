@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import pathlib
+import re
 
 import pytest
 from core import PARKED, T0, Client, Core, call, run
@@ -106,15 +107,94 @@ def imports_of(path: pathlib.Path, package: str) -> set[str]:
     return found
 
 
+# Cython's imports: ``from X cimport a``, ``cimport X``, ``from X import a``,
+# ``import X`` (at any indentation), and ``include "file"``, whose text counts
+# as the including file's
+CYTHON_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+c?import\b|c?import[ \t]+([\w.]+))", re.M)
+CYTHON_INCLUDE = re.compile(r'^[ \t]*include[ \t]+"([^"]+)"', re.M)
+# a module loaded by name: flavour.compiled_twin("leaseq.storage._job")
+TWIN = re.compile(r'compiled_twin\("([\w.]+)"\)')
+SOURCES = ("*.py", "*.pyx", "*.pxd", "*.pxi")
+
+
+def cython_imports_of(path: pathlib.Path) -> set[str]:
+    """Every module a .pyx, .pxd or .pxi file imports or cimports, with
+    those of the files it includes (Cython's imports are absolute)."""
+    text = path.read_text(encoding="utf-8")
+    found = {a or b for a, b in CYTHON_IMPORT.findall(text)}
+    for included in CYTHON_INCLUDE.findall(text):
+        found |= cython_imports_of((path.parent / included).resolve())
+    return found
+
+
+def module_imports(path: pathlib.Path, package: str) -> set[str]:
+    """What ``path`` imports, whatever its kind; a .py file's also counts the
+    compiled twins it loads by name."""
+    if path.suffix == ".py":
+        return imports_of(path, package) | set(TWIN.findall(path.read_text(encoding="utf-8")))
+    return cython_imports_of(path)
+
+
 def rooms_imported(room: str) -> dict[str, set[str]]:
-    """{file: the other rooms it imports} for every .py file under ``room``."""
+    """{file: the other rooms it imports} for every source file under
+    ``room``: .py, and Cython's .pyx, .pxd and .pxi."""
     out = {}
-    for path in sorted((ROOT / room).rglob("*.py")):
+    for path in sorted(p for pattern in SOURCES for p in (ROOT / room).rglob(pattern)):
         package = ".".join(["leaseq", room, *path.relative_to(ROOT / room).parent.parts])
-        others = {m.split(".")[1] for m in imports_of(path, package)
+        others = {m.split(".")[1] for m in module_imports(path, package)
                   if m.startswith("leaseq.") and m.split(".")[1] != room}
         out[str(path.relative_to(ROOT))] = others
     return out
+
+
+def import_graph(rooms=("daemon", "commands", "storage")) -> dict[str, set[str]]:
+    """{module: the leaseq modules it imports}, a module being a .py or .pyx
+    file with its .pxd (imports inside functions count: they close a cycle
+    as surely, only later)."""
+    graph: dict[str, set[str]] = {}
+    for room in rooms:
+        for path in sorted(p for pattern in ("*.py", "*.pyx") for p in (ROOT / room).glob(pattern)):
+            name = f"leaseq.{room}.{path.stem}"
+            found = module_imports(path, f"leaseq.{room}")
+            if path.with_suffix(".pxd").is_file():
+                found |= cython_imports_of(path.with_suffix(".pxd"))
+            graph.setdefault(name, set()).update(m for m in found if m.startswith("leaseq.") and m != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other round a cycle, each group sorted
+    (the strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
 
 
 def test_every_source_folder_has_a_row_in_the_arrows_table():
@@ -144,6 +224,38 @@ def test_arrows_point_one_way(room):
     allowed = {f: ARROWS[room] | BEYOND_THEIR_ROOM.get(f, set()) for f in rooms_imported(room)}
     bad = {f: sorted(others - allowed[f]) for f, others in rooms_imported(room).items() if others - allowed[f]}
     assert not bad, f"{room}/ may import only {sorted(ARROWS[room])}: {bad}"
+
+
+def test_cython_imports_and_includes_are_read(tmp_path):
+    (tmp_path / "part.pxi").write_text("from leaseq.daemon.metrics import BUCKETS\n")
+    f = tmp_path / "m.pyx"
+    f.write_text('from leaseq.storage._job cimport Job\ncimport leaseq.storage.bands\ninclude "part.pxi"\n'
+                 "def f():\n    from leaseq.commands.jobs import claim_now\n")
+    assert cython_imports_of(f) == {"leaseq.storage._job", "leaseq.storage.bands", "leaseq.daemon.metrics",
+                                    "leaseq.commands.jobs"}
+
+
+# Modules that import each other round a cycle, each to be untied (issue 42):
+# the list may only shrink.  A twin that imports its definition's module
+# (job.py loads _job.pyx, which takes JobExtra from job.py); the compiled lane
+# and the daemon modules it serves (dispatch, connection and blocking load
+# the lane, which imports them back at first use: ``_lane._imports``); the
+# settings and the TLS context they check.
+KNOWN_CYCLES = [
+    ["leaseq.daemon._lane", "leaseq.daemon.blocking", "leaseq.daemon.connection", "leaseq.daemon.dispatch",
+     "leaseq.daemon.holdings"],
+    ["leaseq.daemon.config", "leaseq.daemon.tls"],
+    ["leaseq.storage._job", "leaseq.storage.job"],
+]
+
+
+def test_no_new_import_cycle():
+    assert cycles(import_graph()) == KNOWN_CYCLES
+
+
+def test_cycles_finds_a_cycle_however_it_is_closed():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_every_error_sentence_is_written_in_commands_errors():
