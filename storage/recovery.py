@@ -240,20 +240,20 @@ class Replayer:
 
     def apply(self, rtype: int, body: bytes) -> None:
         fields = records.decode(rtype, body)
+        of_queue = QUEUE_RECORDS.get(rtype)           # (most records: asked first)
+        if of_queue is not None:
+            q = self.store.by_qid.get(fields[0])
+            if q is not None:
+                of_queue(self.store, q, fields)
+            return
         if rtype == records.TXN:
             for inner_type, inner_body in fields[0]:
                 self.apply(inner_type, inner_body)
             return
         of_store = STORE_RECORDS.get(rtype)
-        if of_store is not None:
-            of_store(self.store, fields)
-            return
-        of_queue = QUEUE_RECORDS.get(rtype)
-        if of_queue is None:
+        if of_store is None:
             raise records.FormatError(f"record type {rtype} cannot be replayed")
-        q = self.store.by_qid.get(fields[0])
-        if q is not None:
-            of_queue(self.store, q, fields)
+        of_store(self.store, fields)
 
 
 # -- the records about the store: (store, fields) ------------------------------------------------
