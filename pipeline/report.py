@@ -290,27 +290,49 @@ def _table(header: list, rows: list, numeric: set) -> str:
 
 
 def render_html(summary: dict, data: dict) -> str:
-    """The page: header facts, then throughput, latency, rates, errors and schedules."""
+    """The page: header facts, then a section each (``SECTIONS``):
+    throughput, latency, rates, errors and schedules."""
+    e = html.escape
+    queues = sorted({r["queue"] for name in TABLES for r in data[name]})
+    charts = _Charts()
+    facts = [("directories", "<br>".join(e(d) for d in summary["dirs"])),
+             ("time range", f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}"),
+             ("events", f"{summary['events']:,}"),
+             ("queues", e(", ".join(queues)) or "-")]
+    body = [f"<header><h1>leaseq report</h1><div class=\"sub\">{summary['events']:,} events, "
+            f"{len(queues)} queues, {_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
+            "<main>", "<section><h2>Input</h2><dl class=\"facts\">"
+            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl></section>"]
+    for section in SECTIONS:
+        anchor, title, note, content = section(summary, data, queues, charts)
+        body.append(f'<section id="{anchor}"><h2>{e(title)}</h2><p class="note">{e(note)}</p>{content}</section>')
+    body.append("</main>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>leaseq report</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+class _Charts:
+    """The page's plotly figures: each as HTML, plotly's script with the
+    first only, all laid out alike."""
+
+    CONFIG = {"displayModeBar": False, "responsive": True}
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def html(self, fig, height: int, **layout) -> str:
+        fig.update_layout(height=height, template="plotly_white", margin=dict(l=60, r=20, t=80, b=40),
+                          legend=dict(orientation="h", yref="container", yanchor="top", y=0.99, xanchor="right",
+                                      x=1), **layout)
+        self.count += 1
+        return fig.to_html(full_html=False, include_plotlyjs=self.count == 1, config=self.CONFIG)
+
+
+def _section_throughput(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
+    """One panel per queue, a line per event type."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    e = html.escape
-    queues = sorted({r["queue"] for name in TABLES for r in data[name]})
-    figures = []
-    config = {"displayModeBar": False, "responsive": True}
-
-    def add(fig) -> str:
-        first = not figures
-        figures.append(fig)
-        return fig.to_html(full_html=False, include_plotlyjs=first, config=config)
-
-    def layout(fig, height, **kw):
-        fig.update_layout(height=height, template="plotly_white", margin=dict(l=60, r=20, t=80, b=40),
-                          legend=dict(orientation="h", yref="container", yanchor="top", y=0.99, xanchor="right",
-                                      x=1), **kw)
-
-    sections = []
-    # throughput: one panel per queue, a line per event type
     if data["throughput"]:
         tq = [q for q in queues if any(r["queue"] == q for r in data["throughput"])]
         fig = make_subplots(rows=len(tq), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(tq)),
@@ -323,14 +345,17 @@ def render_html(summary: dict, data: dict) -> str:
                                          legendgroup=ev, showlegend=i == 1, line=dict(color=COLORS[ev], width=2),
                                          marker=dict(size=5)), row=i, col=1)
             fig.update_yaxes(title_text="events", rangemode="tozero", row=i, col=1)
-        layout(fig, 140 + 200 * len(tq))
-        chart = add(fig)
+        chart = charts.html(fig, 140 + 200 * len(tq))
     else:
         chart = "<p>No events.</p>"
-    sections.append(("throughput", "Throughput",
-                     f"Events per {summary['bucket_seconds']} s bucket (UTC), per queue.", chart))
+    return ("throughput", "Throughput", f"Events per {summary['bucket_seconds']} s bucket (UTC), per queue.", chart)
 
-    # latency: wait and processing side by side, grouped bars per queue
+
+def _section_latency(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
+    """Wait and processing side by side, grouped bars per queue, and their table."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
     if data["latency"]:
         fig = make_subplots(rows=1, cols=2, subplot_titles=("Wait (push → first claim)",
                                                             "Processing (claim → ack)"), horizontal_spacing=0.1)
@@ -341,18 +366,20 @@ def render_html(summary: dict, data: dict) -> str:
                                      legendgroup=label, showlegend=col == 1, marker_color=color,
                                      hovertemplate="%{x}: %{y} ms<extra>" + label + "</extra>"), row=1, col=col)
             fig.update_yaxes(title_text="ms", row=1, col=col)
-        layout(fig, 440, barmode="group")
-        chart = add(fig)
-        table = _table(["queue", "measure", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"],
-                       [[r["queue"], r["measure"], r["count"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["max_ms"]]
-                        for r in data["latency"]], {"count", "p50 ms", "p90 ms", "p99 ms", "max ms"})
-        chart += table
+        chart = charts.html(fig, 440, barmode="group")
+        chart += _table(["queue", "measure", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+                        [[r["queue"], r["measure"], r["count"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["max_ms"]]
+                         for r in data["latency"]], {"count", "p50 ms", "p90 ms", "p99 ms", "max ms"})
     else:
         chart = "<p>No job was claimed.</p>"
-    sections.append(("latency", "Wait and processing time",
-                     "Percentiles (approximate, Spark percentile_approx) in milliseconds.", chart))
+    return ("latency", "Wait and processing time",
+            "Percentiles (approximate, Spark percentile_approx) in milliseconds.", chart)
 
-    # rates
+
+def _section_rates(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
+    """Retry and dead-letter rates per queue, and the counts they come from."""
+    import plotly.graph_objects as go
+
     if data["rates"]:
         rows = data["rates"]
         fig = go.Figure()
@@ -361,7 +388,6 @@ def render_html(summary: dict, data: dict) -> str:
             values = [None if r[field] is None else 100 * r[field] for r in rows]
             fig.add_trace(go.Bar(x=[r["queue"] for r in rows], y=values, name=label, marker_color=color,
                                  text=[_pct(r[field]) for r in rows], textposition="outside", cliponaxis=False))
-        layout(fig, 400, barmode="group", yaxis=dict(title="% ", rangemode="tozero"))
         numeric = {"pushed", "claims", "acked", "nacked", "dead", "redelivered", "expired leases", "retry rate",
                    "dead-letter rate"}
         table = _table(["queue", "pushed", "claims", "acked", "nacked", "dead", "redelivered", "expired leases",
@@ -369,25 +395,26 @@ def render_html(summary: dict, data: dict) -> str:
                        [[r["queue"], r["pushed"], r["claims"], r["acked"], r["nacked"], r["dead"], r["redelivered"],
                          r["expired_leases"], _pct(r["retry_rate"]), _pct(r["dead_letter_rate"])] for r in rows],
                        numeric)
-        chart = add(fig) + table
+        chart = charts.html(fig, 400, barmode="group", yaxis=dict(title="% ", rangemode="tozero")) + table
     else:
         chart = "<p>No events.</p>"
-    sections.append(("rates", "Retries and dead letters",
-                     "Retry rate: jobs claimed more than once / jobs claimed. Dead-letter rate: dead / pushed. "
-                     "Expired leases: a claim followed by another claim or a dead of the same job with no ack, "
-                     "nack or release between.", chart))
+    return ("rates", "Retries and dead letters",
+            "Retry rate: jobs claimed more than once / jobs claimed. Dead-letter rate: dead / pushed. "
+            "Expired leases: a claim followed by another claim or a dead of the same job with no ack, "
+            "nack or release between.", chart)
 
-    # errors
+
+def _section_errors(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
     if data["errors"]:
         chart = _table(["queue", "rank", "kind", "error", "count"],
                        [[r["queue"], r["rank"], r["kind"], r["error"], r["count"]] for r in data["errors"]],
                        {"rank", "count"})
     else:
         chart = "<p>No nack errors and no dead jobs.</p>"
-    sections.append(("errors", "Top errors",
-                     f"The {TOP_ERRORS} most frequent nack errors and dead reasons per queue.", chart))
+    return ("errors", "Top errors", f"The {TOP_ERRORS} most frequent nack errors and dead reasons per queue.", chart)
 
-    # schedules
+
+def _section_schedules(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
     if data["schedules"]:
         chart = _table(["queue", "schedule", "fired", "skipped", "first fire", "last fire", "longest gap"],
                        [[r["queue"], r["schedule"], r["fired"], r["skipped"], _fmt_time(_utc(r["first_fire"])),
@@ -396,23 +423,13 @@ def render_html(summary: dict, data: dict) -> str:
                         for r in data["schedules"]], {"fired", "skipped", "longest gap"})
     else:
         chart = "<p>No schedule fired.</p>"
-    sections.append(("schedules", "Schedules",
-                     "Jobs each schedule's ticks pushed, ticks that pushed none (missed and skipped, or OVERLAP "
-                     "skip), and the longest time between two fires.", chart))
+    return ("schedules", "Schedules",
+            "Jobs each schedule's ticks pushed, ticks that pushed none (missed and skipped, or OVERLAP "
+            "skip), and the longest time between two fires.", chart)
 
-    facts = [("directories", "<br>".join(e(d) for d in summary["dirs"])),
-             ("time range", f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}"),
-             ("events", f"{summary['events']:,}"),
-             ("queues", e(", ".join(queues)) or "-")]
-    body = [f"<header><h1>leaseq report</h1><div class=\"sub\">{summary['events']:,} events, "
-            f"{len(queues)} queues, {_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
-            "<main>", "<section><h2>Input</h2><dl class=\"facts\">"
-            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl></section>"]
-    for anchor, title, note, content in sections:
-        body.append(f'<section id="{anchor}"><h2>{e(title)}</h2><p class="note">{e(note)}</p>{content}</section>')
-    body.append("</main>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>leaseq report</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+
+# the page's sections, in order: each (summary, data, queues, charts) -> (anchor, title, note, HTML)
+SECTIONS = (_section_throughput, _section_latency, _section_rates, _section_errors, _section_schedules)
 
 
 # -- spark-submit ------------------------------------------------------------------------------------

@@ -69,15 +69,21 @@ def segment_header(number: int) -> bytes:
     return head + struct.pack("<I", crc32c(head))
 
 
+def header_fields(data: bytes, header: struct.Struct, what: str) -> tuple:
+    """The fields of a file's header: ``header`` followed by the CRC32C of
+    its bytes (a segment's, a snapshot's), or FormatError naming ``what``."""
+    if len(data) < header.size + 4:
+        raise FormatError(f"{what} header is short")
+    head = data[:header.size]
+    (crc,) = struct.unpack_from("<I", data, header.size)
+    if crc32c(head) != crc:
+        raise FormatError(f"{what} header checksum mismatch")
+    return header.unpack(head)
+
+
 def check_segment_header(data: bytes) -> int:
     """Return the segment number, or raise FormatError."""
-    if len(data) < SEGMENT_HEADER_SIZE:
-        raise FormatError("segment header is short")
-    head = data[:SEGMENT_HEADER.size]
-    (crc,) = struct.unpack_from("<I", data, SEGMENT_HEADER.size)
-    if crc32c(head) != crc:
-        raise FormatError("segment header checksum mismatch")
-    magic, version, _flags, number = SEGMENT_HEADER.unpack(head)
+    magic, version, _flags, number = header_fields(data, SEGMENT_HEADER, "segment")
     if magic != MAGIC:
         raise FormatError("not a leaseq segment (bad magic)")
     if version != VERSION:

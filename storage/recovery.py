@@ -60,112 +60,145 @@ def read_log(directory: str, apply, repair: bool = False, after: int = 0,
     ``modify`` False nothing on disk changes: what would be truncated,
     removed, moved aside or rewritten is only reported (``torn``,
     ``truncated_bytes``, ``skipped``)."""
-    report = RecoveryReport()
-    removed: set = set()
     everything = list_segments(directory)
     segments = [(n, p) for n, p in everything if n > after]
     missing = first_gap(after, [n for n, _p in segments], directory)
     if missing is not None and not repair:
         raise CorruptLog(os.path.join(directory, segment_name(missing)), 0,
                          "this segment is missing (the segments after it need it)")
+    reader = _LogReader(directory, apply, repair, modify)
     # A torn tail can only be in the last segment that holds records: segments
     # after it are empty or header-only (a rotation just before the crash).
     with_records = [i for i, (_n, p) in enumerate(segments) if os.path.getsize(p) > records.SEGMENT_HEADER_SIZE]
     last_with_records = with_records[-1] if with_records else len(segments) - 1
     for i, (number, path) in enumerate(segments):
-        newest = i >= last_with_records
         # The room the writer reserves (storage.wal) is cut off when a segment is sealed, and
         # that cut is durable before any record of the next segment is: room can be left in the
         # last segment with records, or in the one before it (a crash as it was sealed), not earlier.
-        room_ok = i >= last_with_records - 1
+        reader.segment(number, path, newest=i >= last_with_records, room_ok=i >= last_with_records - 1)
+    # the next segment takes the number after the newest one left (a removed
+    # torn one's number is used again, so no gap appears)
+    reader.report.last_segment = max([n for n, p in everything if os.path.exists(p) and p not in reader.removed]
+                                     + [after if after else 0])
+    return reader.report
+
+
+class _LogReader:
+    """``read_log``'s steps for one segment: its header, its frames, and
+    what ends them (the reserved room, a torn tail, damage)."""
+
+    def __init__(self, directory: str, apply, repair: bool, modify: bool) -> None:
+        self.directory, self.apply, self.repair, self.modify = directory, apply, repair, modify
+        self.report = RecoveryReport()
+        self.removed: set = set()
+
+    def segment(self, number: int, path: str, newest: bool, room_ok: bool) -> None:
         with open(path, "rb") as f:
             data = f.read()
-        report.segments += 1
+        self.report.segments += 1
+        if not self._header_ok(number, path, data, newest):
+            return
+        data = self._frames(path, data, newest, room_ok)
+        size = len(data)
+        if self.repair:
+            dropped = [s for s in self.report.skipped if s[0] == path]
+            if self.modify:
+                size = len(_rewrite_without_skipped(path, data, dropped))
+            else:
+                size -= sum(length for _p, _o, length in dropped)
+        self.report.bytes += size
+
+    def _header_ok(self, number: int, path: str, data: bytes, newest: bool) -> bool:
+        """Whether the segment's header is whole and names it; a torn one
+        of the newest segment is removed, any other refused (moved aside
+        with --repair)."""
+        report = self.report
         try:
             if records.check_segment_header(data) != number:
                 raise records.FormatError("segment number in the header does not match the file name")
+            return True
         except records.FormatError as e:
             if newest and len(data) < records.SEGMENT_HEADER_SIZE:
                 # created, but the crash came before its header was complete
                 report.truncated_bytes += len(data)
                 report.torn.append((path, 0, len(data)))
-                removed.add(path)
-                if modify:
+                self.removed.add(path)
+                if self.modify:
                     log.warning("removing empty segment %s (%d bytes, torn header)", path, len(data))
                     os.unlink(path)
-                continue
-            if not repair:
+                return False
+            if not self.repair:
                 raise CorruptLog(path, 0, str(e)) from None
             report.skipped.append((path, 0, len(data)))
-            removed.add(path)
-            if modify:
+            self.removed.add(path)
+            if self.modify:
                 os.replace(path, path + ".corrupt")
-                fsync_directory(directory)
+                fsync_directory(self.directory)
                 log.error("--repair: segment %s has an unreadable header (%s); moved aside to %s.corrupt",
                           path, e, path)
-            continue
+            return False
+
+    def _frames(self, path: str, data: bytes, newest: bool, room_ok: bool) -> bytes:
+        """Apply the segment's records, in order, up to its end: the end of
+        the file, the room the writer reserved, a torn tail of the newest
+        segment, or (with --repair) past the damage.  Returns the bytes the
+        segment keeps."""
+        report = self.report
         offset = records.SEGMENT_HEADER_SIZE
         while True:
-            for offset, rtype, body in records.iter_frames(data, offset):
-                try:
-                    apply(rtype, body)
-                except records.FormatError as e:
-                    # the checksum matched, so the bytes are as written: a bug or a newer format
-                    if not repair:
-                        raise CorruptLog(path, offset, str(e)) from None
-                    log.error("--repair: skipping an undecodable %s record of %s at offset %d: %s",
-                              records.NAMES.get(rtype, rtype), path, offset, e)
-                    report.skipped.append((path, offset, records.FRAME_SIZE + len(body)))
-                report.records += 1
-                offset += records.FRAME_SIZE + len(body)
+            offset = self._apply_from(path, data, offset)
             if offset >= len(data):
-                break
+                return data
             if room_ok and records.reserved_from(data, offset):
                 # the room the writer reserved (storage.wal): the end of the records, nothing torn
-                if modify:
+                if self.modify:
                     log.info("cutting %s at its last record, offset %d (%d bytes of reserved room)",
                              path, offset, len(data) - offset)
-                    with open(path, "r+b") as f:
-                        f.truncate(offset)
-                        os.fsync(f.fileno())
-                data = data[:offset]
-                break
+                    _truncate(path, offset)
+                return data[:offset]
             resume = _next_valid_frame(data, offset + 1)
             if resume is None and newest:
                 cut = len(data) - offset
-                if modify:
+                if self.modify:
                     room = cut - len(data[offset:].rstrip(b"\0"))     # zeros after it: reserved, never written
                     log.warning("truncating torn tail of %s at offset %d (%d bytes%s)", path, offset, cut,
                                 f", the last {room} of them zeros" if room else "")
-                    with open(path, "r+b") as f:
-                        f.truncate(offset)
-                        os.fsync(f.fileno())
+                    _truncate(path, offset)
                 report.truncated_bytes += cut
                 report.torn.append((path, offset, cut))
-                data = data[:offset]
-                break
-            if not repair:
+                return data[:offset]
+            if not self.repair:
                 raise CorruptLog(path, offset, "a record fails its checksum or is cut short")
             stop = len(data) if resume is None else resume
-            if modify:
+            if self.modify:
                 log.error("--repair: skipping %d unreadable bytes of %s at offset %d", stop - offset, path, offset)
             report.skipped.append((path, offset, stop - offset))
             if resume is None:
-                break
+                return data
             offset = resume
-        size = len(data)
-        if repair:
-            dropped = [s for s in report.skipped if s[0] == path]
-            if modify:
-                size = len(_rewrite_without_skipped(path, data, dropped))
-            else:
-                size -= sum(length for _p, _o, length in dropped)
-        report.bytes += size
-    # the next segment takes the number after the newest one left (a removed
-    # torn one's number is used again, so no gap appears)
-    report.last_segment = max([n for n, p in everything if os.path.exists(p) and p not in removed]
-                              + [after if after else 0])
-    return report
+
+    def _apply_from(self, path: str, data: bytes, offset: int) -> int:
+        """Apply the whole frames from ``offset`` on; where they stop."""
+        for offset, rtype, body in records.iter_frames(data, offset):
+            try:
+                self.apply(rtype, body)
+            except records.FormatError as e:
+                # the checksum matched, so the bytes are as written: a bug or a newer format
+                if not self.repair:
+                    raise CorruptLog(path, offset, str(e)) from None
+                log.error("--repair: skipping an undecodable %s record of %s at offset %d: %s",
+                          records.NAMES.get(rtype, rtype), path, offset, e)
+                self.report.skipped.append((path, offset, records.FRAME_SIZE + len(body)))
+            self.report.records += 1
+            offset += records.FRAME_SIZE + len(body)
+        return offset
+
+
+def _truncate(path: str, size: int) -> None:
+    """Cut ``path`` to ``size`` bytes, durably."""
+    with open(path, "r+b") as f:
+        f.truncate(size)
+        os.fsync(f.fileno())
 
 
 def first_gap(after: int, numbers: list[int], directory: str) -> int | None:

@@ -123,6 +123,7 @@ from operator import add, mul, sub
 
 from crc32c import crc32c
 
+from .frames import header_fields
 from .records import REASON_CODES, REASONS, FormatError, parents, read_parents
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
@@ -165,13 +166,7 @@ def snapshot_header(covers: int, ts: int) -> bytes:
 
 def check_snapshot_header(data: bytes) -> tuple[int, int, int]:
     """Return ``(version, covers, ts)``, or raise FormatError."""
-    if len(data) < SNAPSHOT_HEADER_SIZE:
-        raise FormatError("snapshot header is short")
-    head = data[:SNAPSHOT_HEADER.size]
-    (crc,) = struct.unpack_from("<I", data, SNAPSHOT_HEADER.size)
-    if crc32c(head) != crc:
-        raise FormatError("snapshot header checksum mismatch")
-    magic, version, _flags, covers, ts = SNAPSHOT_HEADER.unpack(head)
+    magic, version, _flags, covers, ts = header_fields(data, SNAPSHOT_HEADER, "snapshot")
     if magic != SNAPSHOT_MAGIC:
         raise FormatError("not a leaseq snapshot (bad magic)")
     if version not in READ_VERSIONS:

@@ -42,7 +42,7 @@ from .bands import band
 from .config import MEMORY, QueueConfig
 from .indexes import Bulk
 from .job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job, Provenance, payload_sizes
-from .queue import Counters
+from .queue import Counters, Queue
 from .schedules import Schedule
 from .store import Store
 from .wal import fsync_directory, numbered_files
@@ -236,70 +236,104 @@ def _load(path: str, f) -> tuple[Store, SnapshotInfo]:
         version, covers, ts = snapformat.check_snapshot_header(f.read(snapformat.SNAPSHOT_HEADER_SIZE))
     except records.FormatError as e:
         raise CorruptSnapshot(path, 0, str(e)) from None
-    store = Store()
+    loading = _Loading(version)
     offset = snapformat.SNAPSHOT_HEADER_SIZE
-    expect_store = True
-    pending: dict[int, _Pending] = {}
-    turns: dict[int, tuple] = {}        # qid -> (next_turn, {group: turn})
-    ended = None
     try:
         for offset, rtype, body in _frames(f, offset, size):
-            if ended is not None:
-                raise records.FormatError("a record follows SNAP_END")
-            if expect_store != (rtype == snapformat.SNAP_STORE):
-                raise records.FormatError("SNAP_STORE must come first, and once")
-            expect_store = False
-            if rtype == snapformat.SNAP_STORE:
-                store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks = \
-                    snapformat.decode_snap_store(body)
-            elif rtype == snapformat.SNAP_QUEUE:
-                _queue(store, snapformat.decode_snap_queue(body))
-            elif rtype == snapformat.SNAP_PLAIN and version >= 2:
-                _plain_jobs(store, pending, snapformat.decode_snap_plain(body))
-            elif rtype == snapformat.SNAP_JOBS:
-                qid, rows = snapformat.iter_snap_jobs(body)
-                if qid not in store.by_qid:
-                    raise records.FormatError(f"SNAP_JOBS for unknown queue {qid}")
-                _pending(pending, qid).others(_jobs(rows))
-            elif rtype == snapformat.SNAP_SCHEDULES:
-                qid, listed = snapformat.decode_snap_schedules(body)
-                if qid not in store.by_qid:
-                    raise records.FormatError(f"SNAP_SCHEDULES for unknown queue {qid}")
-                store.timetable.restore(store.by_qid[qid], [Schedule.from_json(d) for d in listed])
-            elif rtype == snapformat.SNAP_RESULTS:
-                qid, rows = snapformat.decode_snap_results(body)
-                if qid not in store.by_qid:
-                    raise records.FormatError(f"SNAP_RESULTS for unknown queue {qid}")
-                results = store.by_qid[qid].results
-                for jid, until, value, reason in rows:
-                    results.put(jid, until, value, reason)
-            elif rtype == snapformat.SNAP_GROUPS:
-                qid, next_turn, table = snapformat.decode_snap_groups(body)
-                if qid not in store.by_qid:
-                    raise records.FormatError(f"SNAP_GROUPS for unknown queue {qid}")
-                turns[qid] = (next_turn, table)
-            elif rtype == snapformat.SNAP_END:
-                ended = snapformat.decode_snap_end(body)
-            else:
-                raise records.FormatError(f"record type {rtype} does not belong in a version {version} snapshot")
+            loading.record(rtype, body)
             offset += records.FRAME_SIZE + len(body)
     except records.FormatError as e:
         raise CorruptSnapshot(path, offset, str(e)) from None
-    if ended is None:
+    if loading.ended is None:
         reason = "a record fails its checksum or is cut short" if offset < size else "SNAP_END is missing"
         raise CorruptSnapshot(path, offset, reason)
     if offset != size:
         raise CorruptSnapshot(path, offset, "bytes follow SNAP_END")
-    queues, jobs = ended
-    if queues != len(store.queues) or jobs != sum(len(p.jobs) for p in pending.values()):
+    queues, jobs = loading.ended
+    if queues != len(loading.store.queues) or jobs != sum(len(p.jobs) for p in loading.pending.values()):
         raise CorruptSnapshot(path, offset, "SNAP_END counts do not match the records")
-    for qid, got in pending.items():
-        q = store.by_qid[qid]
-        q.restore(got.jobs, got.ids, got.payload_bytes, got.bulk)
-        store.deps.add(q, got.bulk.single)          # (a plain job waits for nothing)
-    for qid, (next_turn, table) in turns.items():
-        store.by_qid[qid].use_groups().set_turns(table, next_turn)
-    return store, SnapshotInfo(path, covers, ts, queues, jobs, size)
+    return loading.finish(), SnapshotInfo(path, covers, ts, queues, jobs, size)
+
+
+class _Loading:
+    """A snapshot's records as they are read: one step a record type
+    (``STEPS``), the SNAP_STORE first and once, nothing after SNAP_END;
+    ``finish`` hands the jobs to their queues."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.store = Store()
+        self.pending: dict[int, _Pending] = {}
+        self.turns: dict[int, tuple] = {}        # qid -> (next_turn, {group: turn})
+        self.ended = None
+        self.started = False
+
+    def record(self, rtype: int, body: bytes) -> None:
+        if self.ended is not None:
+            raise records.FormatError("a record follows SNAP_END")
+        if self.started == (rtype == snapformat.SNAP_STORE):
+            raise records.FormatError("SNAP_STORE must come first, and once")
+        self.started = True
+        step = self.STEPS.get(rtype)
+        if step is None or (rtype == snapformat.SNAP_PLAIN and self.version < 2):
+            raise records.FormatError(f"record type {rtype} does not belong in a version {self.version} snapshot")
+        step(self, body)
+
+    def queue(self, qid: int, record: str) -> Queue:
+        """The queue ``qid`` a record of type ``record`` names."""
+        q = self.store.by_qid.get(qid)
+        if q is None:
+            raise records.FormatError(f"{record} for unknown queue {qid}")
+        return q
+
+    def snap_store(self, body: bytes) -> None:
+        store = self.store
+        store.epoch, store.lease_seq, store.next_qid, store.clock, store.dropped_marks = \
+            snapformat.decode_snap_store(body)
+
+    def snap_queue(self, body: bytes) -> None:
+        _queue(self.store, snapformat.decode_snap_queue(body))
+
+    def snap_plain(self, body: bytes) -> None:
+        _plain_jobs(self.store, self.pending, snapformat.decode_snap_plain(body))
+
+    def snap_jobs(self, body: bytes) -> None:
+        qid, rows = snapformat.iter_snap_jobs(body)
+        self.queue(qid, "SNAP_JOBS")
+        _pending(self.pending, qid).others(_jobs(rows))
+
+    def snap_schedules(self, body: bytes) -> None:
+        qid, listed = snapformat.decode_snap_schedules(body)
+        self.store.timetable.restore(self.queue(qid, "SNAP_SCHEDULES"), [Schedule.from_json(d) for d in listed])
+
+    def snap_results(self, body: bytes) -> None:
+        qid, rows = snapformat.decode_snap_results(body)
+        results = self.queue(qid, "SNAP_RESULTS").results
+        for jid, until, value, reason in rows:
+            results.put(jid, until, value, reason)
+
+    def snap_groups(self, body: bytes) -> None:
+        qid, next_turn, table = snapformat.decode_snap_groups(body)
+        self.queue(qid, "SNAP_GROUPS")
+        self.turns[qid] = (next_turn, table)
+
+    def snap_end(self, body: bytes) -> None:
+        self.ended = snapformat.decode_snap_end(body)
+
+    STEPS = {snapformat.SNAP_STORE: snap_store, snapformat.SNAP_QUEUE: snap_queue,
+             snapformat.SNAP_PLAIN: snap_plain, snapformat.SNAP_JOBS: snap_jobs,
+             snapformat.SNAP_SCHEDULES: snap_schedules, snapformat.SNAP_RESULTS: snap_results,
+             snapformat.SNAP_GROUPS: snap_groups, snapformat.SNAP_END: snap_end}
+
+    def finish(self) -> Store:
+        store = self.store
+        for qid, got in self.pending.items():
+            q = store.by_qid[qid]
+            q.restore(got.jobs, got.ids, got.payload_bytes, got.bulk)
+            store.deps.add(q, got.bulk.single)          # (a plain job waits for nothing)
+        for qid, (next_turn, table) in self.turns.items():
+            store.by_qid[qid].use_groups().set_turns(table, next_turn)
+        return store
 
 
 def _frames(f, offset: int, size: int):
