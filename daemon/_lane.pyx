@@ -59,7 +59,6 @@ from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
-from leaseq.daemon.timeouts import COMPACT_ABOVE, Timeout, Timeouts
 from leaseq.storage import flow as _flow
 from leaseq.storage import plain as plain_module
 from leaseq.storage cimport _plain as cplain     # storage.plain's twin as C calls, when plain_module.twin is it
@@ -70,6 +69,7 @@ from leaseq.daemon cimport _resp as cresp
 from leaseq.storage._index cimport TimeIndex
 from leaseq.storage.logbuffer cimport LogBuffer      # compiled from storage/logbuffer.py
 from leaseq.daemon.outbox cimport Outbox            # compiled from daemon/outbox.py
+from leaseq.daemon.timeouts cimport Timeout, Timeouts   # compiled from daemon/timeouts.py
 
 
 log = logging.getLogger("leaseq.daemon.dispatch")
@@ -405,7 +405,7 @@ cdef int _park(blocking, conn, wait) except -1:
         (<list>waiters).append(w)
     timeout_ms = get(CLAIM_WAIT, wait, W_TIMEOUT_MS)
     if timeout_ms:
-        put(WAITER, w, WT_TIMER, _timeout_add(get(BLOCKING, blocking, B_TIMEOUTS), timeout_ms / 1000.0, w))
+        put(WAITER, w, WT_TIMER, (<Timeouts?>get(BLOCKING, blocking, B_TIMEOUTS)).add(timeout_ms / 1000.0, w))
     _arm(blocking, queue)
     return 0
 
@@ -465,7 +465,7 @@ cdef int _cancel(blocking, w) except -1:
         return 0
     timer = get(WAITER, w, WT_TIMER)
     if timer is not None:
-        _timeout_cancel(timer)
+        (<Timeout?>timer).cancel()
         put(WAITER, w, WT_TIMER, None)
     queue = get(CLAIM_WAIT, get(WAITER, w, WT_WAIT), W_QUEUE)
     by_queue = <dict>get(BLOCKING, blocking, B_BY_QUEUE)
@@ -480,60 +480,6 @@ cdef int _cancel(blocking, w) except -1:
             if cohort is not None:
                 cohort.cancel()
     return 0
-
-
-cdef Slots TIMEOUTS = Slots("leaseq.daemon.timeouts.Timeouts", ("loop", "heap", "seq", "cancelled", "timer_due"))
-cdef enum:
-    TS_LOOP, TS_HEAP, TS_SEQ, TS_CANCELLED, TS_TIMER_DUE
-cdef Slots TIMEOUT = Slots("leaseq.daemon.timeouts.Timeout", ("due", "arg", "timeouts"))
-cdef enum:
-    T_DUE, T_ARG, T_TIMEOUTS
-
-
-cdef object _timeout_add(timeouts, double delay, arg):
-    """``Timeouts.add(delay, arg)`` (the definition, daemon/timeouts.py) on
-    the slots of a real ``Timeouts``; anything else is called."""
-    if type(timeouts) is not Timeouts:
-        return timeouts.add(delay, arg)
-    t = Timeout.__new__(Timeout)
-    due = get(TIMEOUTS, timeouts, TS_LOOP).time() + delay
-    put(TIMEOUT, t, T_DUE, due)
-    put(TIMEOUT, t, T_ARG, arg)
-    put(TIMEOUT, t, T_TIMEOUTS, timeouts)
-    seq = get(TIMEOUTS, timeouts, TS_SEQ) + 1
-    put(TIMEOUTS, timeouts, TS_SEQ, seq)
-    heappush(get(TIMEOUTS, timeouts, TS_HEAP), (due, seq, t))
-    timer_due = get(TIMEOUTS, timeouts, TS_TIMER_DUE)
-    if timer_due is None or due < timer_due:
-        timeouts.set_timer(due)
-    return t
-
-
-cdef int _timeout_cancel(t) except -1:
-    """``Timeout.cancel()`` (the definition, daemon/timeouts.py) on the
-    slots of a real ``Timeout``; anything else is called."""
-    if type(t) is not Timeout:
-        t.cancel()
-        return 0
-    timeouts = get(TIMEOUT, t, T_TIMEOUTS)
-    if timeouts is None:
-        return 0
-    put(TIMEOUT, t, T_TIMEOUTS, None)
-    cancelled = get(TIMEOUTS, timeouts, TS_CANCELLED) + 1
-    put(TIMEOUTS, timeouts, TS_CANCELLED, cancelled)
-    if cancelled > COMPACT_ABOVE and cancelled * 2 > len(get(TIMEOUTS, timeouts, TS_HEAP)):
-        timeouts.compact()
-    return 0
-
-
-def timeout_add(timeouts, delay, arg):
-    """``_timeout_add`` (for the tests)."""
-    return _timeout_add(timeouts, delay, arg)
-
-
-def timeout_cancel(t):
-    """``_timeout_cancel`` (for the tests)."""
-    _timeout_cancel(t)
 
 
 cdef int _unblock(conn, reply, ticket) except -1:
@@ -821,4 +767,4 @@ cdef int _run_pending(conn) except -1:
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [CLIENT, USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, HISTOGRAM,
-            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS, TIMEOUTS, TIMEOUT]
+            BLOCKING, WAITER, CLAIM_WAIT, INDEXES, CONFIG, COMMITTER, DISK_FAULTS]

@@ -3,8 +3,8 @@ on one timer of the loop.  Generated histories of adds, cancels and the
 clock moving on hold it to what a timer of the loop for each timeout would
 do: every timeout not cancelled runs once, no later than it is due and at
 most ``EARLY`` before, in the order they are due; a cancelled one never
-runs.  The compiled lane's twins of ``add`` and ``cancel``
-(daemon/_lane.pyx) are held to the methods, state for state.
+runs.  The module is compiled from its own source in the compiled flavour
+(daemon/timeouts.pxd), so these tests run on whichever flavour is loaded.
 
 The loop here is a stand-in for asyncio's (``time``, ``call_at``), whose
 timers run exactly when they are due, so that a history runs the same on
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import heapq
 
-from harness import compiled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leaseq.daemon.timeouts import COMPACT_ABOVE, EARLY, Timeouts
-
-lane = compiled("leaseq.daemon._lane")     # (the whole module skips in the pure flavour, saying why)
 
 
 class Handle:
@@ -62,15 +59,14 @@ class Loop:
 
 
 class Side:
-    """A ``Timeouts`` driven by the methods or by the lane's twins."""
+    """A ``Timeouts`` driven by a history of steps."""
 
-    def __init__(self, twins: bool) -> None:
+    def __init__(self) -> None:
         self.loop = Loop()
         self.ran: list = []             # (arg, at)
         self.timeouts = Timeouts(self.loop, self.run)
         self.handles: list = []         # Timeout per add, in order
         self.dues: list = []
-        self.twins = twins
         self.on_run = None              # a step to take inside a callback
         self.inner: set = set()         # the timeouts added inside a callback
 
@@ -87,7 +83,7 @@ class Side:
         if kind == "add":
             ms = step[1]
             n = len(self.handles)
-            t = lane.timeout_add(self.timeouts, ms / 1000.0, n) if self.twins else self.timeouts.add(ms / 1000.0, n)
+            t = self.timeouts.add(ms / 1000.0, n)
             self.handles.append(t)
             self.dues.append(self.loop.now + ms / 1000.0)
         elif kind == "adds":
@@ -95,10 +91,10 @@ class Side:
                 self.do(("add", step[2]))
         elif kind == "cancel" and self.handles:
             t = self.handles[step[1] % len(self.handles)]
-            lane.timeout_cancel(t) if self.twins else t.cancel()
+            t.cancel()
         elif kind == "cancel_all":
             for t in self.handles:
-                lane.timeout_cancel(t) if self.twins else t.cancel()
+                t.cancel()
         elif kind == "advance":
             self.loop.advance(step[1] / 1000.0)
         elif kind == "inside":
@@ -123,8 +119,8 @@ steps = st.one_of(
 )
 
 
-def _run(history, twins: bool) -> Side:
-    side = Side(twins)
+def _run(history) -> Side:
+    side = Side()
     for step in history:
         side.do(step)
     side.do(("advance", 10_000))       # everything still waiting comes due
@@ -134,7 +130,7 @@ def _run(history, twins: bool) -> Side:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(steps, max_size=40))
 def test_each_timeout_runs_once_on_time_unless_cancelled(history):
-    side = _run(history, twins=False)
+    side = _run(history)
     ran = [arg for arg, _at in side.ran]
     assert len(ran) == len(set(ran)), "a timeout ran twice"
     for arg, at in side.ran:
@@ -154,7 +150,7 @@ def test_each_timeout_runs_once_on_time_unless_cancelled(history):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(steps, max_size=40))
 def test_a_cancelled_timeout_never_runs(history):
-    side = Side(twins=False)
+    side = Side()
     cancelled = set()
     for step in history:
         ran_before = {arg for arg, _at in side.ran}
@@ -166,21 +162,8 @@ def test_a_cancelled_timeout_never_runs(history):
     assert not cancelled & {arg for arg, _at in side.ran}
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(steps, max_size=40))
-def test_the_twins_add_and_cancel_as_the_methods_do(history):
-    sides = [Side(twins=False), Side(twins=True)]
-    for step in history:
-        for side in sides:
-            side.do(step)
-        assert sides[0].state() == sides[1].state()
-    for side in sides:
-        side.do(("advance", 10_000))
-    assert sides[0].state() == sides[1].state()
-
-
 def test_cancelled_entries_are_dropped_once_they_are_most_of_the_heap():
-    side = Side(twins=False)
+    side = Side()
     side.do(("adds", 4 * COMPACT_ABOVE, 200))
     for t in side.handles[:COMPACT_ABOVE]:
         t.cancel()
@@ -192,7 +175,7 @@ def test_cancelled_entries_are_dropped_once_they_are_most_of_the_heap():
 
 
 def test_one_timer_of_the_loop_however_many_timeouts():
-    side = Side(twins=False)
+    side = Side()
     side.do(("adds", 50, 100))
     assert side.loop.live_timers() == 1 and side.timeouts.timer_due == side.dues[0]
     side.do(("add", 20))                                      # an earlier one moves the timer
@@ -221,28 +204,10 @@ def test_a_failing_callback_does_not_stop_the_others(caplog):
 
 
 def test_close_cancels_everything():
-    side = Side(twins=False)
+    side = Side()
     side.do(("adds", 10, 50))
     handles = list(side.handles)
     side.timeouts.close()
     side.do(("advance", 1000))
     assert side.ran == [] and side.loop.live_timers() == 0 and len(side.timeouts) == 0
     assert all(t.timeouts is None for t in handles)
-
-
-def test_the_twins_call_what_is_not_a_timeouts_own():
-    class Other:
-        def __init__(self):
-            self.calls = []
-
-        def add(self, delay, arg):
-            self.calls.append(("add", delay, arg))
-            return self
-
-        def cancel(self):
-            self.calls.append(("cancel",))
-
-    other = Other()
-    assert lane.timeout_add(other, 0.5, "x") is other
-    lane.timeout_cancel(other)
-    assert other.calls == [("add", 0.5, "x"), ("cancel",)]
