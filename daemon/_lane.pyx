@@ -161,34 +161,28 @@ cdef enum:
 cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config", "indexes"))
 cdef enum:
     Q_CONFIG, Q_INDEXES
-cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log", "settled_since", "ticket_since"))
+cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log",))
 cdef enum:
-    J_LOG, J_SETTLED_SINCE, J_TICKET_SINCE
+    J_LOG
+
+# A journal's log is a LogBuffer or None (no log: no records, so no reply
+# waits; Journal refuses anything else); the three below are its methods of
+# the same names, as C calls.
 
 
 cdef inline object _mark(journal):
-    """``journal.mark()``: the log's ``mark`` (0 without a log)."""
     log = get(JOURNAL, journal, J_LOG)
-    if isinstance(log, LogBuffer):
-        return (<LogBuffer>log).mark()
-    return 0 if log is None else log.mark()
+    return 0 if log is None else (<LogBuffer>log).mark()
 
 
 cdef object _settled_since(journal, mark, claim_at):
-    """``journal.settled_since(mark, claim_at)``: ``LogBuffer.settled_since``
-    as a C call when the journal's log is one."""
     log = get(JOURNAL, journal, J_LOG)
-    if isinstance(log, LogBuffer):
-        return (<LogBuffer>log).settled_since(mark, claim_at)
-    return get(JOURNAL, journal, J_SETTLED_SINCE)(mark, claim_at)
+    return None if log is None else (<LogBuffer>log).settled_since(mark, claim_at)
 
 
 cdef object _ticket_since(journal, mark):
-    """``journal.ticket_since(mark)``, as ``_settled_since``."""
     log = get(JOURNAL, journal, J_LOG)
-    if isinstance(log, LogBuffer):
-        return (<LogBuffer>log).ticket_since(mark)
-    return get(JOURNAL, journal, J_TICKET_SINCE)(mark)
+    return None if log is None else (<LogBuffer>log).ticket_since(mark)
 
 
 cdef Slots HISTOGRAM = Slots("leaseq.daemon.metrics.Histogram", ("counts", "total"))

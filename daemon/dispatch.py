@@ -42,8 +42,10 @@ lane = _lane.run if _lane is not None else None
 # the two lists together) was built and LEASEQ_PURE is not 1; "pure" when
 # none is; otherwise it names those in use (INFO's leaseq_flavour,
 # ``leaseq --version``).
-DAEMON_COMPILED = ("bands", "logbuffer", "outbox", "timeouts", "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
-COMPILED = ([m.__name__.rpartition(".")[2] for m in (bands, logbuffer, outbox, timeouts) if is_compiled(m)] + resp.COMPILED
+ONE_SOURCE = (bands, logbuffer, outbox, timeouts)      # compiled from their own .py (setup.py's ONE_SOURCE)
+DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
+    "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
+COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED
             + (["_lane"] if lane is not None else []))
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
            else f"partly compiled ({', '.join(COMPILED)})")

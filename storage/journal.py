@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from . import records
 from .config import FSYNC, MEMORY
 from .queue import Queue
-from .wal import LogBuffer, Ticket
+from .logbuffer import LogBuffer, Ticket
 
 
 class _NoLog:
@@ -62,6 +62,8 @@ class Journal:
     __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth")
 
     def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
+        if log is not None and not isinstance(log, LogBuffer):      # (the compiled lane relies on it)
+            raise TypeError(f"a journal's log is a LogBuffer or None, not {type(log).__name__}")
         self.log = log
         # asked at every command, so they are the log's own methods, one call each:
         answers = _NoLog if log is None else log

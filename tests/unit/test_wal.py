@@ -586,3 +586,12 @@ def test_locks_on_different_directories_are_independent(tmp_path):
             lock_directory(str(tmp_path / "a"))
     finally:
         os.close(fa)
+
+
+def test_a_journal_takes_a_log_buffer_or_none():
+    """The compiled lane reads a journal's log as a ``LogBuffer`` (or none)."""
+    from leaseq.storage.journal import Journal
+
+    assert Journal(None).log is None and isinstance(Journal(MemoryLog()).log, MemoryLog)
+    with pytest.raises(TypeError, match="a journal's log is a LogBuffer or None, not list"):
+        Journal([])
