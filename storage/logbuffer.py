@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import records
+from .frames import frame
 
 
 class Ticket(NamedTuple):
@@ -60,7 +60,7 @@ class LogBuffer:
         """``blind_until``: no claim can take or skip anything because of this
         record before that moment (an ack of jobs under live leases on a
         queue whose claims an ack cannot free, ``Store.ack``); 0: any claim may."""
-        self.buffer.append(records.frame(rtype, body))
+        self.buffer.append(frame(rtype, body))
         self._appended += 1
         if sync:
             self._last_sync_record = self._appended
