@@ -163,10 +163,15 @@ def loop(mode: str, rounds: int, repeats: int, gap: float = 0.0) -> list[float]:
 
 def _instructions(mode: str, rounds: int, out_file: str = "/dev/null") -> int:
     """Instructions executed by a child running ``rounds`` rounds (one
-    repeat); callgrind's profile goes to ``out_file``."""
+    repeat); callgrind's profile goes to ``out_file``.  The child hashes
+    strings with one fixed seed: with a seed of its own each run, where
+    the interpreter's dicts collide and resize moves the count by
+    hundreds of thousands of instructions a process, more than a short
+    run's difference (a run of 5 and 20 rounds once came out negative)."""
     out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
                           sys.executable, "-m", "leaseq.bench.path", "--mode", mode, "--rounds", str(rounds),
-                          "--repeats", "1"], capture_output=True, text=True)
+                          "--repeats", "1"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
     if out.returncode != 0 or found is None:
         raise RuntimeError(f"valgrind failed (exit {out.returncode}): {out.stderr[-2000:]}")
