@@ -15,7 +15,10 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from setuptools import Extension, setup
 
 ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.logbuffer", "storage/logbuffer.py"),
-              ("leaseq.daemon.outbox", "daemon/outbox.py"), ("leaseq.daemon.timeouts", "daemon/timeouts.py")]
+              ("leaseq.daemon.outbox", "daemon/outbox.py"), ("leaseq.daemon.timeouts", "daemon/timeouts.py"),
+              ("leaseq.daemon.connection", "daemon/connection.py"), ("leaseq.daemon.committer", "daemon/committer.py"),
+              ("leaseq.daemon.dispatch", "daemon/dispatch.py"), ("leaseq.daemon.blocking", "daemon/blocking.py"),
+              ("leaseq.daemon.waiter", "daemon/waiter.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),

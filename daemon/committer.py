@@ -57,11 +57,12 @@ FSYNC_AVERAGE = 8           # ... over about this many (the weight of the newest
 
 
 class Committer:
-    __slots__ = ("server", "loop", "wal", "thread", "scheduled", "syncing", "waiters", "fsyncs", "last_fsync_ms",
+    __slots__ = ("server", "blocking", "loop", "wal", "thread", "scheduled", "syncing", "waiters", "fsyncs", "last_fsync_ms",
                  "closed", "fsyncs_inline", "fsync_average", "serving")
 
     def __init__(self, server, loop) -> None:
         self.server = server
+        self.blocking = server.blocking   # (made before the committer: Server.listen)
         self.loop = loop
         self.wal = MemoryLog()        # a stand-in that takes nothing until ``resumed`` (``Server.attach``)
         self.thread = LogThread(loop)
@@ -91,8 +92,8 @@ class Committer:
 
     def _woken_waited(self) -> bool:
         """Whether a queue was woken that someone waits on."""
-        blocking = self.server.blocking
-        return bool(blocking.woken or (self.server.store.woken and (blocking.by_queue or blocking.workers)))
+        blocking = self.blocking
+        return bool(blocking.woken or ((blocking.by_queue or blocking.workers) and self.server.store.woken))
 
     def serve_now(self) -> None:
         """Right after a connection's commands, when they left the log
@@ -109,7 +110,7 @@ class Committer:
         if self._woken_waited():
             self.serving = True
             try:
-                self.server.blocking.serve_woken()
+                self.blocking.serve_woken()
             finally:
                 self.serving = False
 
@@ -120,7 +121,7 @@ class Committer:
         self.scheduled = False
         if self.closed:
             return
-        self.server.blocking.serve_woken()
+        self.blocking.serve_woken()
         self.commit_turn()
 
     def commit_turn(self) -> None:
@@ -206,7 +207,7 @@ class Committer:
     def flush_and_sync_now(self) -> None:
         """Shutdown: write and fsync everything, release every held reply."""
         self.closed = True
-        self.server.blocking.serve_woken()
+        self.blocking.serve_woken()
         self.wal.flush_and_sync()
         self._release()
         self.thread.stop()

@@ -30,8 +30,6 @@ import socket
 import time
 from collections import deque
 
-import asyncio
-
 from leaseq.commands import errors
 from leaseq.commands.jobs import ClaimWait
 from leaseq.commands.results import ResultWait
@@ -39,7 +37,7 @@ from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
-from .dispatch import _lane, execute
+from .dispatch import execute
 from .holdings import Holdings
 from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode
@@ -47,7 +45,11 @@ from .resp import ProtocolError, RequestParser, encode
 log = logging.getLogger(__name__)
 
 
-class Connection(asyncio.Protocol):
+class Connection:
+    """An asyncio protocol (the loop calls ``connection_made``,
+    ``data_received``, ``connection_lost``, ``pause_writing`` and
+    ``resume_writing``; it asks for no base class)."""
+
     __slots__ = ("server", "parser", "transport", "id", "addr", "laddr", "fd", "name", "resp3", "authenticated",
                  "user", "acl_user", "lib_name", "lib_ver", "multi", "multi_dirty", "in_exec", "last_command",
                  "created", "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed",
@@ -136,8 +138,9 @@ class Connection(asyncio.Protocol):
 
     def run_pending(self) -> None:
         server = self.server
+        committer = server.committer
         pending = self.pending
-        if server.committer.closed:      # shut down: nothing more runs
+        if committer.closed:             # shut down: nothing more runs
             pending.clear()
         if server.disk.rebuilding:       # the store may hold refused changes: wait (daemon/faults.py)
             return
@@ -150,19 +153,18 @@ class Connection(asyncio.Protocol):
                 else:
                     if ticket is not None:
                         self.outbox.hold_place(ticket)   # its reply comes later, behind this
-                        server.committer.wait(self)
+                        committer.wait(self)
                     if kind is ClaimWait:
-                        server.blocking.park(self, reply)
+                        committer.blocking.park(self, reply)
                     else:
-                        server.blocking.results.park(self, reply)
+                        committer.blocking.results.park(self, reply)
                     break
             if reply is not NO_REPLY and self.outbox.add(encode(reply, self.resp3), ticket):   # (answer)
-                server.committer.wait(self)
+                committer.wait(self)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:
             self.answer(errors.protocol_error(self.protocol_error))
             self.quitting = True
         self._write(self.outbox.take())                                                        # (flush)
-        committer = server.committer
         if not self.outbox.held:
             committer.serve_now()
         if self.outbox.held or committer.work_left():
@@ -264,12 +266,3 @@ class Connection(asyncio.Protocol):
     def output_buffer(self) -> int:
         return self.transport.get_write_buffer_size() if self.transport else 0
 
-
-# The compiled flavour runs the same turn, and the read that starts it,
-# compiled (daemon/_lane.pyx; tests/unit/test_connection_turn.py holds the
-# two to the same bytes).
-python_run_pending = Connection.run_pending
-python_data_received = Connection.data_received
-if _lane is not None:
-    Connection.run_pending = _lane.run_pending
-    Connection.data_received = _lane.data_received

@@ -50,6 +50,8 @@ def compiled(name: str):
     not built (no C compiler at install time)."""
     if os.environ.get("LEASEQ_PURE") == "1":
         pytest.skip(f"{name} is compiled code, and LEASEQ_PURE=1 runs the pure flavour", allow_module_level=True)
+    if name.startswith("leaseq.daemon."):
+        importlib.import_module("leaseq.daemon.dispatch")     # (which imports the lane, after what the lane knows)
     try:
         return importlib.import_module(name)
     except ImportError as e:

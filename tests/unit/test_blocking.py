@@ -146,14 +146,6 @@ def test_deal_divides_in_proportion_never_above_a_count(available, counts):
             assert available * c // total <= s <= available * c // total + 1
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 3000), st.lists(st.integers(1, 1000), min_size=2, max_size=12))
-def test_the_compiled_deal_deals_as_deal(available, counts):
-    """``serve_plain``'s deal among several waiters (daemon/_lane.pyx) is
-    ``deal`` (the module is built by bin/setup wherever there is a C compiler)."""
-    assert compiled("leaseq.daemon._lane").deal_counts(available, counts) == deal(available, counts)
-
-
 # -- the compiled serve of plain claims (daemon/_lane.pyx serve_plain) against Blocking.serve --------
 
 def _compiled_serve():
@@ -181,9 +173,9 @@ class ServeSide:
     the compiled ``serve_plain`` or without it."""
 
     def __init__(self, compiled: bool) -> None:
-        from leaseq.daemon import blocking as blocking_module
+        from leaseq.daemon import dispatch as dispatch_module
         from leaseq.storage import plain as plain_module
-        self.modules, self.compiled = (blocking_module, plain_module), compiled
+        self.modules, self.compiled = (dispatch_module, plain_module), compiled
         self.core = Core()
         self.core.committer = Committer()
         self.loop = asyncio.new_event_loop()
@@ -195,19 +187,19 @@ class ServeSide:
             self.run([b"QCREATE", name] + options)
 
     def run(self, args):
-        blocking_module, plain_module = self.modules
-        saved = blocking_module.serve_plain, plain_module.twin
+        dispatch_module, plain_module = self.modules
+        saved = dispatch_module.serve_plain, plain_module.twin
         if self.compiled:
-            blocking_module.serve_plain, plain_module.twin = _compiled_serve()
+            dispatch_module.serve_plain, plain_module.twin = _compiled_serve()
         else:
-            blocking_module.serve_plain, plain_module.twin = None, None
+            dispatch_module.serve_plain, plain_module.twin = None, None
         try:
             if args == "turn":
                 self.blocking.serve_woken()
                 return None
             return execute(self.client, args)[0]
         finally:
-            blocking_module.serve_plain, plain_module.twin = saved
+            dispatch_module.serve_plain, plain_module.twin = saved
 
     def do(self, op) -> None:
         kind = op[0]
@@ -302,29 +294,3 @@ def test_serve_plain_and_serve_do_the_same(sequence):
     finally:
         for side in sides:
             side.close()
-
-
-def test_the_compiled_unblock_sees_a_connection_class_change(monkeypatch):
-    """The compiled serve unblocks a ``Connection`` on its slots only while
-    the class has its own ``unblock`` and the compiled ``run_pending``; it
-    remembers its answer for the class until the class changes (CPython's
-    version tag of the class), so a method set on it later is seen."""
-    from leaseq.daemon.connection import Connection
-    lane = compiled("leaseq.daemon._lane")
-    own = lane.connection_own
-    # the compiled flavour's turn (with LEASEQ_PURE=1 the class keeps the Python one)
-    monkeypatch.setattr(Connection, "run_pending", lane.run_pending)
-
-    class Other(Connection):
-        def unblock(self, reply, ticket=None):
-            pass
-
-    assert own(Connection) and own(Connection)                  # asked, then remembered
-    assert not own(Other)
-    with pytest.MonkeyPatch.context() as changed:
-        changed.setattr(Connection, "run_pending", lambda self: None)
-        assert not own(Connection)                              # the class changed: asked again
-    assert own(Connection)
-    with pytest.MonkeyPatch.context() as changed:
-        changed.setattr(Connection, "unblock", lambda self, reply, ticket=None: None)
-        assert not own(Connection)

@@ -14,19 +14,24 @@ the pure flavour (``harness.compiled``)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import os
 import re
+import subprocess
+import sys
 
 import hiredis
 
 from leaseq.bench.path import Transport as BenchTransport
-from leaseq.daemon import blocking, config, connection, dispatch
-from leaseq.daemon.committer import Committer
+from leaseq.daemon import config, dispatch
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
 from leaseq.storage.datadir import DataDir
 from harness import compiled
+
+PURE = os.environ.get("LEASEQ_PURE") == "1"
 
 T0 = 1_700_000_000_000
 
@@ -136,30 +141,62 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
         return [(b"".join(t.written), t.closed) for t in transports]
 
 
-def test_the_compiled_turn_writes_what_the_python_turn_writes(tmp_path, monkeypatch):
+def _lanes():
+    """(name, the plain lane, the compiled serve): the ordinary way of every
+    command, and (when built) the lane's."""
+    lane = dispatch._lane
+    return [("ordinary", None, None)] + ([("lane", lane.run, lane.serve_plain)] if lane is not None else [])
+
+
+def test_the_turn_writes_the_same_bytes_whichever_way_a_command_goes(tmp_path, monkeypatch):
     got = {}
-    for name, turn, received, plain in _flavours():        # (_lane: built by bin/setup wherever gcc is)
-        monkeypatch.setattr(Connection, "run_pending", turn)
-        monkeypatch.setattr(Connection, "data_received", received)
-        # the Python side runs no compiled code of the lane at all: no plain lane in execute, no compiled serve
-        monkeypatch.setattr(dispatch, "lane", plain and plain.run)
-        monkeypatch.setattr(blocking, "serve_plain", plain and plain.serve_plain)
+    for name, lane, serve in _lanes():
+        monkeypatch.setattr(dispatch, "lane", lane)
+        monkeypatch.setattr(dispatch, "serve_plain", serve)
         got[name] = asyncio.run(_run_script(str(tmp_path / name)))
-    for i, (python, by_lane) in enumerate(zip(got["python"], got["compiled"])):
-        assert by_lane == python, f"connection {i}"
-    written = [w for w, _closed in got["python"]]
+    if not PURE:            # and the pure flavour, the same .py files uncompiled, in a process of its own
+        got["pure"] = _pure_run(tmp_path / "pure")
+    first = got.pop("ordinary")
+    for name, other in got.items():
+        for i, (expected, written) in enumerate(zip(first, other)):
+            assert written == expected, f"{name}: connection {i}"
+    written = [w for w, _closed in first]
     # the script did what it says (so that the comparison compares something)
     assert written[2].startswith(b"*1\r\n*") and b"$6\r\nbehind" in written[2]     # woken, then the PING behind
-    assert b"Protocol error" in written[4] and got["python"][4][1]                 # answered, then closed
-    assert written[5] == b"+PONG\r\n+OK\r\n" and got["python"][5][1]                 # nothing after QUIT
+    assert b"Protocol error" in written[4] and first[4][1]                         # answered, then closed
+    assert written[5] == b"+PONG\r\n+OK\r\n" and first[5][1]                         # nothing after QUIT
     assert written[6].startswith(b"*0\r\n") and b"after the timeout" in written[6]  # the BLOCK ran out
     assert written[3].startswith(b"%")                                              # RESP3's HELLO map
 
 
-def _flavours():
-    lane = compiled("leaseq.daemon._lane")
-    return (("python", connection.python_run_pending, connection.python_data_received, None),
-            ("compiled", lane.run_pending, lane.data_received, lane))
+def _pure_run(data_dir) -> list:
+    """``_run_script`` with LEASEQ_PURE=1, in a child process."""
+    code = ("import asyncio, sys; sys.path[:0] = sys.argv[1:3]; import test_connection_turn as t; "
+            "print(repr(asyncio.run(t._run_script(sys.argv[3]))))")
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", code, here, os.path.dirname(here), str(data_dir)],
+                          env=dict(os.environ, LEASEQ_PURE="1"), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return ast.literal_eval(done.stdout.decode().strip().splitlines()[-1])
+
+
+class _CountingLoop:
+    """The server's loop, counting the ends of turns the committer schedules."""
+
+    def __init__(self, loop, ends: list) -> None:
+        self.loop, self.ends = loop, ends
+
+    def call_soon(self, callback, *args):
+        if getattr(callback, "__name__", "") == "end_of_turn":
+            return self.loop.call_soon(self._ended, callback, *args)
+        return self.loop.call_soon(callback, *args)
+
+    def _ended(self, callback, *args) -> None:
+        self.ends.append(1)
+        callback(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.loop, name)
 
 
 async def _serve_now_script(data_dir: str, ends: list) -> None:
@@ -168,6 +205,7 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
     a claim answered then, whose pipelined push wakes another, leaves that
     one to the end of the turn; on an fsync queue the serve waits for it."""
     async with _served(data_dir, 5) as (server, transports, conns):
+        server.committer.loop = _CountingLoop(server.committer.loop, ends)
         conns[0].data_received(b"".join(cmd("QCREATE", q, "DURABILITY", d) for q, d in
                                         (("a", "memory"), ("b", "memory"), ("c", "memory"), ("disk", "fsync"))))
         # a queue's first push logs the block of ids it takes from: take them now, so that the pushes below log nothing
@@ -198,21 +236,11 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
 
 
 def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path, monkeypatch):
-    """``Committer.serve_now``, in both flavours of the connection's turn."""
-    ended = Committer.end_of_turn
-    for name, turn, received, plain in _flavours():
-        ends = []
-
-        def counted(self):
-            ends.append(1)
-            ended(self)
-
-        monkeypatch.setattr(Connection, "run_pending", turn)
-        monkeypatch.setattr(Connection, "data_received", received)
-        monkeypatch.setattr(Committer, "end_of_turn", counted)
-        monkeypatch.setattr(dispatch, "lane", plain and plain.run)
-        monkeypatch.setattr(blocking, "serve_plain", plain and plain.serve_plain)
-        asyncio.run(_serve_now_script(str(tmp_path / name), ends))
+    """``Committer.serve_now``, whichever way the commands go."""
+    for name, lane, serve in _lanes():
+        monkeypatch.setattr(dispatch, "lane", lane)
+        monkeypatch.setattr(dispatch, "serve_plain", serve)
+        asyncio.run(_serve_now_script(str(tmp_path / name), []))
 
 
 def test_the_compiled_histogram_puts_each_duration_where_the_python_one_does():

@@ -111,15 +111,12 @@ def test_the_daemons_objects_are_read_at_their_offsets(monkeypatch):
     log is a ``WriteAheadLog``), and reads none of its names by ``getattr``.  (The daemon is given both modules, so that
     with LEASEQ_PURE=1 too they run.)"""
     from leaseq.bench import path
-    from leaseq.daemon import blocking, dispatch
-    from leaseq.daemon.connection import Connection
+    from leaseq.daemon import dispatch
     from leaseq.storage import plain
 
     lane = compiled("leaseq.daemon._lane")
-    monkeypatch.setattr(Connection, "run_pending", lane.run_pending)
-    monkeypatch.setattr(Connection, "data_received", lane.data_received)
     monkeypatch.setattr(dispatch, "lane", lane.run)
-    monkeypatch.setattr(blocking, "serve_plain", lane.serve_plain)
+    monkeypatch.setattr(dispatch, "serve_plain", lane.serve_plain)
     monkeypatch.setattr(plain, "twin", importlib.import_module("leaseq.storage._plain"))
     path.loop("single", rounds=1, repeats=1)
     for module, s in _layouts():

@@ -1,0 +1,25 @@
+# The C types of daemon/blocking.py, which Cython compiles as it is (the
+# compiled flavour: docs/performance.md, "One source, two flavours").  How
+# claimers wait and are served is written there; here only what each field
+# and method of ``Blocking`` is in C (``Session`` and ``Worker`` stay
+# ordinary classes).
+cimport cython
+
+from leaseq.daemon.timeouts cimport Timeouts
+from leaseq.daemon.waiter cimport Waiter
+
+
+cdef class Blocking:
+    cdef public object server, loop, results
+    cdef public dict by_queue, workers, timers, cohorts
+    cdef public set woken
+    cdef public Timeouts timeouts
+
+    @cython.locals(w=Waiter)
+    cpdef park(self, object conn, object wait)
+    cpdef cancel(self, object w)
+    cpdef serve(self, object queue, bint closing_window=*)
+    cpdef wake(self, object queue)
+    cpdef serve_woken(self)
+    cpdef _arm(self, object queue)
+    cpdef _forget(self, object queue)

@@ -1,0 +1,23 @@
+# The C types of daemon/connection.py, which Cython compiles as it is (the
+# compiled flavour: docs/performance.md, "One source, two flavours").  What
+# a connection does, and its turn, are written there; here only what each
+# field and method is in C.
+cimport cython
+
+from leaseq.daemon.committer cimport Committer
+from leaseq.daemon.outbox cimport Outbox
+
+
+cdef class Connection:
+    cdef public object server, parser, transport, id, addr, laddr, fd, name, user, acl_user, lib_name, lib_ver
+    cdef public object multi, last_command, created, last_active, pending, waiting, protocol_error, holdings
+    cdef public bint resp3, authenticated, multi_dirty, in_exec, quitting, closed, writing_paused
+    cdef public Outbox outbox
+
+    @cython.locals(committer=Committer)
+    cpdef run_pending(self)
+    cpdef answer(self, object reply, object ticket=*)
+    cpdef unblock(self, object reply, object ticket=*)
+    cpdef flush(self)
+    cpdef bint release(self, object wal)
+    cpdef _write(self, bytes data)
