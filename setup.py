@@ -18,7 +18,9 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
               ("leaseq.daemon.outbox", "daemon/outbox.py"), ("leaseq.daemon.timeouts", "daemon/timeouts.py"),
               ("leaseq.daemon.connection", "daemon/connection.py"), ("leaseq.daemon.committer", "daemon/committer.py"),
               ("leaseq.daemon.dispatch", "daemon/dispatch.py"), ("leaseq.daemon.blocking", "daemon/blocking.py"),
-              ("leaseq.daemon.waiter", "daemon/waiter.py")]
+              ("leaseq.daemon.waiter", "daemon/waiter.py"), ("leaseq.storage.indexes", "storage/indexes.py"),
+              ("leaseq.storage.queue", "storage/queue.py"), ("leaseq.storage.store", "storage/store.py"),
+              ("leaseq.daemon.faults", "daemon/faults.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),

@@ -63,6 +63,8 @@ from leaseq.storage.logbuffer cimport LogBuffer      # compiled from storage/log
 from leaseq.daemon.waiter cimport Waiter            # compiled from daemon/waiter.py
 from leaseq.daemon.connection cimport Connection   # compiled from daemon/connection.py
 from leaseq.daemon.blocking cimport Blocking       # compiled from daemon/blocking.py
+from leaseq.storage.queue cimport Queue            # compiled from storage/queue.py
+from leaseq.storage.store cimport Store            # compiled from storage/store.py
 from leaseq.daemon.blocking import deal
 
 
@@ -141,12 +143,6 @@ cdef enum:
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
-cdef Slots STORE = Slots("leaseq.storage.store.Store", ("queues", "journal", "woken"))
-cdef enum:
-    ST_QUEUES, ST_JOURNAL, ST_WOKEN
-cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue", ("config", "indexes"))
-cdef enum:
-    Q_CONFIG, Q_INDEXES
 cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log",))
 cdef enum:
     J_LOG
@@ -264,11 +260,11 @@ cdef object _run(client, list args):
         return None
     if get(SERVER, server, S_LOADING) or get(SERVER, server, S_DISK_ERROR) is not None:
         return None
-    store = get(SERVER, server, S_STORE)
-    q = (<dict>get(STORE, store, ST_QUEUES)).get(args[1])
+    cdef Store store = get(SERVER, server, S_STORE)
+    q = store.queues.get(args[1])
     if q is None:
         return None
-    config = get(QUEUE, q, 0)
+    config = (<Queue>q).config
     # the plain form of the command
     if kind == PUSH:
         payload = args[2]
@@ -293,7 +289,7 @@ cdef object _run(client, list args):
             if _is(a, len(a), b"result", 6):
                 return None
     # as dispatch.execute and dispatch.run do around a handler
-    journal = get(STORE, store, ST_JOURNAL)
+    journal = store.journal
     mark = _mark(journal)
     stats = get(SERVER, server, S_STATS)
     put(STATS, stats, 0, get(STATS, stats, 0) + 1)
@@ -393,8 +389,8 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
             return False
         total += <Py_ssize_t>get(CLAIM_WAIT, wait, W_COUNT)
     server = blocking.server
-    store = get(SERVER, server, S_STORE)
-    journal = get(STORE, store, ST_JOURNAL)
+    cdef Store store = get(SERVER, server, S_STORE)
+    journal = store.journal
     if n == 1:           # the commonest: one claimer takes what there is, up to its COUNT, as claim_next does
         takers, shares = waiters, None
     else:
@@ -435,5 +431,5 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
-    return [USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, STORE, QUEUE, JOURNAL, HISTOGRAM,
+    return [USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, JOURNAL, HISTOGRAM,
             CLAIM_WAIT, CONFIG]

@@ -7,6 +7,8 @@ cimport cython
 
 from leaseq.daemon.timeouts cimport Timeouts
 from leaseq.daemon.waiter cimport Waiter
+from leaseq.storage.queue cimport Queue
+from leaseq.storage.store cimport Store
 
 
 cdef class Blocking:
@@ -15,11 +17,13 @@ cdef class Blocking:
     cdef public set woken
     cdef public Timeouts timeouts
 
-    @cython.locals(w=Waiter)
+    @cython.locals(w=Waiter, queue=Queue)
     cpdef park(self, object conn, object wait)
     cpdef cancel(self, object w)
+    cpdef _unpark(self, Waiter w)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)
+    @cython.locals(store=Store)
     cpdef serve_woken(self)
-    cpdef _arm(self, object queue)
+    cpdef _arm(self, Queue queue)
     cpdef _forget(self, object queue)

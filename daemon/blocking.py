@@ -90,20 +90,24 @@ class Blocking:
     def park(self, conn, wait) -> None:
         w = Waiter(conn, wait)
         conn.waiting = w
-        queue = wait.queue
+        queue, timeout_ms, cohort = wait.queue, wait.timeout_ms, wait.cohort
         self.by_queue.setdefault(queue, []).append(w)
-        if wait.timeout_ms and not wait.cohort:      # a cohort's BLOCK starts when its window closes
-            w.timer = self.timeouts.add(wait.timeout_ms / 1000.0, w)
-        if wait.cohort and queue not in self.cohorts:
+        if timeout_ms and not cohort:      # a cohort's BLOCK starts when its window closes
+            w.timer = self.timeouts.add(timeout_ms / 1000.0, w)
+        if cohort and queue not in self.cohorts:
             self.cohorts[queue] = self.loop.call_later(queue.config.window / 1000.0, self._window_closed, queue)
         self._arm(queue)
 
     def cancel(self, w) -> None:
         """A parked command is given up (its connection closed): a QCLAIM's
         ``Waiter``, or a QRESULT's (``self.results``)."""
-        if type(w) is not Waiter:
+        if type(w) is Waiter:
+            self._unpark(w)
+        else:
             self.results.cancel(w)
-            return
+
+    def _unpark(self, w: Waiter) -> None:
+        """A QCLAIM's ``Waiter`` leaves its queue: its BLOCK timer stops."""
         if w.timer is not None:
             w.timer.cancel()
             w.timer = None
@@ -212,7 +216,8 @@ class Blocking:
         serve the queues whose ready jobs or next due moment
         changed (the store's woken set) and those ``wake`` named, in the
         order of their qid (whichever the daemon, the same lease tokens)."""
-        woken = self.server.store.take_woken()
+        store = self.server.store
+        woken = store.take_woken()
         if self.woken:
             woken |= self.woken
             self.woken = set()

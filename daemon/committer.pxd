@@ -6,6 +6,7 @@ cimport cython
 
 from leaseq.daemon.blocking cimport Blocking
 from leaseq.storage.logbuffer cimport LogBuffer
+from leaseq.storage.store cimport Store
 
 
 cdef class Committer:
@@ -18,7 +19,7 @@ cdef class Committer:
 
     cpdef touch(self)
     cpdef bint work_left(self)
-    @cython.locals(blocking=Blocking)
+    @cython.locals(blocking=Blocking, store=Store)
     cpdef bint _woken_waited(self)
     cpdef serve_now(self)
     cpdef wait(self, object conn)

@@ -93,7 +93,12 @@ class Committer:
     def _woken_waited(self) -> bool:
         """Whether a queue was woken that someone waits on."""
         blocking = self.blocking
-        return bool(blocking.woken or ((blocking.by_queue or blocking.workers) and self.server.store.woken))
+        if blocking.woken:
+            return True
+        if not (blocking.by_queue or blocking.workers):
+            return False
+        store = self.server.store
+        return bool(store.woken)
 
     def serve_now(self) -> None:
         """Right after a connection's commands, when they left the log

@@ -5,6 +5,7 @@
 cimport cython
 
 from leaseq.daemon.committer cimport Committer
+from leaseq.daemon.faults cimport DiskFaults
 from leaseq.daemon.outbox cimport Outbox
 
 
@@ -13,8 +14,9 @@ cdef class Connection:
     cdef public object multi, last_command, created, last_active, pending, waiting, protocol_error, holdings
     cdef public bint resp3, authenticated, multi_dirty, in_exec, quitting, closed, writing_paused
     cdef public Outbox outbox
+    cdef public Committer committer
+    cdef public DiskFaults disk
 
-    @cython.locals(committer=Committer)
     cpdef run_pending(self)
     cpdef answer(self, object reply, object ticket=*)
     cpdef unblock(self, object reply, object ticket=*)

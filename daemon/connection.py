@@ -53,10 +53,12 @@ class Connection:
     __slots__ = ("server", "parser", "transport", "id", "addr", "laddr", "fd", "name", "resp3", "authenticated",
                  "user", "acl_user", "lib_name", "lib_ver", "multi", "multi_dirty", "in_exec", "last_command",
                  "created", "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed",
-                 "writing_paused", "holdings")
+                 "writing_paused", "holdings", "committer", "disk")
 
     def __init__(self, server) -> None:
         self.server = server
+        self.committer = server.committer  # what the turn hands held replies and woken queues (None until the server listens)
+        self.disk = server.disk            # while it rebuilds the store, no command runs (daemon/faults.py)
         s = server.settings
         self.parser = RequestParser(max_args=s.max_args, max_bulk=s.proto_max_bulk_len)
         self.transport = None
@@ -137,18 +139,17 @@ class Connection:
     # -- running commands ---------------------------------------------------------------
 
     def run_pending(self) -> None:
-        server = self.server
-        committer = server.committer
+        committer = self.committer
         pending = self.pending
         if committer.closed:             # shut down: nothing more runs
             pending.clear()
-        if server.disk.rebuilding:       # the store may hold refused changes: wait (daemon/faults.py)
+        if self.disk.rebuilding:         # the store may hold refused changes: wait (daemon/faults.py)
             return
         while pending and self.waiting is None and not self.quitting and not self.closed:
             reply, ticket = execute(self, pending.popleft())
             kind = type(reply)
             if kind is ClaimWait or kind is ResultWait:
-                if server.stopping:
+                if self.server.stopping:
                     reply = reply.expired()
                 else:
                     if ticket is not None:
@@ -176,7 +177,7 @@ class Connection:
         if reply is NO_REPLY:
             return
         if self.outbox.add(encode(reply, self.resp3), ticket):
-            self.server.committer.wait(self)
+            self.committer.wait(self)
 
     def unblock(self, reply, ticket: Ticket | None = None) -> None:
         """A parked QCLAIM got its answer (jobs, timeout, or an error)."""

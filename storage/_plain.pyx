@@ -41,6 +41,9 @@ include "_slots.pxi"
 from libc.stdint cimport int64_t
 from leaseq.storage._index cimport ReadyIndex, TimeIndex
 from leaseq.storage.bands cimport band                       # compiled from storage/bands.py
+from leaseq.storage.indexes cimport Indexes                  # compiled from storage/indexes.py
+from leaseq.storage.queue cimport Queue                      # compiled from storage/queue.py
+from leaseq.storage.store cimport Store                      # compiled from storage/store.py
 from leaseq.storage cimport _job as cjob
 
 # The compiled indexes and jobs are called as C (their .pxd files); the pure
@@ -100,19 +103,6 @@ cdef inline int _remove_many(index, int64_t when, jids) except -1:
 
 # What the three read and change of the store, the queue and its parts
 # (``Slots``: at the offset, after one comparison of the class)
-cdef Slots STORE = Slots("leaseq.storage.store.Store",
-                         ("journal", "woken", "lease_seq", "epoch", "deps", "endings"))
-cdef enum:
-    ST_JOURNAL, ST_WOKEN, ST_LEASE_SEQ, ST_EPOCH, ST_DEPS, ST_ENDINGS
-cdef Slots QUEUE = Slots("leaseq.storage.queue.Queue",
-                         ("indexes", "config", "next_id", "id_mark", "jobs", "payload_bytes", "counters", "qid",
-                          "durability", "results"))
-cdef enum:
-    Q_INDEXES, Q_CONFIG, Q_NEXT_ID, Q_ID_MARK, Q_JOBS, Q_PAYLOAD_BYTES, Q_COUNTERS, Q_QID, Q_DURABILITY, Q_RESULTS
-cdef Slots INDEXES = Slots("leaseq.storage.indexes.Indexes",
-                           ("groups", "ready", "delayed", "leases", "dead", "completed", "cancelled"))
-cdef enum:
-    I_GROUPS, I_READY, I_DELAYED, I_LEASES, I_DEAD, I_COMPLETED, I_CANCELLED
 cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig",
                           ("limited", "maxdeliveries", "expire", "retain_completed", "concurrency",
                            "group_concurrency"))
@@ -147,126 +137,126 @@ cdef inline tuple _drop_leases(jobs, table):
     return cjob.c_drop_leases(jobs, table) if _CJOBS else drop_leases(jobs, table)
 
 
-cdef inline bint _logged(journal, q) except -1:
+cdef inline bint _logged(journal, Queue q) except -1:
     """``Journal.logs_jobs_of``."""
-    return get(JOURNAL, journal, 0) is not None and get(QUEUE, q, Q_DURABILITY) is not MEMORY
+    return get(JOURNAL, journal, 0) is not None and q.durability is not MEMORY
 
 
-def push_one(store, q, payload, int priority, now):
+def push_one(Store store, Queue q, payload, int priority, now):
     """``plain.push_one`` on a plain queue: the new job's id, or None."""
     return c_push_one(store, q, payload, priority, now)
 
 
-cdef object c_push_one(store, q, payload, int priority, now):
+cdef object c_push_one(Store store, Queue q, payload, int priority, now):
     """``push_one`` (what daemon._lane calls)."""
-    indexes = get(QUEUE, q, Q_INDEXES)
-    if get(INDEXES, indexes, I_GROUPS) is not None:
+    cdef Indexes indexes = q.indexes
+    if indexes.groups is not None:
         return None
-    jid = get(QUEUE, q, Q_NEXT_ID)
-    if jid + 1 > get(QUEUE, q, Q_ID_MARK):   # take_ids logs an IDMARK first
+    jid = q.next_id
+    if jid + 1 > q.id_mark:   # take_ids logs an IDMARK first
         return None
     job = _new_job(jid, payload, priority, now)
-    journal = get(STORE, store, ST_JOURNAL)
+    journal = store.journal
     logged = _logged(journal, q)
-    body = records.push(get(QUEUE, q, Q_QID), now, [job]) if logged else None     # encoded first, as push does
-    put(QUEUE, q, Q_NEXT_ID, jid + 1)
+    body = records.push(q.qid, now, [job]) if logged else None     # encoded first, as push does
+    q.next_id = jid + 1
     job.state = READY
-    get(QUEUE, q, Q_JOBS).extend([job])
-    ready = get(INDEXES, indexes, I_READY)
+    q.jobs.extend([job])
+    ready = indexes.ready
     _append_new(ready, band(priority, False), (jid,))
-    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES) + len(<bytes>payload))
-    counters = get(QUEUE, q, Q_COUNTERS)
+    q.payload_bytes = q.payload_bytes + len(<bytes>payload)
+    counters = q.counters
     put(COUNTERS, counters, 0, get(COUNTERS, counters, 0) + 1)
-    (<set>get(STORE, store, ST_WOKEN)).add(q)
+    store.woken.add(q)
     if logged:
         journal.job_record(q, PUSH, body)
     return jid
 
 
-cdef inline bint _claims_plainly(indexes, q) except -1:
+cdef inline bint _claims_plainly(Indexes indexes, Queue q) except -1:
     """Whether a claim of ``q`` is plain: no groups, nothing that limits
     (``limited``), no MAXDELIVERIES or EXPIRE."""
-    config = get(QUEUE, q, Q_CONFIG)
-    return not (get(INDEXES, indexes, I_GROUPS) is not None or get(CONFIG, config, K_LIMITED)
+    config = q.config
+    return not (indexes.groups is not None or get(CONFIG, config, K_LIMITED)
                 or get(CONFIG, config, K_MAXDELIVERIES) or get(CONFIG, config, K_EXPIRE))
 
 
-cdef int _fold(store, q, indexes, now) except -1:
+cdef int _fold(Store store, Queue q, Indexes indexes, now) except -1:
     """``Store.fold(q, now)``, called only when something in ``q`` is due
     (a fold with nothing due changes nothing)."""
     cdef int64_t at = now
-    if (_due(get(INDEXES, indexes, I_DELAYED), at) or _due(get(INDEXES, indexes, I_LEASES), at)
-            or _due(get(INDEXES, indexes, I_DEAD), at) or _due(get(INDEXES, indexes, I_COMPLETED), at)
-            or _due(get(INDEXES, indexes, I_CANCELLED), at) or get(RESULTS, get(QUEUE, q, Q_RESULTS), 0)):
+    if (_due(indexes.delayed, at) or _due(indexes.leases, at)
+            or _due(indexes.dead, at) or _due(indexes.completed, at)
+            or _due(indexes.cancelled, at) or get(RESULTS, q.results, 0)):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
     return 0
 
 
-def claimable(store, q, now, Py_ssize_t want):
+def claimable(Store store, Queue q, now, Py_ssize_t want):
     """``plain.claimable`` on a plain queue: how many of ``want`` jobs a
     claim could take now, after the fold; or None."""
     return c_claimable(store, q, now, want)
 
 
-cdef object c_claimable(store, q, now, Py_ssize_t want):
+cdef object c_claimable(Store store, Queue q, now, Py_ssize_t want):
     """``claimable`` (what daemon._lane calls)."""
-    indexes = get(QUEUE, q, Q_INDEXES)
+    cdef Indexes indexes = q.indexes
     if not _claims_plainly(indexes, q):
         return None
     _fold(store, q, indexes, now)
-    return min(want, len(get(INDEXES, indexes, I_READY)))
+    return min(want, len(indexes.ready))
 
 
-def claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
+def claim_next(Store store, Queue q, now, Py_ssize_t count, deadline, consumer):
     """``plain.claim_next`` on a plain queue: the jobs leased, or None."""
     return c_claim_next(store, q, now, count, deadline, consumer)
 
 
-cdef object c_claim_next(store, q, now, Py_ssize_t count, deadline, consumer):
+cdef object c_claim_next(Store store, Queue q, now, Py_ssize_t count, deadline, consumer):
     """``claim_next`` (what daemon._lane calls)."""
-    indexes = get(QUEUE, q, Q_INDEXES)
+    cdef Indexes indexes = q.indexes
     if not _claims_plainly(indexes, q):
         return None
     _fold(store, q, indexes, now)
-    ready = get(INDEXES, indexes, I_READY)
+    ready = indexes.ready
     ids = _first(ready, count)
     if not ids:
         return []
-    table = get(QUEUE, q, Q_JOBS)
+    table = q.jobs
     jobs = [table[i] for i in ids]
     for job in jobs:
         if (<cjob.Job>job).extra is not None if _CJOBS else job.extra is not None:   # its own MAXDELIVERIES ...
             return None
     # Store.claim(..., front=True)
     cdef Py_ssize_t n = len(jobs)
-    first_seq = get(STORE, store, ST_LEASE_SEQ) + 1
-    put(STORE, store, ST_LEASE_SEQ, first_seq + n - 1)
-    epoch = get(STORE, store, ST_EPOCH)
+    first_seq = store.lease_seq + 1
+    store.lease_seq = first_seq + n - 1
+    epoch = store.epoch
     tokens = _lease_tokens(jobs, epoch, first_seq)
     _pop_first(ready, n)
     ids = _take_leases(jobs, tokens, deadline, consumer)
-    leases = get(INDEXES, indexes, I_LEASES)
+    leases = indexes.leases
     _add_many(leases, deadline, ids)
-    journal = get(STORE, store, ST_JOURNAL)
+    journal = store.journal
     if _logged(journal, q):
-        journal.job_record(q, CLAIM, records.claim(get(QUEUE, q, Q_QID), now, deadline, first_seq, consumer, ids,
+        journal.job_record(q, CLAIM, records.claim(q.qid, now, deadline, first_seq, consumer, ids,
                                                    [job.deliveries for job in jobs]), lease=True)
     return jobs
 
 
-def ack_tokens(store, q, tokens, now):
+def ack_tokens(Store store, Queue q, tokens, now):
     """``plain.ack_tokens`` on a plain queue: how many jobs were completed, or None."""
     return c_ack_tokens(store, q, tokens, now)
 
 
-cdef object c_ack_tokens(store, q, tokens, now):
+cdef object c_ack_tokens(Store store, Queue q, tokens, now):
     """``ack_tokens`` (what daemon._lane calls)."""
-    config = get(QUEUE, q, Q_CONFIG)
-    indexes = get(QUEUE, q, Q_INDEXES)
-    if (get(CONFIG, config, K_RETAIN_COMPLETED) or get(INDEXES, indexes, I_GROUPS) is not None
-            or get(DEPS, get(STORE, store, ST_DEPS), 0)):
+    config = q.config
+    cdef Indexes indexes = q.indexes
+    if (get(CONFIG, config, K_RETAIN_COMPLETED) or indexes.groups is not None
+            or get(DEPS, store.deps, 0)):
         return None
-    table = get(QUEUE, q, Q_JOBS)
+    table = q.jobs
     jobs = _jobs_for_tokens(table, tokens)
     if not jobs:
         return 0
@@ -283,30 +273,30 @@ cdef object c_ack_tokens(store, q, tokens, now):
         if blind_until is None or deadline < blind_until:
             blind_until = deadline
     has_slots = get(CONFIG, config, K_CONCURRENCY) or get(CONFIG, config, K_GROUP_CONCURRENCY)
-    if has_slots or get(QUEUE, q, Q_DURABILITY) is not FSYNC:
+    if has_slots or q.durability is not FSYNC:
         blind_until = 0
     # Queue.complete_many: all in flight, none kept
     by_deadline, _rare = _drop_leases(jobs, table)
-    leases = get(INDEXES, indexes, I_LEASES)
+    leases = indexes.leases
     for deadline, ids in by_deadline.items():
         _remove_many(leases, deadline, ids)
-    put(QUEUE, q, Q_PAYLOAD_BYTES, get(QUEUE, q, Q_PAYLOAD_BYTES)
+    q.payload_bytes = (q.payload_bytes
         - (sum(map(_PAYLOAD_LEN, jobs)) if _LENS else payload_sizes(jobs)))
     table.compact()
-    counters = get(QUEUE, q, Q_COUNTERS)
+    counters = q.counters
     put(COUNTERS, counters, 1, get(COUNTERS, counters, 1) + len(jobs))
-    journal = get(STORE, store, ST_JOURNAL)
+    journal = store.journal
     if _logged(journal, q):
-        journal.job_record(q, ACK, records.ack(get(QUEUE, q, Q_QID), now, [job.id for job in jobs]),
+        journal.job_record(q, ACK, records.ack(q.qid, now, [job.id for job in jobs]),
                            blind_until=blind_until)
-    endings = get(STORE, store, ST_ENDINGS)
+    endings = store.endings
     if get(ENDINGS, endings, 0):
         endings.ended(q, jobs)
     if has_slots:
-        (<set>get(STORE, store, ST_WOKEN)).add(q)     # a slot is free: a blocked claimer may take it
+        store.woken.add(q)     # a slot is free: a blocked claimer may take it
     return len(jobs)
 
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
-    return [STORE, QUEUE, INDEXES, CONFIG, COUNTERS, JOURNAL, RESULTS, DEPS, ENDINGS]
+    return [CONFIG, COUNTERS, JOURNAL, RESULTS, DEPS, ENDINGS]

@@ -1,0 +1,13 @@
+# The C types of storage/queue.py, which Cython compiles as it is (the
+# compiled flavour: docs/performance.md, "One source, two flavours").  What
+# a queue holds and its transitions are written there; here only what each
+# field is in C (``Counters`` stays an ordinary class).
+from leaseq.storage.indexes cimport Indexes
+
+
+cdef class Queue:
+    cdef public object qid, name, config, jobs, next_id, id_mark, counters, payload_bytes, rate_window, results
+    cdef public object durability
+    cdef public Indexes indexes
+    cdef public dict keys, schedules
+    cdef public bint dropped

@@ -1,0 +1,12 @@
+# The C types of storage/store.py, which Cython compiles as it is (the
+# compiled flavour: docs/performance.md, "One source, two flavours").  The
+# store's transitions are written there; here only what each field and
+# method is in C.
+
+cdef class Store:
+    cdef object __weakref__
+    cdef public dict queues, by_qid, dropped_marks
+    cdef public object next_qid, epoch, lease_seq, journal, default_config, clock, timetable, deps, deaths, endings
+    cdef public set woken
+
+    cpdef set take_woken(self)
