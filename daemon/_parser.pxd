@@ -1,5 +1,5 @@
-# The C side of daemon/_parser.pyx, for daemon/_lane.pyx, which cimports it:
-# the parser's layout and ``feed`` as a C call (docs/performance.md, "C calls
+# The C side of daemon/_parser.pyx, for daemon/connection.py (compiled), which
+# cimports it: the parser's layout and ``feed`` as a C call (docs/performance.md, "C calls
 # between the compiled modules").  What each does is written in the .pyx.
 
 cdef enum State:
@@ -21,6 +21,6 @@ cdef class RequestParser:
     cdef list args              # the current command's arguments so far
     cdef public Py_ssize_t max_inline, max_args, max_bulk, max_buffer
     cdef int _keep(self, const char* p, Py_ssize_t n) except -1
-    cdef list c_feed(self, data)
+    cpdef list feed(self, data)
     cdef Py_ssize_t _run(self, const char* p, Py_ssize_t n, list out) except -1
     cdef Py_ssize_t _inline(self, const char* p, Py_ssize_t i, Py_ssize_t nl, list out) except -1

@@ -133,11 +133,8 @@ cdef class RequestParser:
         self.blen += n
         return 0
 
-    def feed(self, data):
-        return self.c_feed(data)
-
-    cdef list c_feed(self, data):
-        """``feed`` (what daemon._lane calls)."""
+    cpdef list feed(self, data):
+        """``RequestParser.feed`` of daemon/resp.py: the commands ``data`` completes."""
         cdef list out = []
         cdef Py_ssize_t n, done
         if type(data) is not bytes:

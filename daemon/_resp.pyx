@@ -182,14 +182,9 @@ cdef _Buf _spare = None                # a buffer kept from one reply to the nex
 cdef Py_ssize_t SPARE_MAX = 64 * 1024   # (not one a big reply grew)
 
 
-def encode(value, bint resp3):
-    """``daemon.resp.encode``, compiled."""
-    return c_encode(value, resp3)
-
-
-cdef bytes c_encode(object value, bint resp3):
-    """``encode`` (what daemon._lane calls), written into the spare buffer
-    when it is free; when it is not (an encoding re-entered through the
+cpdef bytes encode(object value, bint resp3):
+    """``daemon.resp.encode``, compiled: written into the spare buffer when
+    it is free; when it is not (an encoding re-entered through the
     fallback), into one of its own."""
     global _spare
     cdef _Buf b = _spare
