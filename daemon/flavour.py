@@ -15,7 +15,8 @@ from leaseq.storage.flavour import compiled_twin, is_compiled
 from . import blocking, committer, connection, dispatch, faults, outbox, resp, timeouts, waiter
 
 # compiled from their own .py (setup.py's ONE_SOURCE)
-ONE_SOURCE = (bands, logbuffer, indexes, queue, store, outbox, timeouts, connection, committer, dispatch, blocking, waiter, faults)
+ONE_SOURCE = (bands, logbuffer, indexes, queue, store, outbox, timeouts, connection, committer, dispatch, blocking,
+              waiter, faults)
 DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
     "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
 COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED
