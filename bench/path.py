@@ -203,7 +203,7 @@ def _by_function(profile: str) -> dict[str, int]:
 
 
 def run(modes: tuple, rounds: int | None, instructions: bool, functions: int = 0, gap_us: int = 0) -> dict:
-    from leaseq.daemon.dispatch import FLAVOUR
+    from leaseq.daemon.flavour import FLAVOUR
     figures = {}
     for mode in modes:
         batches = mode == "batches"

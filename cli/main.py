@@ -19,7 +19,7 @@ from leaseq.daemon import config
 def _version() -> str:
     """The package's version and which flavour runs: ``0.1.0 (compiled)``,
     ``(compiled, profile-guided)`` or ``(pure)`` (docs/performance.md)."""
-    from leaseq.daemon.dispatch import FLAVOUR, PROFILE_GUIDED
+    from leaseq.daemon.flavour import FLAVOUR, PROFILE_GUIDED
     try:
         number = version("leaseq")
     except PackageNotFoundError:

@@ -19,10 +19,11 @@ all.  A claim that *finds* jobs waiting is served at once (greedy), unless
 the queue has a WINDOW: then it joins a cohort that is served in one pass
 when the window closes.
 
-*Holders*: a SESSION claim or a QWORK stream holds its leases; when its
-connection closes they go back to ready at once (no deliveries bump until the
-next claim).  The store calls ``lease_ended`` when a held lease ends any
-other way (ack, nack, claimed again after expiry, removal).
+*Holders*: a SESSION claim or a QWORK stream holds its leases
+(``Session`` and ``Worker``, daemon/holdings.py); when its connection
+closes they go back to ready at once (no deliveries bump until the next
+claim).  The store calls ``lease_ended`` when a held lease ends any other
+way (ack, nack, claimed again after expiry, removal).
 """
 
 from __future__ import annotations
@@ -30,13 +31,10 @@ from __future__ import annotations
 import logging
 from operator import attrgetter
 
-from leaseq.commands.jobs import claim_now
-from leaseq.commands.pubsub import job_message
-from leaseq.commands.replies import Push
 from leaseq.storage import flow, plain
 from leaseq.storage.flavour import compiled_twin
-from leaseq.storage.job import IN_FLIGHT
 
+from .holdings import Worker
 from .resultwaits import ResultWaits
 from .timeouts import Timeouts
 from .waiter import Waiter
@@ -68,70 +66,6 @@ def deal(available: int, counts: list[int]) -> list[int]:
             left -= 1
         i = (i + 1) % len(counts)
     return shares
-
-
-class Session:
-    """The leases a connection holds through SESSION claims."""
-
-    def __init__(self, conn) -> None:
-        self.conn = conn
-        self.held: dict = {}          # job -> queue
-
-    def hold(self, queue, job) -> None:
-        job.holder = self
-        self.held[job] = queue
-
-    def lease_ended(self, job) -> None:
-        self.held.pop(job, None)
-
-    def release_all(self, store, now: int) -> None:
-        """The connection closed: its leases go back to ready now."""
-        by_queue: dict = {}
-        for job, queue in self.held.items():
-            if not queue.dropped and job.holder is self:
-                by_queue.setdefault(queue, []).append(job)
-        self.held = {}
-        for queue, jobs in by_queue.items():
-            store.nack(queue, jobs, now, None, now, closed=True)
-
-
-class Worker(Session):
-    """A work stream: keeps up to ``max`` jobs of one queue leased to its
-    connection, each sent as a push message: ``["job", queue, job]`` (QWORK)
-    or ``["message", channel, job as JSON]`` (SUBSCRIBE "QWORK ...")."""
-
-    def __init__(self, conn, request) -> None:
-        super().__init__(conn)
-        self.queue = request.queue
-        self.consumer = request.consumer
-        self.max = request.max
-        self.lease_ms = request.lease_ms
-        self.channel = request.channel
-
-    @property
-    def room(self) -> int:
-        """Free slots: leases that expired (the job is claimable again, even if
-        its token still works) no longer take one.  Call after ``fold``."""
-        live = sum(1 for job in self.held if job.state is IN_FLIGHT)
-        return max(0, self.max - live)
-
-    def lease_ended(self, job) -> None:
-        super().lease_ended(job)
-        self.conn.server.blocking.wake(self.queue)       # a free slot: serve the queue again
-
-    def take(self, limit: int) -> int:
-        server = self.conn.server
-        jobs, ticket = server.store.journal.claimed(
-            server.now_ms, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
-        name = self.queue.name
-        for job in jobs:
-            if self.channel is None:
-                frame = Push([b"job", name, job])
-            else:
-                frame = Push([b"message", self.channel, job_message(job, name)])
-            self.conn.answer(frame, ticket)
-        self.conn.flush()
-        return len(jobs)
 
 
 class Blocking:

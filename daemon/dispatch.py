@@ -25,33 +25,14 @@ from time import perf_counter
 from leaseq.commands import acl, errors
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
-from leaseq.storage import bands, logbuffer
-from leaseq.storage.flavour import compiled_twin, is_compiled
+from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.wal import Ticket
-
-from . import outbox, resp, timeouts
 
 log = logging.getLogger(__name__)
 
 # the plain forms of QPUSH, QCLAIM and QACK, compiled (daemon/_lane.pyx): None when not built
 _lane = compiled_twin("leaseq.daemon._lane")
 lane = _lane.run if _lane is not None else None
-
-# The flavour that runs: "compiled" when every compiled module of the daemon
-# (setup.py's COMPILED list, less the benchmarks' instruments; a test holds
-# the two lists together) was built and LEASEQ_PURE is not 1; "pure" when
-# none is; otherwise it names those in use (INFO's leaseq_flavour,
-# ``leaseq --version``).
-ONE_SOURCE = (bands, logbuffer, outbox, timeouts)      # compiled from their own .py (setup.py's ONE_SOURCE)
-DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
-    "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
-COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED
-            + (["_lane"] if lane is not None else []))
-FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
-           else f"partly compiled ({', '.join(COMPILED)})")
-# whether the compiled modules were built from a profile (bin/build-from-profile; docs/performance.md)
-PROFILE_GUIDED = _lane is not None and _lane.PROFILE_GUIDED
-
 
 def execute(client, args: list) -> tuple[object, Ticket | None]:
     """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)

@@ -7,11 +7,17 @@ ready (without a deliveries bump) when it closes, on RESET and at shutdown.
 about to be rebuilt from disk after a disk fault (their deadlines still
 run there).  Commands reach this object as ``client.holdings``
 (``commands.context.Holdings``).
+
+A SESSION's leases are a ``Session``; a work stream is a ``Worker``, which
+``daemon.blocking`` serves with the queue's waiters.
 """
 
 from __future__ import annotations
 
-from .blocking import Session
+from leaseq.commands.jobs import claim_now
+from leaseq.commands.pubsub import job_message
+from leaseq.commands.replies import Push
+from leaseq.storage.job import IN_FLIGHT
 
 
 class Holdings:
@@ -20,7 +26,7 @@ class Holdings:
     def __init__(self, conn) -> None:
         self.conn = conn
         self._session: Session | None = None
-        self.workers: list = []            # work streams (blocking.Worker)
+        self.workers: list = []            # work streams (Worker)
         self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context)
 
     def session(self) -> Session:
@@ -84,3 +90,67 @@ class Holdings:
         self._session = None
         self.workers = []
         self.subscriptions = 0
+
+
+class Session:
+    """The leases a connection holds through SESSION claims."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.held: dict = {}          # job -> queue
+
+    def hold(self, queue, job) -> None:
+        job.holder = self
+        self.held[job] = queue
+
+    def lease_ended(self, job) -> None:
+        self.held.pop(job, None)
+
+    def release_all(self, store, now: int) -> None:
+        """The connection closed: its leases go back to ready now."""
+        by_queue: dict = {}
+        for job, queue in self.held.items():
+            if not queue.dropped and job.holder is self:
+                by_queue.setdefault(queue, []).append(job)
+        self.held = {}
+        for queue, jobs in by_queue.items():
+            store.nack(queue, jobs, now, None, now, closed=True)
+
+
+class Worker(Session):
+    """A work stream: keeps up to ``max`` jobs of one queue leased to its
+    connection, each sent as a push message: ``["job", queue, job]`` (QWORK)
+    or ``["message", channel, job as JSON]`` (SUBSCRIBE "QWORK ...")."""
+
+    def __init__(self, conn, request) -> None:
+        super().__init__(conn)
+        self.queue = request.queue
+        self.consumer = request.consumer
+        self.max = request.max
+        self.lease_ms = request.lease_ms
+        self.channel = request.channel
+
+    @property
+    def room(self) -> int:
+        """Free slots: leases that expired (the job is claimable again, even if
+        its token still works) no longer take one.  Call after ``fold``."""
+        live = sum(1 for job in self.held if job.state is IN_FLIGHT)
+        return max(0, self.max - live)
+
+    def lease_ended(self, job) -> None:
+        super().lease_ended(job)
+        self.conn.server.blocking.wake(self.queue)       # a free slot: serve the queue again
+
+    def take(self, limit: int) -> int:
+        server = self.conn.server
+        jobs, ticket = server.store.journal.claimed(
+            server.now_ms, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+        name = self.queue.name
+        for job in jobs:
+            if self.channel is None:
+                frame = Push([b"job", name, job])
+            else:
+                frame = Push([b"message", self.channel, job_message(job, name)])
+            self.conn.answer(frame, ticket)
+        self.conn.flush()
+        return len(jobs)

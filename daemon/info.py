@@ -15,7 +15,7 @@ from collections import deque
 from leaseq.commands.connection import VERSION
 from leaseq.storage import flow, queries
 
-from . import dispatch
+from . import flavour
 from .process import human_bytes, os_line, peak_rss_bytes, rss_bytes
 
 SAMPLE_EVERY = 0.1
@@ -55,8 +55,8 @@ class Info:
         return {
             "server": [
                 ("leaseq_version", VERSION),
-                ("leaseq_flavour", dispatch.FLAVOUR),
-                ("leaseq_profile_guided", int(dispatch.PROFILE_GUIDED)),
+                ("leaseq_flavour", flavour.FLAVOUR),
+                ("leaseq_profile_guided", int(flavour.PROFILE_GUIDED)),
                 ("leaseq_mode", "standalone"),
                 ("os", os_line()),
                 ("process_id", os.getpid()),

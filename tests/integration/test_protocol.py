@@ -698,7 +698,7 @@ def test_info_server_says_which_flavour_runs(r):
     fields = dict(line.split(":", 1) for line in info_text(r, "server").strip().split("\r\n")[1:])
     assert fields["leaseq_flavour"] == ("pure" if os.environ.get("LEASEQ_PURE") == "1" else "compiled")
     # built from a profile as bin/setup builds it (the daemon loads the modules this process loads), never pure
-    from leaseq.daemon.dispatch import PROFILE_GUIDED
+    from leaseq.daemon.flavour import PROFILE_GUIDED
     assert fields["leaseq_profile_guided"] == str(int(PROFILE_GUIDED and os.environ.get("LEASEQ_PURE") != "1"))
 
 

@@ -158,10 +158,10 @@ def test_when_even_the_plain_build_fails_setup_stops(capsys):
 def test_the_modules_loaded_are_built_as_bin_setup_says():
     """bin/setup writes what bin/build-from-profile did beside the venv's
     Python; INFO's leaseq_profile_guided says the same of the modules."""
-    from leaseq.daemon import dispatch
+    from leaseq.daemon import flavour
     stamp = pathlib.Path(sys.prefix) / ".leaseq-build"
     said = stamp.read_text().strip() if stamp.exists() else "no bin/setup"
     if os.environ.get("LEASEQ_PURE") == "1":
-        assert dispatch.PROFILE_GUIDED is False
+        assert flavour.PROFILE_GUIDED is False
     else:
-        assert dispatch.PROFILE_GUIDED is (said == "profile-guided"), said
+        assert flavour.PROFILE_GUIDED is (said == "profile-guided"), said

@@ -93,7 +93,7 @@ def test_the_container_image_copies_every_folder_the_wheel_maps():
 
 
 def test_version_says_which_flavour_runs():
-    from leaseq.daemon.dispatch import FLAVOUR, PROFILE_GUIDED
+    from leaseq.daemon.flavour import FLAVOUR, PROFILE_GUIDED
     result = CliRunner().invoke(main, ["--version"])
     built = ", profile-guided" if PROFILE_GUIDED else ""
     assert result.exit_code == 0 and result.output.rstrip().endswith(f"({FLAVOUR}{built})"), result.output

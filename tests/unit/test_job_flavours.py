@@ -137,7 +137,7 @@ def test_dropped_holdings_let_go_of_their_jobs():
     their tables of held jobs are emptied, so no holder and its jobs keep
     each other alive (jobs are outside the cyclic collector: _job.pyx)."""
     from leaseq.commands.jobs import WorkRequest
-    from leaseq.daemon.blocking import Worker
+    from leaseq.daemon.holdings import Worker
     from leaseq.daemon.holdings import Holdings
 
     holdings = Holdings(conn=None)

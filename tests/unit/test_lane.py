@@ -28,7 +28,7 @@ from store_state import digest
 
 from leaseq.commands.jobs import ClaimWait
 from leaseq.daemon import dispatch
-from leaseq.daemon.blocking import Session
+from leaseq.daemon.holdings import Session
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
 from leaseq.storage import plain as plain_module

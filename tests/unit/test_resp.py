@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Ints, Map, Push, Record, Shape, Simple, Verbatim
-from leaseq.daemon import dispatch, resp
+from leaseq.daemon import dispatch, flavour, resp
 from leaseq.daemon.resp import PureRequestParser, ProtocolError, RequestParser, encode, split_args, wire_size
 
 # Every parser test runs against the pure parser (the definition) and the one
@@ -681,11 +681,11 @@ def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     there; LEASEQ_PURE=1 (the second unit-test run of .ci/run) picks the pure
     encoder, parser, Job, job table, indexes and clock, and no lane."""
     if os.environ.get("LEASEQ_PURE") == "1":
-        assert dispatch.FLAVOUR == "pure" and dispatch.COMPILED == [] and dispatch.lane is None
+        assert flavour.FLAVOUR == "pure" and flavour.COMPILED == [] and dispatch.lane is None
         assert resp.encode is resp.encode_pure and resp.RequestParser is resp.PureRequestParser
     elif shutil.which("cc") or shutil.which("gcc"):
-        assert dispatch.FLAVOUR == "compiled"
-        assert dispatch.COMPILED == list(dispatch.DAEMON_COMPILED)
+        assert flavour.FLAVOUR == "compiled"
+        assert flavour.COMPILED == list(flavour.DAEMON_COMPILED)
         assert resp.encode is not resp.encode_pure and resp.RequestParser is not resp.PureRequestParser
     else:                       # no compiler at install time: the pure modules, said so
-        assert dispatch.FLAVOUR == "pure" and resp.encode is resp.encode_pure
+        assert flavour.FLAVOUR == "pure" and resp.encode is resp.encode_pure

@@ -25,7 +25,7 @@ def test_every_compiled_module_has_its_source():
 def test_the_flavour_knows_every_compiled_module_of_the_daemon():
     """INFO's leaseq_flavour says "compiled" only when all of them loaded:
     a module added to setup.py must be added to its list too."""
-    from leaseq.daemon.dispatch import DAEMON_COMPILED
+    from leaseq.daemon.flavour import DAEMON_COMPILED
     names = [name for name, _path in load_setup().COMPILED if not name.startswith("leaseq.bench.")]
     assert sorted(name.rsplit(".", 1)[1] for name in names) == sorted(DAEMON_COMPILED)
 

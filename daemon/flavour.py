@@ -1,0 +1,25 @@
+"""Which flavour of the daemon runs (INFO's ``leaseq_flavour``, ``leaseq
+--version``; docs/performance.md, "One source, two flavours").
+
+"compiled" when every compiled module of the daemon (setup.py's COMPILED
+list, less the benchmarks' instruments; a test holds the two lists
+together) was built and LEASEQ_PURE is not 1; "pure" when none is;
+otherwise it names those in use.  ``storage.flavour`` is how a module is
+loaded in either; this module only reckons what loaded."""
+
+from __future__ import annotations
+
+from leaseq.storage import bands, logbuffer
+from leaseq.storage.flavour import compiled_twin, is_compiled
+
+from . import dispatch, outbox, resp, timeouts
+
+ONE_SOURCE = (bands, logbuffer, outbox, timeouts)      # compiled from their own .py (setup.py's ONE_SOURCE)
+DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
+    "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
+COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED
+            + (["_lane"] if dispatch.lane is not None else []))
+FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED
+           else f"partly compiled ({', '.join(COMPILED)})")
+_lane = compiled_twin("leaseq.daemon._lane")      # (its build says it: bin/build-from-profile defines a macro)
+PROFILE_GUIDED = _lane is not None and _lane.PROFILE_GUIDED
