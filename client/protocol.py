@@ -34,7 +34,9 @@ class Job:
     ``lease`` is the token that acks, nacks and extends it; ``deadline`` is
     when the lease runs out (ms since the epoch, on the daemon's clock).
     ``payload``, ``key`` and ``group`` are bytes, as pushed.  The
-    ``dead_letter_*`` fields say where a dead-lettered job came from;
+    ``dead_letter_*`` fields say where a dead-lettered job came from (and,
+    for one that died with a parent it waited for, ``dead_letter_parent``,
+    that parent's queue and id);
     ``schedule`` and ``tick`` which schedule's tick pushed it.  Fields a newer daemon
     may add are kept in ``extra`` rather than refused.  ``cancelled`` is a
     ``threading.Event`` a ``Worker`` sets when its heartbeat finds the job
@@ -55,6 +57,7 @@ class Job:
     dead_letter_src_id: int | None = None
     dead_letter_deliveries: int | None = None
     dead_letter_reason: str | None = None
+    dead_letter_parent: tuple[str, int] | None = None
     group: bytes | None = None
     schedule: str | None = None
     tick: int | None = None
@@ -69,6 +72,7 @@ class Job:
 _JOB_FIELDS = {"id": int, "payload": bytes, "lease": _text, "deadline": int, "deliveries": int, "priority": int,
                "enqueued_at": int, "key": bytes, "last_error": _text, "dead_letter_from": _text,
                "dead_letter_src_id": int, "dead_letter_deliveries": int, "dead_letter_reason": _text,
+               "dead_letter_parent": lambda pair: (_text(pair[0]), int(pair[1])),
                "group": bytes, "schedule": _text, "tick": int}
 
 

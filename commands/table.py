@@ -263,7 +263,8 @@ _COMMANDS = [
        (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms"), opt("SESSION")),
        "O(M log N)",
        reply="array of job maps (id, payload, lease, deadline, deliveries, priority, enqueued_at, "
-             "key, last_error, dead_letter_* provenance); empty when nothing was claimable",
+             "key, last_error, dead_letter_* provenance, and dead_letter_parent, [queue, id], for a job that died "
+             "with its parent); empty when nothing was claimable",
        notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "
              "With a queue WINDOW, a claim that finds jobs waits up to WINDOW ms to share them with the "
              "claims that arrive meanwhile. Creates the queue when auto-create is yes.", access="RW",

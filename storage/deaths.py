@@ -62,11 +62,15 @@ class Deaths:
         return doomed
 
     def apply_dead(self, q, ts: int, reason: bytes, target, pairs,
-                   copies: bool = True) -> None:
+                   copies: bool = True, parent_as_origin: bool = False) -> None:
         """The state change of a DEAD record: ``pairs`` (id, new id) leave ``q``
         for ``target``, or die in place when it is None.  ``copies`` False:
-        the target does not get them (replay into a memory queue).  Returns
-        the children (AFTER) that must die with them (``Deps.failed``)."""
+        the target does not get them (replay into a memory queue).  A child
+        that dies parent-failed keeps its own provenance and names the
+        parent (``Provenance.parent``), so that QREDRIVE sends it home;
+        ``parent_as_origin``: a DEAD record as logs before 2026-11-27 wrote
+        it, replayed as it was then (the parent's provenance).  Returns the
+        children (AFTER) that must die with them (``Deps.failed``)."""
         jobs = q.jobs
         dying = [jobs[jid] for jid, _ in pairs]
         doomed = self.store.deps.failed(q, dying, ts) if self.store.deps.children else []
@@ -77,7 +81,7 @@ class Deaths:
         if target is None:
             for job in dying:
                 if job.failed_parent is not None:
-                    job.origin = job.failed_parent
+                    job.origin = _provenance(q, job, reason, parent_as_origin)
                 q.bury(job, reason, ts)
             return doomed
         moved = []
@@ -85,7 +89,7 @@ class Deaths:
             copy = Job(new_id, job.payload, job.priority, ts, ts)
             copy.last_error = job.last_error
             _carry(job, copy)
-            copy.origin = job.failed_parent or Provenance(q.name, job.id, job.deliveries, reason)
+            copy.origin = _provenance(q, job, reason, parent_as_origin)
             moved.append(copy)
             q.remove(job)
             q.counters.dead_lettered += 1
@@ -157,6 +161,18 @@ class Deaths:
             source.add_many(back, ts)
             self.store.wake(source)
 
+
+
+def _provenance(q, job: Job, reason: bytes, parent_as_origin: bool) -> Provenance:
+    """Where ``job`` of ``q`` came from, as its dead-letter copy (or itself,
+    dead in place after a parent) says: its queue and id, and the parent
+    whose death took it along (``failed_parent``: the parent's queue and id)."""
+    failed = job.failed_parent
+    if failed is None:
+        return Provenance(q.name, job.id, job.deliveries, reason)
+    if parent_as_origin:
+        return failed
+    return Provenance(q.name, job.id, job.deliveries, reason, (failed.source, failed.src_id))
 
 
 def _carry(job: Job, copy: Job) -> None:

@@ -30,15 +30,20 @@ STATES = (READY, DELAYED, IN_FLIGHT, DEAD, COMPLETED, WAITING, CANCELLED)
 
 
 class Provenance:
-    """Where a dead-lettered job came from (docs/semantics.md §1.8)."""
+    """Where a dead-lettered job came from (docs/semantics.md §1.8): its
+    queue, its id there, its deliveries and why it died; ``parent``, for a
+    job that died because a parent it waited for (AFTER) did, that parent
+    as ``(queue name, id)``."""
 
-    __slots__ = ("source", "src_id", "deliveries", "reason")
+    __slots__ = ("source", "src_id", "deliveries", "reason", "parent")
 
-    def __init__(self, source: bytes, src_id: int, deliveries: int, reason: bytes) -> None:
+    def __init__(self, source: bytes, src_id: int, deliveries: int, reason: bytes,
+                 parent: tuple[bytes, int] | None = None) -> None:
         self.source = source
         self.src_id = src_id
         self.deliveries = deliveries
         self.reason = reason
+        self.parent = parent
 
 
 class JobExtra:

@@ -56,7 +56,9 @@ not repeated in every record); ``ts`` is when the change happened.
            The frame's CRC covers them all; inner records carry none.
 11 DEAD    ``qid u32, ts u64, reason u8, target u32, count u32, pairs``:
            jobs that must not be delivered again (reason 1 max-deliveries,
-           2 nack, 3 expired, 4 parent-failed).  ``target`` 0: they stay in their queue in
+           2 nack, 3 expired, 5 parent-failed: a parent it waited for died;
+           4 is parent-failed as logs before 2026-11-27 wrote it, where the
+           child took its parent's provenance, and replays so).  ``target`` 0: they stay in their queue in
            state dead.  Otherwise they move to queue ``target`` (the
            DEADLETTER queue) with provenance; ``pairs`` is ``count`` x
            ``(id u64, new id u64)``, the new id in the target (0 when target
@@ -133,9 +135,10 @@ NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM
          RELEASE: "RELEASE", PROGRESS: "PROGRESS", RESULT: "RESULT", CANCEL: "CANCEL"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
-REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed"}
+REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed", 5: b"parent-failed"}
+PARENT_FAILED_AS_PARENT = 4   # (DEAD's reason as written before 2026-11-27: the parent's provenance)
 PUSH_AFTER = 8            # a PUSH job's flags bit: its parents follow (AFTER)
-REASON_CODES = {v: k for k, v in REASONS.items()}
+REASON_CODES = {b"max-deliveries": 1, b"nack": 2, b"expired": 3, b"parent-failed": 5}     # what is written
 
 _BOOT = struct.Struct("<IQ")
 _QUEUE = struct.Struct("<IQB")

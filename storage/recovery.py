@@ -350,7 +350,8 @@ def _dead(store: Store, q: Queue, fields) -> None:
     _qid, ts, reason, target_qid, pairs = fields
     _moved(store, q, target_qid, pairs,
            lambda target, kept: store.deaths.apply_dead(q, ts, records.REASONS[reason], target, kept,
-                                                        _survives(target)))
+                                                        _survives(target),
+                                                        reason == records.PARENT_FAILED_AS_PARENT))
 
 
 def _redrive(store: Store, q: Queue, fields) -> None:

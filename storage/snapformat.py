@@ -10,9 +10,10 @@ loads the newest snapshot that reads whole and replays the segments after
 ``covers``.  The file begins with a 32-byte header::
 
     magic    8s   b"LEASEQSN"
-    version  u16  the snapshot's format version, currently 2 (its own
+    version  u16  the snapshot's format version, currently 3 (its own
                   number, apart from the log's); version 1 files (before
-                  SNAP_PLAIN existed: every job in SNAP_JOBS) still read
+                  SNAP_PLAIN existed: every job in SNAP_JOBS) and version 2
+                  (a dead job's reason in ``bits``) still read
     flags    u16  reserved, 0
     covers   u64  the last segment number whose records it holds
     ts       u64  when it was taken
@@ -37,12 +38,16 @@ little-endian, as in the log):
                key_len u16, token_len u8, consumer_len u16, error_len u32,
                payload_len u32`` followed by ``key, token, consumer, error,
                payload``; when ``bits`` has ORIGIN, then ``src_id u64,
-               deliveries u32, reason u8, source_len u8, source``.
-               ``state``: 1 delayed, 2 ready, 3 in_flight, 4 dead,
-               5 completed, 6 waiting, 7 cancelled.  ``bits``: 1 requeued (became ready again),
+               deliveries u32, reason u8, source_len u8, source`` (the
+               reason as DEAD's; with 5, parent-failed, then the parent:
+               ``parent_id u64, parent_len u8, parent``, its queue).
+               ``state``: bits 0-3 1 delayed, 2 ready, 3 in_flight, 4 dead,
+               5 completed, 6 waiting, 7 cancelled; bits 4-7 the reason a
+               job dead in its own queue died (0 none, else as DEAD; in
+               versions 1 and 2 it was ``bits`` 3-4, which held only codes
+               up to 3).  ``bits``: 1 requeued (became ready again),
                2 has an error (``error`` may be empty), 4 ORIGIN
-               (dead-letter provenance), bits 3-4 the reason a job dead in
-               its own queue died (0 none, else as DEAD), 32 GROUP: then
+               (dead-letter provenance), 32 GROUP: then
                ``group_len u16, group`` (after the provenance), 64 TICK:
                then ``tick u64, name_len u16, name``, the schedule tick
                that pushed the job (after the group), 128 AFTER: then the
@@ -124,14 +129,14 @@ from operator import add, mul, sub
 from crc32c import crc32c
 
 from .frames import header_fields
-from .records import REASON_CODES, REASONS, FormatError, parents, read_parents
+from .records import PARENT_FAILED_AS_PARENT, REASON_CODES, REASONS, FormatError, parents, read_parents
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
 SNAP_RESULTS = 32
 SNAP_PLAIN = 33               # (the next number neither the log nor a snapshot uses)
 
-SNAPSHOT_VERSION = 2          # what ``snapshot_header`` writes
-READ_VERSIONS = (1, 2)        # what ``check_snapshot_header`` accepts (1: no SNAP_PLAIN)
+SNAPSHOT_VERSION = 3          # what ``snapshot_header`` writes
+READ_VERSIONS = (1, 2, 3)     # what ``check_snapshot_header`` accepts (1: no SNAP_PLAIN; 1, 2: the dead reason in bits)
 
 SNAPSHOT_MAGIC = b"LEASEQSN"
 SNAPSHOT_HEADER = struct.Struct("<8sHHQQ")
@@ -140,6 +145,7 @@ _SNAP_STORE = struct.Struct("<IQIqBQI")
 _SNAP_QUEUE = struct.Struct("<IQQQQQQQQB")
 _SNAP_JOB = struct.Struct("<QQQQQQIIBBBBHBHII")
 _SNAP_ORIGIN = struct.Struct("<QIBB")
+_SNAP_PARENT = struct.Struct("<QB")
 _SNAP_END = struct.Struct("<IQ")
 SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK, SNAP_AFTER = 1, 2, 4, 32, 64, 128
 FLAG_PROGRESS = 128           # in a SNAP_JOBS job's flags byte
@@ -230,14 +236,17 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
     error = job.last_error or b""
     head = _SNAP_JOB.pack(job.id, job.enqueued_at, job.visible_at, job.deadline, job.retain_until, job.expire_ms,
                           job.max_deliveries, job.deliveries, job.priority,
-                          job.flags | (FLAG_PROGRESS if job.progress is not None else 0), state,
-                          bits | (dead_code << 3), len(key), len(token), len(consumer), len(error),
-                          job.payload_len)
+                          job.flags | (FLAG_PROGRESS if job.progress is not None else 0), state | (dead_code << 4),
+                          bits, len(key), len(token), len(consumer), len(error), job.payload_len)
     parts = [head, key, token, consumer, error, job.payload]
     origin = job.origin
     if origin is not None:
-        parts.append(_SNAP_ORIGIN.pack(origin.src_id, origin.deliveries, REASON_CODES[origin.reason],
-                                       len(origin.source)) + origin.source)
+        parent = origin.parent
+        code = REASON_CODES[origin.reason] if parent is not None or origin.reason != b"parent-failed" \
+            else PARENT_FAILED_AS_PARENT          # (a provenance from an older log: the parent's own)
+        parts.append(_SNAP_ORIGIN.pack(origin.src_id, origin.deliveries, code, len(origin.source)) + origin.source)
+        if parent is not None:
+            parts.append(_SNAP_PARENT.pack(parent[1], len(parent[0])) + parent[0])
     if bits & SNAP_GROUP:
         parts.append(_U16.pack(len(job.group)) + job.group)
     if bits & SNAP_TICK:
@@ -254,20 +263,22 @@ def snap_jobs(qid: int, parts: list) -> bytes:
     return struct.pack("<II", qid, len(parts)) + b"".join(parts)
 
 
-def iter_snap_jobs(b: bytes):
+def iter_snap_jobs(b: bytes, version: int = SNAPSHOT_VERSION):
     """``qid`` and an iterator of job tuples ``(id, enqueued_at, visible_at,
     deadline, retain_until, expire_ms, max_deliveries, deliveries, priority,
-    flags, state, bits, key, token, consumer, error, payload, origin)``, where
-    ``origin`` is None or ``(source, src_id, deliveries, reason)``; ``key``,
-    ``token``, ``consumer``, ``error`` are None when absent."""
+    flags, state, bits, dead, key, token, consumer, error, payload, origin,
+    group, scheduled, after, progress)``, where ``dead`` is the reason code of a job
+    dead in its own queue (0 none), ``origin`` None or ``(source, src_id,
+    deliveries, reason, parent)``; ``key``, ``token``, ``consumer``,
+    ``error`` are None when absent.  ``version``: the file's."""
     try:
         qid, count = struct.unpack_from("<II", b)
     except struct.error as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
-    return qid, _snap_jobs(b, count)
+    return qid, _snap_jobs(b, count, version >= 3)
 
 
-def _snap_jobs(b: bytes, count: int):
+def _snap_jobs(b: bytes, count: int, dead_in_state: bool):
     unpack = _SNAP_JOB.unpack_from
     size = _SNAP_JOB.size
     off = 8
@@ -277,6 +288,10 @@ def _snap_jobs(b: bytes, count: int):
             (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
              klen, tlen, clen, elen, plen) = unpack(b, off)
             off += size
+            if dead_in_state:
+                state, dead = state & 15, state >> 4
+            else:
+                dead, bits = bits >> 3 & 3, bits & ~24
             key = b[off:off + klen] if klen else None
             off += klen
             token = b[off:off + tlen] if tlen else None
@@ -291,8 +306,15 @@ def _snap_jobs(b: bytes, count: int):
             if bits & SNAP_ORIGIN:
                 src_id, odel, reason, slen = _SNAP_ORIGIN.unpack_from(b, off)
                 off += _SNAP_ORIGIN.size
-                origin = (b[off:off + slen], src_id, odel, REASONS[reason])
+                source = b[off:off + slen]
                 off += slen
+                parent = None
+                if reason != PARENT_FAILED_AS_PARENT and REASONS[reason] == b"parent-failed":
+                    parent_id, nlen = _SNAP_PARENT.unpack_from(b, off)
+                    off += _SNAP_PARENT.size
+                    parent = (b[off:off + nlen], parent_id)
+                    off += nlen
+                origin = (source, src_id, odel, REASONS[reason], parent)
             group = b""
             if bits & SNAP_GROUP:
                 (glen,) = _U16.unpack_from(b, off)
@@ -315,7 +337,7 @@ def _snap_jobs(b: bytes, count: int):
                 flags &= ~FLAG_PROGRESS
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
-            yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
+            yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits, dead,
                    key, token, consumer, error, payload, origin, group, scheduled, after, progress)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None

@@ -298,7 +298,7 @@ class _Loading:
         _plain_jobs(self.store, self.pending, snapformat.decode_snap_plain(body))
 
     def snap_jobs(self, body: bytes) -> None:
-        qid, rows = snapformat.iter_snap_jobs(body)
+        qid, rows = snapformat.iter_snap_jobs(body, self.version)
         self.queue(qid, "SNAP_JOBS")
         _pending(self.pending, qid).others(_jobs(rows))
 
@@ -462,7 +462,7 @@ def _jobs(rows) -> list[Job]:
     times: dict[int, int] = {}       # jobs pushed together share their times: one int for all
     share = times.setdefault
     requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
-    for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits,
+    for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits, dead,
          key, token, consumer, error, payload, origin, group, scheduled, after, progress) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
@@ -477,12 +477,12 @@ def _jobs(rows) -> list[Job]:
             job.deadline = deadline
         if consumer is not None:                  # who had it last (kept after an ack too)
             job.consumer = consumer
+        if dead:
+            job.dead_reason = records.REASONS.get(dead)
         if bits:                                  # the rare fields: only jobs that have them pay
             job.requeued = bool(bits & requeued_bit)
             if bits & error_bit:
                 job.last_error = error
-            if bits >> 3 & 3:
-                job.dead_reason = records.REASONS.get(bits >> 3 & 3)
             if origin is not None:
                 job.origin = Provenance(*origin)
             if group:

@@ -40,9 +40,12 @@ def log_records(directory) -> list[tuple[int, tuple]]:
 
 
 def provenance(job) -> tuple | None:
-    """Where a dead-lettered job came from: (source, id there, deliveries, reason)."""
+    """Where a dead-lettered job came from: (source, id there, deliveries,
+    reason), and the parent (queue, id) of one that died with it."""
     o = job.origin
-    return None if o is None else (o.source, o.src_id, o.deliveries, o.reason)
+    if o is None:
+        return None
+    return (o.source, o.src_id, o.deliveries, o.reason) + ((o.parent,) if o.parent is not None else ())
 
 
 def index_counts(q) -> dict:
@@ -52,7 +55,7 @@ def index_counts(q) -> dict:
 
 
 def job_digest(job, replayed: bool = False, live_only: bool = False) -> dict:
-    """Every remembered field of ``job`` by name (``origin`` as its four values).
+    """Every remembered field of ``job`` by name (``origin`` as ``provenance`` gives it).
     ``requeued`` (which only orders ready jobs) is left out where a replay
     cannot know it: while the job is in flight when ``replayed`` (a job claimed
     again after its lease ran out unnoticed by the log is not marked requeued),

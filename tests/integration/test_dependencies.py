@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import DEBUG_ENV, Daemon, bgsave, claim, claim_one, error_text, now, qget, qinfo, unique
+from harness import DEBUG_ENV, Daemon, as_map, bgsave, claim, claim_one, error_text, now, qget, qinfo, unique
 
 LEASE = 60_000
 
@@ -63,7 +63,7 @@ def test_delay_counts_from_the_release(f):
     assert (job[b"state"], job[b"visible_at"]) == (b"delayed", t0 + 6000)
 
 
-def test_a_dead_parent_dead_letters_its_children_with_it_as_provenance(daemon):
+def test_a_dead_parent_dead_letters_its_children_who_keep_their_own_provenance_and_name_it(daemon):
     c = daemon.client(protocol=2)
     q, dlq = unique("fail"), unique("fail-dlq")
     c.execute_command("QCREATE", q, "DEADLETTER", dlq)
@@ -77,8 +77,11 @@ def test_a_dead_parent_dead_letters_its_children_with_it_as_provenance(daemon):
     copies = {j[b"payload"]: j for j in claim(c, dlq, "w", "COUNT", 10, "LEASE", LEASE)}
     assert set(copies) == {b"parent", b"child", b"grandchild"}
     assert (copies[b"child"][b"dead_letter_reason"], copies[b"child"][b"dead_letter_from"],
-            copies[b"child"][b"dead_letter_src_id"]) == (b"parent-failed", q.encode(), p)
-    assert copies[b"grandchild"][b"dead_letter_src_id"] == child
+            copies[b"child"][b"dead_letter_src_id"], copies[b"child"][b"dead_letter_parent"]) == \
+        (b"parent-failed", q.encode(), child, [q.encode(), p])
+    assert (copies[b"grandchild"][b"dead_letter_src_id"], copies[b"grandchild"][b"dead_letter_parent"]) == \
+        (grandchild, [q.encode(), child])
+    assert b"dead_letter_parent" not in copies[b"parent"]
     assert qget(c, q, runner)[b"state"] == b"ready"                 # ONFAIL run: the dead parent counts as done
 
 
@@ -90,7 +93,8 @@ def test_a_child_pushed_after_its_parent_died_dies_at_once(daemon):
     c.execute_command("QNACK", q, job[b"lease"], "DEAD")                # dead in place (no DEADLETTER)
     child = c.execute_command("QPUSH", q, "child", "AFTER", 1, q, p)
     dead = qget(c, q, child)
-    assert (dead[b"state"], dead[b"dead_reason"], dead[b"dead_letter_src_id"]) == (b"dead", b"parent-failed", p)
+    assert (dead[b"state"], dead[b"dead_reason"], dead[b"dead_letter_src_id"], dead[b"dead_letter_parent"]) == \
+        (b"dead", b"parent-failed", child, [q.encode(), p])
     runs = c.execute_command("QPUSH", q, "child", "AFTER", 1, q, p, "ONFAIL", "run")
     assert qget(c, q, runs)[b"state"] == b"ready"
 
@@ -177,3 +181,54 @@ def test_bad_after_is_refused_and_pushes_nothing(daemon, args, message):
     c.execute_command("QCREATE", q)
     assert error_text(c, "QPUSH", q, "p", *args).startswith(message)
     assert qinfo(c, q)[b"pushed"] == 0
+
+
+def test_qredrive_sends_a_parent_failed_child_home_not_to_its_parents_queue(daemon):
+    """The child's provenance is its own: QREDRIVE of its dead-letter queue
+    pushes it back into its queue, not into the parent's (docs/semantics.md
+    §1.8; before 2026-11-27 it went to the parent's)."""
+    c = daemon.client(protocol=2)
+    fa, fb = unique("home-a"), unique("home-b")
+    c.execute_command("QCREATE", fb, "DEADLETTER", f"{fb}.dlq")
+    p = c.execute_command("QPUSH", fa, "parent")
+    c1 = c.execute_command("QPUSH", fb, "c1", "AFTER", 1, fa, p)
+    job = claim_one(c, fa, "w", "LEASE", LEASE)
+    assert c.execute_command("QNACK", fa, job[b"lease"], "DEAD") == 1
+    (copy,) = claim(c, f"{fb}.dlq", "w", "COUNT", 5, "LEASE", LEASE)
+    assert (copy[b"dead_letter_from"], copy[b"dead_letter_src_id"], copy[b"dead_letter_parent"]) == \
+        (fb.encode(), c1, [fa.encode(), p])
+    c.execute_command("QNACK", f"{fb}.dlq", copy[b"lease"], "DELAY", 0)      # (ready again in the dlq)
+    assert c.execute_command("QREDRIVE", f"{fb}.dlq") == 1
+    assert (c.execute_command("QLEN", fb), c.execute_command("QLEN", fa)) == (1, 0)
+    assert claim_one(c, fb, "w")[b"payload"] == b"c1"
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["log", "snapshot"])
+def test_a_parent_failed_childs_provenance_survives_kill_9(tmp_path, snapshot):
+    """A copy in a dead-letter queue and a child dead in its own queue (no
+    DEADLETTER) keep their provenance and parent through the log's replay and
+    through a snapshot (whose format before version 3 could not hold the
+    reason of a job dead in place for a parent)."""
+    d = Daemon(tmp_path / "data", env=DEBUG_ENV).start()
+    try:
+        c = d.client(protocol=2)
+        c.execute_command("QCREATE", "kids", "DEADLETTER", "kids.dlq")
+        p = c.execute_command("QPUSH", "parents", "parent")
+        moved = c.execute_command("QPUSH", "kids", "moved", "AFTER", 1, "parents", p)
+        stays = c.execute_command("QPUSH", "strays", "stays", "AFTER", 1, "parents", p)
+        job = claim_one(c, "parents", "w", "LEASE", LEASE)
+        assert c.execute_command("QNACK", "parents", job[b"lease"], "DEAD") == 1
+        (copy_id,) = [as_map(j)[b"id"] for j in c.execute_command("QPEEK", "kids.dlq", "COUNT", 5)]
+        before = (qget(c, "kids.dlq", copy_id), qget(c, "strays", stays))
+        if snapshot:
+            bgsave(c)
+        d.kill()
+        d.restart()
+        c = d.client(protocol=2)
+        after = (qget(c, "kids.dlq", copy_id), qget(c, "strays", stays))
+        assert after == before
+        assert (after[0][b"dead_letter_src_id"], after[0][b"dead_letter_parent"]) == (moved, [b"parents", p])
+        assert (after[1][b"state"], after[1][b"dead_reason"], after[1][b"dead_letter_parent"]) == \
+            (b"dead", b"parent-failed", [b"parents", p])
+    finally:
+        d.kill()

@@ -92,7 +92,7 @@ class RefJob:
     dead_reason: str | None = None
     retain_until: int = 0
     key: bytes | None = None
-    origin: tuple | None = None   # (source queue, id there, deliveries, reason) of a dead-lettered copy
+    origin: tuple | None = None   # (source queue, id there, deliveries, reason, parent) of a dead-lettered copy
     group: bytes = b""
     waiting_for: set | None = None   # AFTER: ids of this queue's parents still held
     onfail_run: bool = False
@@ -386,7 +386,7 @@ class RefQueue:
         §1.8 "Where the job goes"): the next id here, deliveries 0, the same payload,
         priority and last_error, enqueued now, with provenance; no key, no limits."""
         jid = self.take_id()
-        origin = job.failed_parent if reason == "parent-failed" else (source, job.id, job.deliveries, reason)
+        origin = _provenance(job, source, reason)
         copy = RefJob(jid, job.payload, job.priority, self.now, self.now, READY, last_error=job.last_error,
                       origin=origin, group=job.group)
         self.jobs[jid] = copy
@@ -621,7 +621,7 @@ class RefQueue:
         job.dead_reason = reason
         job.retain_until = self.now + self.retain_dead
         if job.failed_parent is not None:
-            job.origin = job.failed_parent
+            job.origin = _provenance(job, self.name, reason)
         self._tidy()
 
     def redrive(self, sources: dict) -> int:
@@ -714,3 +714,11 @@ class RefQueue:
         assert floor <= next_id <= floor + ID_BLOCK, \
             f"next id {next_id} after a crash: expected {floor}..{floor + ID_BLOCK}"
         self.next_id = next_id
+
+
+def _provenance(job: RefJob, source, reason: str) -> tuple:
+    """A dead job's provenance: its own queue and id, and for one that died
+    with a parent it waited for (parent-failed), that parent's queue and id
+    (docs/semantics.md §1.8)."""
+    parent = job.failed_parent
+    return (source, job.id, job.deliveries, reason, None if parent is None else (parent[0], parent[1]))

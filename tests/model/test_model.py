@@ -83,9 +83,11 @@ def optional_view(job: RefJob) -> dict:
     if job.last_error is not None:
         m[b"last_error"] = job.last_error
     if job.origin is not None:
-        source, src_id, deliveries, reason = job.origin
+        source, src_id, deliveries, reason, parent = job.origin
         m |= {b"dead_letter_from": source, b"dead_letter_src_id": src_id,
               b"dead_letter_deliveries": deliveries, b"dead_letter_reason": reason.encode()}
+        if parent is not None:
+            m[b"dead_letter_parent"] = [parent[0], parent[1]]
     return m
 
 

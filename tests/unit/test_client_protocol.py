@@ -41,6 +41,15 @@ def test_dead_letter_provenance_and_unknown_fields():
         assert (job.dead_letter_from, job.dead_letter_src_id, job.dead_letter_deliveries,
                 job.dead_letter_reason) == ("emails", 3, 2, "max-deliveries")
         assert job.extra == {"shiny_new_field": b"x"}
+        assert job.dead_letter_parent is None
+
+
+def test_a_parent_failed_job_names_its_parent():
+    reply = {**RESP3_JOB, b"dead_letter_from": b"thumbs", b"dead_letter_src_id": 7, b"dead_letter_deliveries": 0,
+             b"dead_letter_reason": b"parent-failed", b"dead_letter_parent": [b"uploads", 3]}
+    for shape in (reply, flat(reply)):
+        job = protocol.parse_job("thumbs.dlq", shape)
+        assert (job.dead_letter_from, job.dead_letter_src_id, job.dead_letter_parent) == ("thumbs", 7, ("uploads", 3))
 
 
 def test_jobs_are_frozen_and_hashable():

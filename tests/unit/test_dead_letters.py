@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from store_state import digest, index_counts, log_records, provenance
 
 from leaseq.storage import queries, records
+from leaseq.storage.recovery import Replayer, read_log
+from leaseq.storage.store import Store
 from leaseq.storage.config import ASYNC, MEMORY, QueueConfig
 from leaseq.storage.job import COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, Job
 from leaseq.storage.jobtable import PureJobTable
@@ -1400,3 +1402,54 @@ def test_any_history_with_dead_letters_replays_to_the_same_state(ops, clean):
         finally:
             if not datadir_of(store).closed:
                 close(store)
+
+
+def _parent_failed_log(store, now):
+    """A parent in "p" dies (QNACK DEAD); its child in "c" (DEADLETTER "c.dlq")
+    dies with it, and so does one in "s" (no DEADLETTER: dead in place)."""
+    client = client_of(store)
+    call(client, "QCREATE", "c", "DEADLETTER", "c.dlq", now=now)
+    parent = call(client, "QPUSH", "p", "parent", now=now)
+    call(client, "QPUSH", "c", "moved", "AFTER", 1, "p", parent, now=now)
+    call(client, "QPUSH", "s", "stays", "AFTER", 1, "p", parent, now=now)
+    (job,) = claim(store, store.queues[b"p"], now)
+    call(client, "QNACK", "p", job.token, "DEAD", now=now)
+    return parent
+
+
+def test_a_parent_failed_child_keeps_its_provenance_and_names_its_parent_live_and_replayed(store, reopen):
+    parent = _parent_failed_log(store, T0)
+    copy = store.queues[b"c.dlq"].jobs[1]
+    stays = store.queues[b"s"].jobs[1]
+    assert provenance(copy) == (b"c", 1, 0, b"parent-failed", (b"p", parent))
+    assert provenance(stays) == (b"s", 1, 0, b"parent-failed", (b"p", parent))
+    assert stays.dead_reason == b"parent-failed"
+    again = reopen(store, T0 + 1)
+    assert provenance(again.queues[b"c.dlq"].jobs[1]) == provenance(copy)
+    assert provenance(again.queues[b"s"].jobs[1]) == provenance(stays)
+
+
+def test_a_log_written_before_the_parent_was_named_replays_as_it_did(store, data_dir):
+    """DEAD records of parent-failed children written with reason 4 (before
+    2026-11-27) replay as they did then: the child's provenance is its
+    parent's, and no parent is named."""
+    parent = _parent_failed_log(store, T0)
+    crash(store)
+    old = []
+    read_log(str(data_dir), lambda t, b: old.append((t, _as_written_before(t, b))))
+    replayed = Store()
+    for rtype, body in old:
+        Replayer(replayed).apply(rtype, body)
+    assert provenance(replayed.queues[b"c.dlq"].jobs[1]) == (b"p", parent, 1, b"parent-failed")
+    assert provenance(replayed.queues[b"s"].jobs[1]) == (b"p", parent, 1, b"parent-failed")
+
+
+def _as_written_before(rtype: int, body: bytes) -> bytes:
+    """A record as a log before 2026-11-27 wrote it: DEAD's parent-failed was reason 4."""
+    if rtype == records.TXN:
+        return records.txn([(t, _as_written_before(t, b)) for t, b in records.decode(rtype, body)[0]])
+    if rtype == records.DEAD:
+        qid, ts, reason, target, pairs = records.decode(rtype, body)
+        if reason == records.REASON_CODES[b"parent-failed"]:
+            return records.dead(qid, ts, records.PARENT_FAILED_AS_PARENT, target, pairs)
+    return body

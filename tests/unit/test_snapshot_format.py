@@ -15,12 +15,15 @@ from core import take_snapshot, T0, ack, call, claim, client_of, close, datadir_
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from store_state import digest
+from store_state import digest, job_digest, provenance
 
 from leaseq.storage import records, snapformat, snapshot
-from leaseq.storage.job import Job
+from leaseq.storage.job import DEAD, READY, Job
 
 FIXTURE_V1 = os.path.join(os.path.dirname(__file__), "data", "snap-v1.snap")
+# written by leaseq at c2a5249 (format version 2): "src" (DEADLETTER "src.dlq") lost job 1 to its
+# dead-letter queue by QNACK DEAD ERROR boom; "here" has job 1 dead in place (nack) and job 2 ready
+FIXTURE_V2 = os.path.join(os.path.dirname(__file__), "data", "snap-v2.snap")
 
 
 def frames_of(path) -> list[tuple[int, int, bytes]]:
@@ -131,12 +134,12 @@ def test_a_queue_of_plain_jobs_costs_little_more_than_its_payloads(tmp_path):
     close(store)
 
 
-def test_a_snapshot_is_written_as_version_2(tmp_path):
+def test_a_snapshot_is_written_as_version_3(tmp_path):
     store = open_store(tmp_path / "d", T0)
     info = take_snapshot(store)
     head = open(info.path, "rb").read(snapformat.SNAPSHOT_HEADER_SIZE)
-    assert snapformat.check_snapshot_header(head) == (2, info.covers, T0)
-    assert struct.unpack_from("<H", head, 8) == (snapformat.SNAPSHOT_VERSION,) == (2,)
+    assert snapformat.check_snapshot_header(head) == (3, info.covers, T0)
+    assert struct.unpack_from("<H", head, 8) == (snapformat.SNAPSHOT_VERSION,) == (3,)
     assert records.VERSION == 1                                     # the log's own version stays
     close(store)
 
@@ -311,7 +314,7 @@ def test_a_version_1_snapshot_still_loads(tmp_path):
     close(store)
 
 
-def test_a_data_directory_whose_snapshot_is_version_1_starts_and_writes_version_2(tmp_path):
+def test_a_data_directory_whose_snapshot_is_version_1_starts_and_writes_version_3(tmp_path):
     d = tmp_path / "d"
     os.makedirs(d)
     with open(FIXTURE_V1, "rb") as src, open(d / snapshot.snapshot_name(1), "wb") as dst:
@@ -320,7 +323,7 @@ def test_a_data_directory_whose_snapshot_is_version_1_starts_and_writes_version_
     assert datadir_of(store).loaded.path.endswith(snapshot.snapshot_name(1))
     assert call(client_of(store), "QLEN", "a", now=T0) == 4
     info = take_snapshot(store)
-    assert snapformat.check_snapshot_header(open(info.path, "rb").read(32))[0] == 2
+    assert snapformat.check_snapshot_header(open(info.path, "rb").read(32))[0] == 3
     loaded, _ = snapshot.load(info.path)
     assert digest(loaded) == digest(store, durable_only=True)
     close(store)
@@ -334,10 +337,32 @@ def test_a_snap_plain_record_in_a_version_1_snapshot_is_refused(tmp_path):
     assert "record type 33 does not belong in a version 1 snapshot" in str(e.value)
 
 
-@pytest.mark.parametrize("version", [0, 3])
+@pytest.mark.parametrize("version", [0, 4])
 def test_a_snapshot_of_an_unknown_version_is_refused_with_a_clear_message(tmp_path, version):
     path = _snapshot_with(tmp_path, _plain_body(), version=version)
     with pytest.raises(snapshot.CorruptSnapshot) as e:
         snapshot.load(path)
     assert e.value.offset == 0
-    assert f"snapshot format version {version} is not supported (this daemon reads versions 1, 2" in str(e.value)
+    assert f"snapshot format version {version} is not supported (this daemon reads versions 1, 2, 3" in str(e.value)
+
+
+def test_a_version_2_snapshot_reads_its_dead_reasons_and_provenance(tmp_path):
+    """Version 2 kept a dead job's reason in ``bits`` (3-4), version 3 in the
+    state byte: both read the same."""
+    loaded, _info = snapshot.load(FIXTURE_V2)
+    here, dlq = loaded.queues[b"here"], loaded.queues[b"src.dlq"]
+    assert (here.jobs[1].state, here.jobs[1].dead_reason, here.jobs[2].state) == (DEAD, b"nack", READY)
+    assert (provenance(dlq.jobs[1]), dlq.jobs[1].last_error) == ((b"src", 1, 1, b"nack"), b"boom")
+    d = tmp_path / "d"
+    os.makedirs(d)
+    with open(FIXTURE_V2, "rb") as src, open(d / snapshot.snapshot_name(1), "wb") as dst:
+        dst.write(src.read())
+    store = open_store(d, T0)
+    info = take_snapshot(store)                   # written again as version 3: the same store
+    again, _ = snapshot.load(info.path)
+    assert _jobs_of(again) == _jobs_of(loaded)
+    close(store)
+
+
+def _jobs_of(store) -> dict:
+    return {name: {jid: job_digest(j) for jid, j in q.jobs.items()} for name, q in store.queues.items()}
