@@ -15,6 +15,7 @@ cdef class Blocking:
     cdef public object server, loop, results
     cdef public dict by_queue, workers, timers, cohorts
     cdef public set woken
+    cdef public Store store
     cdef public Timeouts timeouts
 
     @cython.locals(w=Waiter, queue=Queue)
@@ -23,7 +24,6 @@ cdef class Blocking:
     cpdef _unpark(self, Waiter w)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)
-    @cython.locals(store=Store)
     cpdef serve_woken(self)
     cpdef _arm(self, Queue queue)
     cpdef _forget(self, object queue)

@@ -67,10 +67,12 @@ def deal(available: int, counts: list[int]) -> list[int]:
 
 
 class Blocking:
-    __slots__ = ("server", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results", "timeouts")
+    __slots__ = ("server", "store", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results",
+                 "timeouts")
 
     def __init__(self, server, loop) -> None:
         self.server = server
+        self.store = server.store    # the store served (``Server._serve`` hands over a new one)
         self.loop = loop
         self.by_queue: dict = {}     # Queue -> [Waiter]
         self.workers: dict = {}      # Queue -> [Worker]
@@ -216,8 +218,7 @@ class Blocking:
         serve the queues whose ready jobs or next due moment
         changed (the store's woken set) and those ``wake`` named, in the
         order of their qid (whichever the daemon, the same lease tokens)."""
-        store = self.server.store
-        woken = store.take_woken()
+        woken = self.store.take_woken()
         if self.woken:
             woken |= self.woken
             self.woken = set()

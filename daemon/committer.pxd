@@ -6,7 +6,6 @@ cimport cython
 
 from leaseq.daemon.blocking cimport Blocking
 from leaseq.storage.logbuffer cimport LogBuffer
-from leaseq.storage.store cimport Store
 
 
 cdef class Committer:
@@ -19,7 +18,7 @@ cdef class Committer:
 
     cpdef touch(self)
     cpdef bint work_left(self)
-    @cython.locals(blocking=Blocking, store=Store)
+    @cython.locals(blocking=Blocking)
     cpdef bint _woken_waited(self)
     cpdef serve_now(self)
     cpdef wait(self, object conn)

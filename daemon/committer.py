@@ -97,8 +97,7 @@ class Committer:
             return True
         if not (blocking.by_queue or blocking.workers):
             return False
-        store = self.server.store
-        return bool(store.woken)
+        return bool(blocking.store.woken)
 
     def serve_now(self) -> None:
         """Right after a connection's commands, when they left the log

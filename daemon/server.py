@@ -96,7 +96,8 @@ class Server:
         log it opens (``DataDir.resume``)."""
         s = self.settings
         self.datadir = datadir
-        self.store = store = datadir.store
+        store = datadir.store
+        self._serve(store)
         self.faults = datadir.faults
         config.copy_to_storage(s, store, datadir)
         self.clock = Clock(*store.clock, on_change=self._clock_changed)
@@ -117,11 +118,17 @@ class Server:
         """A disk fault's recovery (daemon/faults.py) hands over the store
         rebuilt from disk, and later the new log once writing resumes."""
         if store is not None:
-            self.store = store
+            self._serve(store)
             self.alarm.attach(store)
         if wal is not None:
             self.committer.resumed(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
+
+    def _serve(self, store: Store) -> None:
+        """From now on ``store`` is the one served: the claimers' waits hold
+        it too (``Blocking.store``), since they look at it at every turn."""
+        self.store = store
+        self.blocking.store = store
 
     def spawn(self, coroutine) -> None:
         """Run a background task that stops with the server."""
