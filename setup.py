@@ -20,7 +20,7 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
               ("leaseq.daemon.dispatch", "daemon/dispatch.py"), ("leaseq.daemon.blocking", "daemon/blocking.py"),
               ("leaseq.daemon.waiter", "daemon/waiter.py"), ("leaseq.storage.indexes", "storage/indexes.py"),
               ("leaseq.storage.queue", "storage/queue.py"), ("leaseq.storage.store", "storage/store.py"),
-              ("leaseq.daemon.faults", "daemon/faults.py")]
+              ("leaseq.daemon.faults", "daemon/faults.py"), ("leaseq.commands.claims", "commands/claims.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
@@ -30,7 +30,7 @@ COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.d
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)
 
 
-CIMPORTED = ("daemon", "storage")   # the folders whose .pxd files compiled modules cimport, as leaseq.<folder>
+CIMPORTED = ("daemon", "storage", "commands")   # the folders whose .pxd files compiled modules cimport, as leaseq.<folder>
 
 
 def cimport_path(root: str = ".") -> str:

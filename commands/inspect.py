@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from leaseq.storage import queries
-from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING, Job
+from leaseq.storage.job import (
+    CANCELLED,
+    COMPLETED,
+    DEAD,
+    DELAYED,
+    IN_FLIGHT,
+    READY,
+    WAITING,
+    Job,
+)
 from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
 from .args import OptionReader, in_range, queue_name, to_int
-from .jobs import _optional_items
+from .claims import optional_items
 from .queues import get_or_create, lookup
 from .replies import Map
 
@@ -44,7 +53,7 @@ def inspect_reply(job: Job, store=None) -> Map:
         items.append((b"waiting_for", _parents(store, job)))
     if job.progress is not None:
         items.append((b"progress", job.progress))
-    return Map(items + _optional_items(job))
+    return Map(items + optional_items(job))
 
 
 def _parents(store, job: Job) -> list:

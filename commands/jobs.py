@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import random
 
 from leaseq.storage import flow, plain, queries
 from leaseq.storage.config import LEASE_MAX, LEASE_MIN
-from leaseq.storage.flavour import compiled_twin
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, READY, Job
 from leaseq.storage.queries import SCOPE_CODES
 from leaseq.storage.queue import Queue
@@ -15,8 +13,9 @@ from leaseq.storage.queue import Queue
 from . import errors
 from .acl import require_queue
 from .args import OptionReader, group_name, in_range, queue_name, remembered, to_int
+from .claims import ClaimWait, claim_now
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
-from .replies import OK, Ints, Map, Record, Shape
+from .replies import OK, Ints
 
 MAX_COUNT = 1000
 NACK_KEYWORDS = (b"DELAY", b"ERROR", b"DEAD")
@@ -251,117 +250,10 @@ def qpushmany(client, args):
 
 # -- claiming -----------------------------------------------------------------------
 
-_JOB_FIELDS = [(b"id", "int"), (b"payload", "bulk"), (b"lease", "bulk"), (b"deadline", "int"),
-               (b"deliveries", "int"), (b"priority", "int"), (b"enqueued_at", "int")]
-# the shape of a claimed job, by (has key, has last_error)
-JOB_SHAPES = {
-    (False, False): Shape(_JOB_FIELDS),
-    (True, False): Shape(_JOB_FIELDS + [(b"key", "bulk")]),
-    (False, True): Shape(_JOB_FIELDS + [(b"last_error", "bulk")]),
-    (True, True): Shape(_JOB_FIELDS + [(b"key", "bulk"), (b"last_error", "bulk")]),
-}
-PLAIN_JOB = JOB_SHAPES[False, False]
-
-
-def job_reply(job: Job):
-    """A claimed job: id, payload, lease (the token), deadline, deliveries,
-    priority, enqueued_at, then group, schedule and tick, key, last_error
-    and dead-letter provenance when the job has them."""
-    values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
-    extra = job.extra
-    if extra is None:                           # no key, error or provenance: the plain shape
-        return Record(PLAIN_JOB, values)
-    key, error = extra.key, extra.last_error
-    if extra.origin is not None or extra.group or extra.schedule is not None:
-        return Map(list(zip(PLAIN_JOB.keys, values)) + _optional_items(job))
-    if key is None and error is None:
-        return Record(PLAIN_JOB, values)
-    if key is not None:
-        values += (key,)
-    if error is not None:
-        values += (error,)
-    return Record(JOB_SHAPES[key is not None, error is not None], values)
-
-
-def job_replies(jobs: list[Job]) -> list:
-    """``job_reply`` of each claimed job (compiled: the plain ones made in C)."""
-    return [job_reply(j) for j in jobs]
-
-
-_twin = compiled_twin("leaseq.storage._job")
-if _twin is not None:
-    job_replies = functools.partial(_twin.job_replies, Record, PLAIN_JOB, job_reply)   # noqa: F811
-
-
-def _optional_items(job: Job) -> list:
-    items = []
-    if job.group:
-        items.append((b"group", job.group))
-    if job.schedule is not None:
-        items += [(b"schedule", job.schedule), (b"tick", job.tick)]
-    if job.key is not None:
-        items.append((b"key", job.key))
-    if job.last_error is not None:
-        items.append((b"last_error", job.last_error))
-    o = job.origin
-    if o is not None:
-        items += [(b"dead_letter_from", o.source), (b"dead_letter_src_id", o.src_id),
-                  (b"dead_letter_deliveries", o.deliveries), (b"dead_letter_reason", o.reason)]
-        if o.parent is not None:                 # (parent-failed: the parent whose death took it along)
-            items.append((b"dead_letter_parent", [o.parent[0], o.parent[1]]))
-    return items
-
-
 def _has_claimable(server, q) -> bool:
     now = server.now_ms()
     server.store.fold(q, now)
     return bool(flow.claimable(q, now, 1))
-
-
-def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None) -> list:
-    """Lease up to ``count`` jobs now (dead-lettering any that must not be
-    delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
-    now = server.now_ms()
-    jobs = plain.claim_next(server.store, q, now, count, now + lease_ms, consumer)
-    if not jobs:
-        return []
-    if holder is not None:
-        for job in jobs:
-            holder.hold(q, job)
-    return job_replies(jobs)
-
-
-class ClaimWait:
-    """A QCLAIM the daemon must park on its queue: one that found nothing and
-    may BLOCK, or one that found jobs on a queue with a WINDOW (``cohort``),
-    which waits for the window to close and then gets its share.  The daemon
-    calls ``take`` when jobs may be claimable and ``expired`` at its timeout.
-    ``timeout_ms`` None: not blocking (a cohort claim that gets nothing
-    answers an empty array)."""
-
-    __slots__ = ("server", "queue", "consumer", "count", "lease_ms", "timeout_ms", "holder", "cohort")
-
-    def __init__(self, server, queue: Queue, consumer: bytes, count: int, lease_ms: int, timeout_ms,
-                 holder=None, cohort: bool = False):
-        self.server = server
-        self.queue = queue
-        self.consumer = consumer
-        self.count = count
-        self.lease_ms = lease_ms
-        self.timeout_ms = timeout_ms
-        self.holder = holder
-        self.cohort = cohort
-
-    def take(self, limit: int) -> list:
-        """Claim up to ``min(limit, count)`` jobs; an empty list means none."""
-        return claim_now(self.server, self.queue, self.consumer, min(limit, self.count), self.lease_ms,
-                         self.holder)
-
-    def expired(self) -> list:
-        return []
-
-    def dropped(self):
-        return errors.queue_dropped(self.queue.name)
 
 
 @remembered

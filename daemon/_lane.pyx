@@ -51,7 +51,9 @@ from heapq import heappush
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from leaseq.commands import errors
-from leaseq.commands.jobs import MAX_CONSUMER, ClaimWait, _claim_options, claim_now, job_replies
+from leaseq.commands.claims import claim_now, job_replies
+from leaseq.commands.claims cimport ClaimWait
+from leaseq.commands.jobs import MAX_CONSUMER, _claim_options
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
@@ -204,7 +206,7 @@ cdef inline object _now(server):
     return get(SERVER, server, S_NOW_MS)()
 
 
-# commands.jobs.job_replies is the compiled one with its first three arguments given (a partial) in
+# commands.claims.job_replies is the compiled one with its first three arguments given (a partial) in
 # the compiled flavour: called here as C
 from leaseq.storage import _job as _job_module
 cdef tuple _REPLIES_OF = (job_replies.args if getattr(job_replies, "func", None) is _job_module.job_replies
@@ -316,7 +318,7 @@ cdef object _run(client, list args):
             else:
                 reply = _job_replies(jobs) if jobs else []
             if not reply and block is not None and not client.in_exec:
-                reply = _claim_wait(server, q, consumer, count, lease_ms, block)
+                reply = ClaimWait(server, q, consumer, count, lease_ms, block)
         else:
             now = _now(server)
             reply = None if plain is None else cplain.c_ack_tokens(store, q, args[2:], now)
@@ -334,26 +336,7 @@ cdef object _run(client, list args):
     return reply, _ticket_since(journal, mark)
 
 
-cdef Slots CLAIM_WAIT = Slots("leaseq.commands.jobs.ClaimWait",
-                              ("cohort", "holder", "count", "lease_ms", "consumer", "queue", "timeout_ms", "server"))
-cdef enum:
-    W_COHORT, W_HOLDER, W_COUNT, W_LEASE_MS, W_CONSUMER, W_QUEUE, W_TIMEOUT_MS, W_SERVER
 cdef object _CLAIM_OPTIONS_SEEN = _claim_options.seen
-
-
-cdef object _claim_wait(server, queue, consumer, count, lease_ms, timeout_ms):
-    """``ClaimWait(server, queue, consumer, count, lease_ms, timeout_ms)``
-    (holder None, not a cohort's), its slots set here (commands/jobs.py)."""
-    wait = ClaimWait.__new__(ClaimWait)
-    put(CLAIM_WAIT, wait, W_SERVER, server)
-    put(CLAIM_WAIT, wait, W_QUEUE, queue)
-    put(CLAIM_WAIT, wait, W_CONSUMER, consumer)
-    put(CLAIM_WAIT, wait, W_COUNT, count)
-    put(CLAIM_WAIT, wait, W_LEASE_MS, lease_ms)
-    put(CLAIM_WAIT, wait, W_TIMEOUT_MS, timeout_ms)
-    put(CLAIM_WAIT, wait, W_HOLDER, None)
-    put(CLAIM_WAIT, wait, W_COHORT, False)
-    return wait
 
 
 cdef Slots CONFIG = Slots("leaseq.storage.config.QueueConfig", ("maxlen", "window", "lease"))
@@ -375,6 +358,7 @@ def serve_plain(Blocking blocking, queue):
 cdef bint _serve_plain(Blocking blocking, queue) except -1:
     """``serve_plain``."""
     cdef Waiter w
+    cdef ClaimWait wait
     waiters = (<dict>blocking.by_queue).get(queue)
     if not waiters or queue in blocking.workers or queue in blocking.cohorts:
         return False
@@ -384,10 +368,11 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
     cdef Py_ssize_t i, n = len(<list>waiters), total = 0
     for w in <list>waiters:
         wait = w.wait
-        if (w.conn.closed or get(CLAIM_WAIT, wait, W_COHORT)
-                or get(CLAIM_WAIT, wait, W_HOLDER) is not None):
+        conn = w.conn
+        if ((<Connection>conn).closed if type(conn) is Connection else conn.closed) or wait.cohort \
+                or wait.holder is not None:
             return False
-        total += <Py_ssize_t>get(CLAIM_WAIT, wait, W_COUNT)
+        total += wait.count
     server = blocking.server
     cdef Store store = get(SERVER, server, S_STORE)
     journal = store.journal
@@ -398,17 +383,16 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
         if available is None:
             return False
         takers = list(<list>waiters)
-        shares = deal(available, [get(CLAIM_WAIT, w.wait, W_COUNT) for w in takers])
+        shares = deal(available, [(<ClaimWait>w.wait).count for w in takers])
     for i in range(n):
         w = (<list>takers)[i]
         wait = w.wait
-        share = get(CLAIM_WAIT, wait, W_COUNT) if shares is None else (<list>shares)[i]
+        share = wait.count if shares is None else (<list>shares)[i]
         if not share:
             continue
         mark = _mark(journal)
         now = _now(server)
-        jobs = cplain.c_claim_next(store, queue, now, share, now + get(CLAIM_WAIT, wait, W_LEASE_MS),
-                                   get(CLAIM_WAIT, wait, W_CONSUMER))
+        jobs = cplain.c_claim_next(store, queue, now, share, now + wait.lease_ms, wait.consumer)
         if jobs is None:
             if shares is None:
                 return False            # (at most a fold changed, which the ordinary serve repeats)
@@ -432,4 +416,4 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
     return [USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, JOURNAL, HISTOGRAM,
-            CLAIM_WAIT, CONFIG]
+            CONFIG]

@@ -5,6 +5,7 @@
 # ordinary classes).
 cimport cython
 
+from leaseq.commands.claims cimport ClaimWait
 from leaseq.daemon.timeouts cimport Timeouts
 from leaseq.daemon.waiter cimport Waiter
 from leaseq.storage.queue cimport Queue
@@ -12,15 +13,16 @@ from leaseq.storage.store cimport Store
 
 
 cdef class Blocking:
-    cdef public object server, loop, results
+    cdef public object server, loop, results, serve_plain
     cdef public dict by_queue, workers, timers, cohorts
     cdef public set woken
     cdef public Store store
     cdef public Timeouts timeouts
 
     @cython.locals(w=Waiter, queue=Queue)
-    cpdef park(self, object conn, object wait)
+    cpdef park(self, object conn, ClaimWait wait)
     cpdef cancel(self, object w)
+    @cython.locals(wait=ClaimWait)
     cpdef _unpark(self, Waiter w)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)

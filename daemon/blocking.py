@@ -67,8 +67,8 @@ def deal(available: int, counts: list[int]) -> list[int]:
 
 
 class Blocking:
-    __slots__ = ("server", "store", "loop", "by_queue", "workers", "timers", "cohorts", "woken", "results",
-                 "timeouts")
+    __slots__ = ("server", "store", "loop", "serve_plain", "by_queue", "workers", "timers", "cohorts", "woken",
+                 "results", "timeouts")
 
     def __init__(self, server, loop) -> None:
         self.server = server
@@ -81,6 +81,7 @@ class Blocking:
         self.woken: set = set()     # queues a worker's freed slot asks to serve
         self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
         self.timeouts = Timeouts(loop, self._timed_out)     # the waiters' BLOCKs
+        self.serve_plain = dispatch.serve_plain     # the compiled lane's serve (None: not built)
 
     def count(self, queue=None) -> int:
         if queue is not None:
@@ -113,7 +114,8 @@ class Blocking:
         if w.timer is not None:
             w.timer.cancel()
             w.timer = None
-        queue = w.wait.queue
+        wait = w.wait
+        queue = wait.queue
         waiters = self.by_queue.get(queue)
         if waiters and w in waiters:
             waiters.remove(w)
@@ -224,8 +226,7 @@ class Blocking:
             self.woken = set()
         for q in sorted(woken, key=BY_QID) if len(woken) > 1 else woken:
             if q in self.by_queue or q in self.workers:
-                serve_plain = dispatch.serve_plain     # (None: not built)
-                if serve_plain is None or not serve_plain(self, q):
+                if self.serve_plain is None or not self.serve_plain(self, q):
                     self.serve(q)
 
     def time_moved(self) -> None:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
+from time import monotonic
 from collections import deque
 
 from leaseq.commands import errors
-from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.claims import ClaimWait
 from leaseq.commands.results import ResultWait
 from leaseq.commands.replies import NO_REPLY
 
@@ -76,7 +76,7 @@ class Connection:
         self.multi_dirty = False
         self.in_exec = False
         self.last_command = "NULL"
-        self.created = self.last_active = time.monotonic()
+        self.created = self.last_active = monotonic()
         # processing state
         self.pending: deque = deque()
         self.outbox = Outbox()             # encoded replies, in order, each waiting for its record
@@ -106,7 +106,7 @@ class Connection:
         self.server.admission.register(self)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = monotonic()
         try:
             commands = self.parser.feed(data)
         except ProtocolError as e:

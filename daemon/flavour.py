@@ -9,6 +9,7 @@ loaded in either; this module only reckons what loaded."""
 
 from __future__ import annotations
 
+from leaseq.commands import claims
 from leaseq.storage import bands, indexes, logbuffer, queue, store
 from leaseq.storage.flavour import compiled_twin, is_compiled
 
@@ -16,7 +17,7 @@ from . import blocking, committer, connection, dispatch, faults, outbox, resp, t
 
 # compiled from their own .py (setup.py's ONE_SOURCE)
 ONE_SOURCE = (bands, logbuffer, indexes, queue, store, outbox, timeouts, connection, committer, dispatch, blocking,
-              waiter, faults)
+              waiter, faults, claims)
 DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
     "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
 COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED

@@ -14,7 +14,7 @@ A SESSION's leases are a ``Session``; a work stream is a ``Worker``, which
 
 from __future__ import annotations
 
-from leaseq.commands.jobs import claim_now
+from leaseq.commands.claims import claim_now
 from leaseq.commands.pubsub import job_message
 from leaseq.commands.replies import Push
 from leaseq.storage.job import IN_FLIGHT

@@ -34,7 +34,7 @@ cdef class _Index:
 cdef class TimeIndex(_Index):
     cdef readonly int64_t earliest
     cdef void _moved(self)
-    cdef object first_moment(self)
+    cpdef object first(self)
     cdef int add_ids(self, int64_t when, object jids) except -1
     cdef int remove_ids(self, int64_t when, object jids) except -1
 

@@ -384,12 +384,8 @@ cdef class TimeIndex(_Index):
             raise KeyError(f"not all of {len(jids)} ids were indexed at {when}")
         return 0
 
-    def first(self):
+    cpdef object first(self):
         """The earliest moment, or None when empty."""
-        return self.first_moment()
-
-    cdef object first_moment(self):
-        """``first`` (what daemon._lane calls)."""
         return self.earliest if self._keys.length else None
 
     def last(self, Py_ssize_t count):

@@ -355,7 +355,7 @@ cdef list c_jobs_for_tokens(object table, object tokens):
 
 
 def job_replies(record, plain, job_reply, jobs):
-    """``commands.jobs.job_replies``: the reply of each claimed job; a job
+    """``commands.claims.job_replies``: the reply of each claimed job; a job
     with no rare fields as ``record(plain, values)`` made here (``record`` is
     ``commands.replies.Record``: its two slots are set here, as its
     ``__init__`` sets them), the others by ``job_reply``."""

@@ -3,8 +3,12 @@
 # the indexes are and the table that places a job are written there; here
 # only what each field and method is in C.
 
+from leaseq.storage._index cimport TimeIndex as BuiltTimeIndex    # storage/index.py's, as built
+
+
 cdef class Indexes:
-    cdef public object ready, delayed, leases, dead, completed, waiting, cancelled, groups
+    cdef public object ready, dead, completed, waiting, cancelled, groups
+    cdef public BuiltTimeIndex delayed, leases      # (next_due calls their first as C)
     cdef dict _place
 
     cpdef object next_due(self)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import weakref
 
 from leaseq.commands.acl import Acl
-from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.commands.table import TABLE
 from leaseq.daemon import config

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.claims import ClaimWait
 from leaseq.daemon.blocking import Blocking, deal
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
@@ -193,6 +193,7 @@ class ServeSide:
             dispatch_module.serve_plain, plain_module.twin = _compiled_serve()
         else:
             dispatch_module.serve_plain, plain_module.twin = None, None
+        self.blocking.serve_plain = dispatch_module.serve_plain     # (a Blocking takes it when made)
         try:
             if args == "turn":
                 self.blocking.serve_woken()

@@ -14,7 +14,7 @@ import pytest
 from core import PARKED, T0, Client, Core, call, run
 
 from leaseq.commands.context import ClientContext, Holdings, ServerContext
-from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon import config

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_state import digest
 
-from leaseq.commands.jobs import ClaimWait
+from leaseq.commands.claims import ClaimWait
 from leaseq.daemon import dispatch
 from leaseq.daemon.holdings import Session
 from leaseq.daemon.dispatch import execute

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leaseq.commands import jobs as job_commands
+from leaseq.commands import claims as job_commands
 from leaseq.commands.replies import Record
 from leaseq.storage import job, jobtable, leasing
 from leaseq.storage.job import IN_FLIGHT, READY

@@ -1,0 +1,12 @@
+# The C type of ``ClaimWait`` in commands/claims.py, which Cython compiles
+# as it is (the compiled flavour: docs/performance.md, "One source, two
+# flavours"): the daemon's waits read a parked claim's fields as C.
+
+from leaseq.storage.queue cimport Queue
+
+
+cdef class ClaimWait:
+    cdef public object server, consumer, timeout_ms, holder
+    cdef public Queue queue
+    cdef public long long count, lease_ms
+    cdef public bint cohort
