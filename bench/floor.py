@@ -477,12 +477,19 @@ def run_queue(rate: int, seconds: float, reps: int, redis_binary: str, json_path
     return publish(result, report_queue, json_path)
 
 
+def times(figure: float, against: float | None) -> str:
+    """``figure / against`` to two places, or "-" when there is nothing
+    to divide by: no Redis figure, or a run too short for the server's CPU
+    time to have moved a clock tick (10 ms) at all."""
+    return f"{figure / against:.2f}" if against else "-"
+
+
 def report_queue(result: dict) -> None:
     res, s = result["results"], result["settings"]
     redis = res.get("redis", {}).get("server_cpu_us_per_job")
     rows = [[QUEUE_LABELS[kind], f"{res[kind]['jobs_per_s']:,.0f}", res[kind]["sustained"],
              f"{res[kind]['server_cpu_us_per_job']:.1f}",
-             f"{res[kind]['server_cpu_us_per_job'] / redis:.2f}" if redis else "-"]
+             times(res[kind]['server_cpu_us_per_job'], redis)]
             for kind in QUEUE_SERVERS if kind in res]
     print_grid(f"leaseq bench floor --queue: W3 at {s['rate']:,} single-job pushes/s (memory class), "
                f"{s['seconds']:g} s, median of {s['reps']} rep(s); server alone on CPU "
@@ -491,7 +498,7 @@ def report_queue(result: dict) -> None:
     for kind in ("minimal", "compiled"):
         if "leaseq" in res and kind in res:
             print(f"leaseq against the {QUEUE_LABELS[kind]}: "
-                  f"{res['leaseq']['server_cpu_us_per_job'] / res[kind]['server_cpu_us_per_job']:.2f}")
+                  f"{times(res['leaseq']['server_cpu_us_per_job'], res[kind]['server_cpu_us_per_job'])}")
     for note in result.get("notes", []):
         print(f"note: {note}")
 

@@ -74,7 +74,7 @@ def optional_items(job: Job) -> list:
         items += [(b"dead_letter_from", o.source), (b"dead_letter_src_id", o.src_id),
                   (b"dead_letter_deliveries", o.deliveries), (b"dead_letter_reason", o.reason)]
         if o.parent is not None:                 # (parent-failed: the parent whose death took it along)
-            items.append((b"dead_letter_parent", [o.parent[0], o.parent[1]]))
+            items.append((b"dead_letter_parent", list(o.parent)))
     return items
 
 

@@ -242,8 +242,9 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
     origin = job.origin
     if origin is not None:
         parent = origin.parent
-        code = REASON_CODES[origin.reason] if parent is not None or origin.reason != b"parent-failed" \
-            else PARENT_FAILED_AS_PARENT          # (a provenance from an older log: the parent's own)
+        # a parent-failed provenance without a parent came from an older log: it is the parent's own
+        code = PARENT_FAILED_AS_PARENT if parent is None and origin.reason == b"parent-failed" \
+            else REASON_CODES[origin.reason]
         parts.append(_SNAP_ORIGIN.pack(origin.src_id, origin.deliveries, code, len(origin.source)) + origin.source)
         if parent is not None:
             parts.append(_SNAP_PARENT.pack(parent[1], len(parent[0])) + parent[0])
@@ -309,7 +310,7 @@ def _snap_jobs(b: bytes, count: int, dead_in_state: bool):
                 source = b[off:off + slen]
                 off += slen
                 parent = None
-                if reason != PARENT_FAILED_AS_PARENT and REASONS[reason] == b"parent-failed":
+                if reason == REASON_CODES[b"parent-failed"]:          # (5: the parent follows)
                     parent_id, nlen = _SNAP_PARENT.unpack_from(b, off)
                     off += _SNAP_PARENT.size
                     parent = (b[off:off + nlen], parent_id)
