@@ -80,7 +80,8 @@ def serve(config_file, repair, **given) -> None:
 
     def open_datadir():
         return DataDir.open(settings.dir, int(time.time() * 1000), segment_size=settings.segment_size,
-                            lease_sync=settings.lease_durability == "fsync", repair=repair)
+                            lease_sync=settings.lease_durability == "fsync", repair=repair,
+                            boot=not settings.replicaof)      # a replica's epoch is its primary's
 
     try:
         uvloop.run(run_server(settings, open_datadir))

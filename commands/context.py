@@ -26,6 +26,17 @@ class Metrics(Protocol):
     def command(self, name: str, seconds: float) -> None: ...
 
 
+class Replication(Protocol):
+    """What the replication commands ask of the daemon (daemon/replication.py)."""
+
+    def follow(self, host: str, port: int) -> str: ...
+    def promote(self) -> str: ...
+    def is_peer(self, client) -> bool: ...
+    def role_reply(self) -> list: ...
+    def replconf(self, client, pairs: list) -> object: ...
+    def psync(self, client, replid: str, offset: int) -> object: ...
+
+
 class Settings(Protocol):
     """The settings handlers read (the daemon's frozen ``Settings``)."""
 
@@ -66,6 +77,8 @@ class ServerContext(Protocol):
     disk_error: OSError | None       # the log cannot be written: write commands get -MISCONF
     faults: Faults                   # DEBUG FAULT: errors the log pretends to get
     metrics: "Metrics"               # command(name, seconds): the duration histogram
+    read_only: bool                  # a replica: commands that write get -READONLY
+    replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
 
     @property
     def auth_required(self) -> bool: ...

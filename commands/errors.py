@@ -33,6 +33,8 @@ CODES = {
     "DENIED": "protected mode: no password is set, so only loopback clients are served",
     "NOJOB": "QRESULT of a job the queue does not know, whose result expired, or that was acked without one",
     "DEAD": "QRESULT of a job that died or was cancelled; the reason follows",
+    "READONLY": "a replica: commands that write, claim or stream jobs go to its primary",
+    "NOMASTERLINK": "PSYNC to a replica whose own link to its primary is down",
 }
 
 
@@ -69,6 +71,14 @@ NO_KEY_ARGUMENTS = err("The command has no key arguments")
 MAX_CLIENTS = err("max number of clients reached")
 BGSAVE_RUNNING = err("Background save already in progress")
 LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
+READONLY = Error("READONLY", "You can't write against a read only replica.")     # Redis's words, as clients match them
+NOMASTERLINK = Error("NOMASTERLINK", "Can't SYNC while not connected with my master")
+INVALID_PORT = err("Invalid master port")
+REPLICAOF_FROM_REPLICA = err("Command is not valid when client is a replica.")
+
+
+def unrecognized_replconf(option: bytes) -> Error:
+    return err(f"Unrecognized REPLCONF option: {option.decode(errors='replace')}")
 # the opening is Redis's, which clients and operators recognise; the advice names leaseq's settings
 DENIED = Error(
     "DENIED",

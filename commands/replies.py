@@ -123,6 +123,18 @@ class Frames:
         self.frames = frames
 
 
+class Raw:
+    """Bytes already in their wire form, written as they are: the
+    replication stream a primary sends a replica (its snapshot, then its
+    log's frames) goes through the connection's outbox like any reply, so
+    it keeps its place behind the replies before it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class _NullArray:
     __slots__ = ()
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, results, schedules, server
+from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, replication, results, schedules, server
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -437,6 +437,28 @@ _COMMANDS = [
     _c("shutdown", server.shutdown, -1, "admin loading no-multi", "server",
        "Stop gracefully: answer what was received, fsync, exit",
        (Arg("mode", optional=True),), reply="nothing: the connection closes"),
+    _c("replicaof", replication.replicaof, 3, "admin", "replication",
+       "Follow the primary at host port as its replica, or with NO ONE become a primary",
+       (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
+                                   Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
+                                                                Arg("one", "pure-token", token="ONE"))))),),
+       reply="+OK (+OK Already connected to specified master when it follows that one already)",
+       notes="A replica answers reads; commands that write, claim or stream jobs get -READONLY. "
+             "Promotion starts a new replication id and boot epoch (docs/replication.md)."),
+    _c("slaveof", replication.replicaof, 3, "admin", "replication", "REPLICAOF, by its older name (Sentinel sends it)",
+       (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
+                                   Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
+                                                                Arg("one", "pure-token", token="ONE"))))),),
+       reply="as REPLICAOF"),
+    _c("role", replication.role, 1, "fast loading", "replication", "This node's role in replication, as Redis's ROLE",
+       reply="primary: [master, offset, [[ip, port, offset], ...]]; replica: [slave, host, port, state, offset]"),
+    _c("replconf", replication.replconf, -1, "admin loading", "replication",
+       "What a replica tells its primary: listening-port, ip-address, capa, ack offset, getack",
+       (Arg("option", multiple=True), ), reply="+OK; nothing for ACK and GETACK"),
+    _c("psync", replication.psync, 3, "admin no-multi", "replication",
+       "A replica asks for the stream from an offset of a history (? -1: from the start)",
+       (Arg("replicationid"), Arg("offset", "integer")),
+       reply="+CONTINUE replid then the stream, or +FULLRESYNC replid offset, the snapshot, then the stream"),
 ]
 
 TABLE: dict[bytes, Command] = {c.name.encode(): c for c in _COMMANDS}
@@ -460,7 +482,7 @@ def command_docs(c: Command) -> Map:
 
 GROUPS = [("queue", "Queues"), ("job", "Jobs"), ("inspect", "Inspection and repair"),
           ("keyspace", "Keyspace (for Redis tools)"), ("connection", "Connection"),
-          ("transactions", "Transactions"), ("server", "Server")]
+          ("transactions", "Transactions"), ("server", "Server"), ("replication", "Replication")]
 
 
 def render_markdown() -> str:

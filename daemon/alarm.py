@@ -28,6 +28,9 @@ class Alarm:
         self.ring()
 
     def arm(self) -> None:
+        if self.server.store.following:      # schedules fire on the primary only; its FIRE records come here
+            self.cancel()
+            return
         first = self.server.store.timetable.first()
         if first == self.due and self.handle is not None:
             return
@@ -40,6 +43,8 @@ class Alarm:
 
     def ring(self) -> None:
         self.handle = self.due = None
+        if self.server.store.following:
+            return
         if self.server.store.timetable.fire_due(self.server.now_ms()):
             self.server.committer.touch()
         self.arm()

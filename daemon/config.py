@@ -78,6 +78,15 @@ class Settings:
     maxmemory: int = _s(0, "bytes", "when the process's resident memory exceeds this, QPUSH, QPUSHMANY and QCREATE get -OOM (0 = no limit)")
     enable_debug_command: bool = _s(False, "bool", "allow DEBUG (moves the daemon's clock; for tests only)",
                                     mutable=False)
+    replicaof: str = _s("", "str", "follow the primary at \"host port\" as its replica (empty: a primary); "
+                                   "REPLICAOF changes it at run time", mutable=False)
+    masteruser: str = _s("", "str", "the user a replica authenticates as with its primary (empty: default)")
+    masterauth: str = _s("", "str", "the password a replica authenticates with to its primary")
+    repl_backlog_size: int = _s(64 << 20, "bytes",
+                                "how much of the replication stream a primary keeps for replicas that reconnect")
+    replica_priority: int = _s(100, "int", "Sentinel promotes the replica with the lowest; 0: never")
+    replica_announce_ip: str = _s("", "str", "the address a replica tells its primary (and Sentinel) it is at")
+    replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)")
     # ``user`` lines of the config file, each as its words (name, rules...);
     # not a setting CONFIG GET shows, as in Redis
     users: tuple = field(default=())
@@ -179,7 +188,7 @@ def file_text(name: str, value) -> str:
     return f'"{text}"' if text == "" or " " in text else text
 
 
-_PORTS = ("port", "tls-port", "http-port")
+_PORTS = ("port", "tls-port", "http-port", "replica-announce-port")
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
 
@@ -303,8 +312,18 @@ def load(config_file: str | None = None, flags: dict | None = None, environ=os.e
     values.update(read_env(environ))
     values.update({k: v for k, v in (flags or {}).items() if v is not None})
     settings = Settings(**values)
+    if settings.replicaof:
+        primary_address(settings.replicaof)          # "host port", or the error naming the setting
     if settings.tls_port:
         # the certificate, key and CA must load before anything starts, as a bad value is refused
         from .tls import server_context
         server_context(settings)
     return settings
+
+
+def primary_address(text: str) -> tuple[str, int]:
+    """``replicaof``'s "host port" as (host, port); ConfigError when it is not."""
+    words = text.split()
+    if len(words) != 2 or not words[1].isdigit() or not 0 < int(words[1]) <= 65535:
+        raise ConfigError(f"'replicaof' must be \"host port\", not '{text}'")
+    return words[0], int(words[1])

@@ -60,6 +60,7 @@ class Info:
                 ("leaseq_mode", "standalone"),
                 ("os", os_line()),
                 ("process_id", os.getpid()),
+                ("run_id", server.replication.run_id),
                 ("tcp_port", listeners.port),
                 ("tls_port", listeners.tls_port),
                 ("bind", s.bind),
@@ -81,6 +82,7 @@ class Info:
                 ("jobs_live", sum(len(q.jobs) for q in queues)),
             ],
             "persistence": self._persistence(),
+            "replication": server.replication.info_fields(),
             "stats": [
                 ("total_connections_received", stats.connections),
                 ("total_commands_processed", stats.commands),

@@ -45,7 +45,7 @@ from functools import lru_cache
 from leaseq.daemon import clock
 from leaseq.storage import index, job, jobtable, plain
 from leaseq.storage.flavour import compiled_twin
-from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Record, Simple, Verbatim
+from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Raw, Record, Simple, Verbatim
 
 ASTERISK = 0x2A  # '*'
 _BYTES = {bytes}
@@ -451,6 +451,8 @@ def _encode(v, out: list, resp3: bool) -> None:
     elif t is Ints:
         out.append(b"*%d\r\n" % len(v))
         out.append(_int_lines(len(v)) % tuple(v))
+    elif t is Raw:
+        out.append(v.data)
     elif t is Frames:
         for frame in v.frames:
             _encode(frame, out, resp3)

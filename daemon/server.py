@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from leaseq.commands.acl import Acl
 from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
+from leaseq.storage.journal import Journal
+from leaseq.storage.recovery import Replayer
 from leaseq.storage.store import Store
-from leaseq.storage.wal import Faults
+from leaseq.storage.wal import Faults, MemoryLog
 
 from . import config
 from .admission import Admission, IdleReaper
@@ -32,6 +34,7 @@ from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
 from .metrics import Metrics
 from .process import MemoryGuard, every, keep_old_objects_out_of_collections, tune_collector
+from .replication import Replication
 from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -59,7 +62,8 @@ class Server:
 
     __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
                  "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
-                 "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots")
+                 "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
+                 "replication", "read_only")
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
@@ -89,6 +93,8 @@ class Server:
         self.alarm: Alarm | None = None
         self.committer: Committer | None = None
         self.snapshots: Snapshots | None = None
+        self.replication = Replication(self)     # as a primary and as a replica (daemon/replication.py)
+        self.read_only = False                   # a replica: commands that write get -READONLY
 
     def attach(self, datadir: DataDir) -> None:
         """Recovery is done: serve the recovered store from now on.  DEBUG
@@ -106,10 +112,12 @@ class Server:
             # a test froze time in this data directory; without DEBUG nobody could resume it
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
             self.clock.resume()
-        self.committer.resumed(datadir.wal)
+        self._write_to(datadir.wal)
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
         self.alarm.attach(store)
+        if s.replicaof:
+            self.replication.follow(*config.primary_address(s.replicaof))
         log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
             self.loop.call_soon(self._shutdown)
@@ -121,14 +129,63 @@ class Server:
             self._serve(store)
             self.alarm.attach(store)
         if wal is not None:
-            self.committer.resumed(wal)
+            self._write_to(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
+
+    def _write_to(self, wal) -> None:
+        """``wal`` is the log from now on; what it writes is the replication stream."""
+        wal.stream = self.replication.feed
+        self.committer.resumed(wal)
 
     def _serve(self, store: Store) -> None:
         """From now on ``store`` is the one served: the claimers' waits hold
-        it too (``Blocking.store``), since they look at it at every turn."""
+        it too (``Blocking.store``), since they look at it at every turn.  A
+        replica's store logs nothing and does not fold (``become_replica``)."""
         self.store = store
         self.blocking.store = store
+        if self.read_only:
+            store.journal = Journal()
+            store.following = True
+
+    # -- roles (daemon/replication.py decides; these change the parts) ----------------------------
+
+    def become_replica(self) -> None:
+        """Write nothing of its own from now on: commands that write get
+        -READONLY, the store applies only the primary's records, the
+        schedules wait, parked claims are answered (nothing to hand out)."""
+        self.read_only = True
+        self._serve(self.store)
+        self.alarm.cancel()
+        self.blocking.release_all()
+
+    def become_primary(self) -> None:
+        """REPLICAOF NO ONE: the store logs its own changes again, from a new
+        boot epoch (no token of this run can match one the old primary
+        handed out), and the schedules fire."""
+        self.read_only = False
+        store, datadir = self.store, self.datadir
+        store.following = False
+        store.journal = Journal(datadir.wal, datadir.lease_sync) if datadir.wal is not None else Journal()
+        store.boot(self.now_ms())
+        self.alarm.attach(store)
+        self.committer.touch()
+
+    def apply_frame(self, frame: bytes, rtype: int, body: bytes) -> None:
+        """A replica: one record of its primary's, applied as recovery
+        applies it and written to this node's log as it came."""
+        Replayer(self.store).apply(rtype, body)
+        self.committer.wal.append_frame(frame, True)
+
+    async def install_snapshot(self, path: str) -> None:
+        """A replica's full sync: the primary's snapshot, received into
+        ``path``, replaces this node's data (``DataDir.install``, in the
+        log's thread, after any fsync in flight there)."""
+        committer = self.committer
+        committer.resumed(MemoryLog())             # (the old log is closed in the thread)
+        await committer.thread.run(self.datadir.install, path, self.now_ms())
+        self._serve(self.datadir.store)
+        self._write_to(self.datadir.wal)
+        config.copy_to_storage(self.settings, self.store, self.datadir)
 
     def spawn(self, coroutine) -> None:
         """Run a background task that stops with the server."""
@@ -176,6 +233,7 @@ class Server:
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
+        self.replication.forget(conn)
         if self.committer is not None:
             self.committer.waiters.discard(conn)
 

@@ -65,6 +65,7 @@ class Snapshots:
         self.last_bytes = loaded.bytes if loaded else 0
         self._pipe = -1
         self._said = b""
+        self.covers = 0                # the last segment the running (or last) one covers
         self._compactor = ThreadPoolExecutor(1, thread_name_prefix="leaseq-compact")
 
     @property
@@ -120,6 +121,7 @@ class Snapshots:
             self._child(w, covers, now)
         os.close(w)
         self.child = pid
+        self.covers = covers
         self.started = time.monotonic()
         self._pipe = r
         self._said = b""
@@ -175,12 +177,14 @@ class Snapshots:
             _ok, size, jobs = said.split()
             datadir = self.server.datadir
             datadir.snapshot_written()
+            self.server.replication.snapshot_done(self.covers)   # replicas that waited for its cut
             self.compacting = True
             done = self.loop.run_in_executor(self._compactor, datadir.compact)
             done.add_done_callback(lambda f: self._compacted(f, jobs, size))
             return
         self.last_status = "err"
         log.error("snapshot failed (child exit %d): %s", code, said or "no report")
+        self.server.replication.snapshot_done(None)
         self._next()
 
     def _compacted(self, done, jobs: str, size: str) -> None:
@@ -205,6 +209,7 @@ class Snapshots:
         if self.scheduled and not self.server.stopping:
             self.scheduled = False
             self.start("BGSAVE SCHEDULE")
+        self.server.replication.full_syncs_wanted()      # replicas that came while this one ran
 
     def stop(self) -> None:
         """Shutdown: a running compaction is let finish; a running child is

@@ -62,15 +62,15 @@ class DataDir:
 
     @classmethod
     def open(cls, directory: str, now: int, segment_size: int = 64 << 20, lease_sync: bool = False,
-             repair: bool = False) -> "DataDir":
+             repair: bool = False, boot: bool = True) -> "DataDir":
         """Lock ``directory`` (created if missing), recover from its snapshot
-        and log, and start a new segment."""
+        and log, and start a new segment (``boot``: see ``resume``)."""
         os.makedirs(directory, exist_ok=True)
         lock_fd = lock_directory(directory)
         d = cls(directory, lock_fd, segment_size, lease_sync)
         try:
             d.recover(repair)
-            d.resume(now)
+            d.resume(now, boot)
         except BaseException:
             d.wal = None
             d.release_lock()
@@ -111,17 +111,20 @@ class DataDir:
                  report.bytes, report.truncated_bytes,
                  f", skipped {len(report.skipped)} corrupt ranges" if report.skipped else "", seconds)
 
-    def resume(self, now: int) -> None:
+    def resume(self, now: int, boot: bool = True) -> None:
         """Start writing: a new segment whose first record, the run's BOOT, is
         fsynced before this returns.  Raises OSError (and leaves nothing
-        behind) when the disk does not take it."""
+        behind) when the disk does not take it.  Without ``boot`` (a
+        replica: it writes only its primary's records, and the epoch is the
+        primary's) the store's journal stays off and the segment starts empty."""
         numbers = [n for n, _p in list_segments(self.directory)]
         first = max(numbers + [self.loaded.covers if self.loaded else 0]) + 1
         wal = WriteAheadLog(self.directory, self.segment_size, first)
         wal.faults = self.faults
         try:
-            self.store.journal = Journal(wal, self.lease_sync)
-            self.store.boot(now)
+            if boot:
+                self.store.journal = Journal(wal, self.lease_sync)
+                self.store.boot(now)
             wal.flush_and_sync()
         except OSError:
             self.store.journal = Journal()
@@ -130,6 +133,29 @@ class DataDir:
         self.wal = wal
         self._since_mark = 0
         log.info("writing to %s; boot epoch %d", segment_name(first), self.store.epoch)
+
+    def install(self, path: str, now: int) -> None:
+        """A replica's full sync: ``path``, a temporary file in this
+        directory, is its primary's snapshot.  It replaces what the directory
+        held (the log is closed, every segment and snapshot removed), the
+        store is loaded from it, and a new segment follows it, without a
+        BOOT (``resume``).  A snapshot that does not read changes nothing
+        (``snapshot.CorruptSnapshot``).  A crash part way leaves either the
+        old files or fewer: the next start recovers what is there, and the
+        replica syncs again."""
+        store, info = snapshot.load(path)
+        if self.wal is not None:
+            self.wal.close()
+            self.wal = None
+        for _number, old in list_segments(self.directory) + snapshot.list_snapshots(self.directory):
+            os.unlink(old)
+        final = os.path.join(self.directory, snapshot.snapshot_name(info.covers))
+        os.replace(path, final)
+        fsync_directory(self.directory)
+        self.store, self.report = store, RecoveryReport()
+        self.loaded = snapshot.SnapshotInfo(final, info.covers, info.ts, info.queues, info.jobs, info.bytes)
+        self._since_base = self._since_mark = 0
+        self.resume(now, boot=False)
 
     def cut_back(self, fsync_failed: bool) -> list[str]:
         """A write or fsync failed: stop writing and cut the log back to what

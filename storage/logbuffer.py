@@ -38,7 +38,8 @@ class LogBuffer:
     where they are (see the module docstring).  Subclasses write the bytes."""
 
     __slots__ = ("buffer", "_appended", "_last_sync_record", "_sync_gen", "_claim_sync_gen", "_blind_gen",
-                 "_blind_until", "_written", "_covered", "_durable", "bytes_written", "last_fsync_ms")
+                 "_blind_until", "_written", "_covered", "_durable", "bytes_written", "last_fsync_ms", "stream",
+                 "durable_bytes", "_ends")
 
     def __init__(self) -> None:
         self.buffer: list[bytes] = []      # framed records appended, not yet written (read only outside)
@@ -53,6 +54,9 @@ class LogBuffer:
         self._durable = 0          # generations known to be on disk
         self.bytes_written = 0
         self.last_fsync_ms = 0     # how long the last fsync took
+        self.stream = None         # called with the bytes of each write (the replication stream), or None
+        self.durable_bytes = 0     # of bytes_written, how many an fsync has made durable
+        self._ends: list = []      # (generation, bytes_written after it) of the generations not yet durable
 
     # loop thread ------------------------------------------------------------------
 
@@ -60,7 +64,12 @@ class LogBuffer:
         """``blind_until``: no claim can take or skip anything because of this
         record before that moment (an ack of jobs under live leases on a
         queue whose claims an ack cannot free, ``Store.ack``); 0: any claim may."""
-        self.buffer.append(frame(rtype, body))
+        self.append_frame(frame(rtype, body), sync, blind_until)
+
+    def append_frame(self, data: bytes, sync: bool, blind_until: int = 0) -> None:
+        """``append`` of a record already framed (a replica writes the frames
+        its primary sent as they came)."""
+        self.buffer.append(data)
         self._appended += 1
         if sync:
             self._last_sync_record = self._appended
@@ -146,6 +155,9 @@ class LogBuffer:
         self._write(data)
         self.bytes_written += len(data)
         self._written += 1
+        self._ends.append((self._written, self.bytes_written))
+        if self.stream is not None:
+            self.stream(data)
         return self._written
 
     def start_sync(self) -> int:
@@ -158,6 +170,9 @@ class LogBuffer:
         """The fsync started for ``generation`` has returned."""
         self._durable = max(self._durable, generation)
         self.last_fsync_ms = duration_ms
+        ends = self._ends
+        while ends and ends[0][0] <= generation:
+            self.durable_bytes = ends.pop(0)[1]
 
     def flush_and_sync(self) -> None:
         """Write and fsync everything now, on this thread (start-up, shutdown)."""

@@ -8,5 +8,6 @@ cdef class Store:
     cdef public dict queues, by_qid, dropped_marks
     cdef public object next_qid, epoch, lease_seq, journal, default_config, clock, timetable, deps, deaths, endings
     cdef public set woken
+    cdef public bint following
 
     cpdef set take_woken(self)

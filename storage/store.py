@@ -39,7 +39,7 @@ ID_BLOCK = 1 << 16
 class Store:
     # (__weakref__: the unit tests keep their stand-ins' state in weak dictionaries keyed by store)
     __slots__ = ("__weakref__", "queues", "by_qid", "next_qid", "dropped_marks", "epoch", "lease_seq", "journal",
-                 "default_config", "clock", "woken", "timetable", "deps", "deaths", "endings")
+                 "default_config", "clock", "woken", "timetable", "deps", "deaths", "endings", "following")
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.queues: dict[bytes, Queue] = {}
@@ -56,6 +56,7 @@ class Store:
         self.deps = Deps(self)                  # which jobs wait for which (storage/deps.py)
         self.deaths = Deaths(self)              # dead letters and the ways back (storage/deaths.py)
         self.endings = EndWatch()               # jobs whose end someone waits for (storage/results.py)
+        self.following = False                  # a replica's: it changes only as its primary's records say
 
     # -- the boundaries of a run ------------------------------------------------------
 
@@ -246,7 +247,11 @@ class Store:
 
     def fold(self, q: Queue, now: int) -> None:
         """Lazy expiry (``Queue.fold``); the leases found run out are logged
-        (EXPIRE: written, never waited for)."""
+        (EXPIRE: written, never waited for).  A replica's store does not
+        fold: its primary's records say what ran out, and when (as the log
+        does to recovery)."""
+        if self.following:
+            return
         expired = q.fold(now)
         if expired:
             self.journal.note_record(q, records.EXPIRE, records.expire(q.qid, now, expired))

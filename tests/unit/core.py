@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 
 from leaseq.commands.acl import Acl
+from leaseq.daemon.replication import Replication
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.commands.table import TABLE
@@ -53,6 +54,8 @@ class Core:
         self.oom = False
         self.loading = False
         self.disk_error = None
+        self.read_only = False
+        self.replication = Replication(self)       # a primary with no replicas (ROLE, INFO)
         self.faults = Faults()
         self.metrics = Metrics(self)
         self.dropped: list = []

@@ -1,0 +1,320 @@
+"""Replication, as a primary and as a replica (docs/replication.md).
+
+The replication stream is the log: the bytes of the frames a primary writes,
+in the order it writes them, each write handed to ``feed`` as it leaves
+for the disk (``LogBuffer.stream``).  Its *offset* counts those bytes; the
+same record sits at the same offset on every node that holds it, so two
+replicas of one primary compare by offset (Sentinel promotes the one that
+has more).  A *replication id* names one history: the primary's
+``replid``; after a promotion the old one stays as ``replid2``, valid up to
+``second_offset``, so the replicas that followed the old primary continue
+from where they are (PSYNC2, as Redis).
+
+As a primary: a replica connects like a client, says where it listens
+(``REPLCONF``), and asks ``PSYNC replid offset``.  When ``replid`` is this
+history and the *backlog* (the last ``repl-backlog-size`` bytes of the
+stream, in memory) still holds ``offset``, the primary answers ``+CONTINUE``
+and the bytes from there on (a partial sync); else ``+FULLRESYNC replid
+offset``: it takes a snapshot (the fork that BGSAVE uses) whose cut is at
+that offset, sends it as one bulk string, then the stream written since
+the cut.  Each ``Peer`` is a replica as its primary sees it.
+
+As a replica (``follow``): the link to the primary is
+``daemon/replicalink.py``; the store applies only the primary's records,
+through the recovery's ``Replayer``, and writes the same frames to its own
+log.  Commands that write are refused with -READONLY (``dispatch``); the
+store does not fold (its primary's records say what ran out, and when) and
+the schedules do not fire (``daemon/alarm.py``).  ``promote`` (REPLICAOF
+NO ONE) makes it a primary: a new replication id, the old kept as
+``replid2``, and a new boot epoch, so that tokens it hands out never match
+one the old primary handed out after the last record this node has.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from leaseq.commands import errors
+from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
+from leaseq.storage import snapshot
+
+log = logging.getLogger(__name__)
+
+NO_ID = "0" * 40
+
+
+def new_id() -> str:
+    """A replication id or a run id: 40 hex characters, as Redis's."""
+    return os.urandom(20).hex()
+
+
+class Peer:
+    """A replica of this primary: its connection, where it says it listens,
+    how far it has the stream (``ack_offset``, its last REPLCONF ACK: on its
+    disk), and what it is being sent: ``wait_bgsave`` (its full sync waits
+    for a snapshot's cut), ``send_bulk`` (the snapshot is on its way;
+    ``held``: the stream written since the cut, sent after it) or
+    ``online`` (the stream as it is written)."""
+
+    __slots__ = ("conn", "ip", "port", "state", "ack_offset", "ack_time", "cut", "held")
+
+    def __init__(self, conn, ip: str, port: int) -> None:
+        self.conn = conn
+        self.ip = ip
+        self.port = port
+        self.state = "wait_bgsave"
+        self.ack_offset = 0
+        self.ack_time = time.monotonic()
+        self.cut = -1
+        self.held: list | None = None
+
+    def send(self, data: bytes) -> None:
+        self.conn.answer(Raw(data))
+        self.conn.flush()
+
+
+class Replication:
+    def __init__(self, server) -> None:
+        self.server = server
+        self.run_id = new_id()           # INFO's run_id: new at every start (Sentinel tells restarts by it)
+        self.replid = new_id()
+        self.replid2 = NO_ID
+        self.second_offset = -1
+        self.offset = 0                  # bytes of the stream this node holds (written to its log)
+        self.backlog = bytearray()       # the stream's last bytes, up to repl-backlog-size
+        self.peers: list[Peer] = []
+        self.announced: dict[int, list] = {}    # connection id -> [ip, port] from REPLCONF, until PSYNC
+        self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
+        self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
+        self.down_since = time.monotonic()
+
+    # -- the stream -------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """The log wrote ``data`` (``LogBuffer.stream``): count it, keep it in
+        the backlog and send it to the replicas."""
+        self.offset += len(data)
+        backlog = self.backlog
+        backlog += data
+        excess = len(backlog) - self.server.settings.repl_backlog_size
+        if excess > 0:
+            del backlog[:excess]
+        for peer in self.peers:
+            if peer.state == "online":
+                peer.send(data)
+            elif peer.held is not None:
+                peer.held.append(data)
+
+    def durable_offset(self) -> int:
+        """How much of the stream is on this node's disk (what a replica
+        acknowledges): the offset less what the log wrote and has not yet
+        fsynced."""
+        wal = self.server.committer.wal
+        return self.offset - (wal.bytes_written - wal.durable_bytes)
+
+    @property
+    def following(self) -> bool:
+        return self.master is not None
+
+    # -- a primary's side --------------------------------------------------------------------------
+
+    def replconf(self, conn, pairs: list[tuple[bytes, bytes]]):
+        """REPLCONF: what a replica says of itself, and its ACKs (no reply)."""
+        for option, value in pairs:
+            if option == b"ack":
+                peer = self._peer_of(conn)
+                if peer is not None:
+                    peer.ack_offset = max(peer.ack_offset, int(value))
+                    peer.ack_time = time.monotonic()
+                return NO_REPLY
+            if option == b"getack":
+                if self.link is not None and conn is self.link:
+                    self.link.ack()
+                return NO_REPLY
+            said = self.announced.setdefault(conn.id, [conn.addr.rsplit(":", 1)[0], 0])
+            if option == b"listening-port":
+                said[1] = int(value)
+            elif option == b"ip-address":
+                said[0] = value.decode(errors="replace")
+        return OK
+
+    def psync(self, conn, replid: str, offset: int):
+        """PSYNC: continue from ``offset`` (the first byte the replica lacks,
+        counted from 1 as Redis does) or start a full sync."""
+        if self.following and (self.link is None or not self.link.up):
+            return errors.NOMASTERLINK
+        ip, port = self.announced.pop(conn.id, [conn.addr.rsplit(":", 1)[0], 0])
+        self.forget(conn)
+        peer = Peer(conn, ip, port)
+        self.peers.append(peer)
+        want = offset - 1
+        first = self.offset - len(self.backlog)
+        if ((replid == self.replid or (replid == self.replid2 and offset <= self.second_offset))
+                and first <= want <= self.offset and offset > 0):
+            peer.state = "online"
+            peer.ack_offset = want
+            log.info("replica %s:%d continues from offset %d (partial sync, %d bytes)", ip, port, want,
+                     self.offset - want)
+            conn.answer(Simple(f"CONTINUE {self.replid}"))
+            if want < self.offset:
+                conn.answer(Raw(bytes(self.backlog[want - first:])))
+            return NO_REPLY
+        log.info("replica %s:%d asks PSYNC %s %d: full sync", ip, port, replid, offset)
+        self.full_syncs_wanted()
+        return NO_REPLY
+
+    def full_syncs_wanted(self) -> None:
+        """Replicas wait for a snapshot's cut: take one now unless one is
+        being written (the peers wait for the next, ``snapshot_done``)."""
+        snapshots = self.server.snapshots
+        if snapshots.in_progress:
+            return
+        waiting = [p for p in self.peers if p.state == "wait_bgsave" and p.held is None]
+        if not waiting:
+            return
+        if not snapshots.start("a replica's full sync"):
+            for peer in waiting:
+                self._drop(peer, "cannot take a snapshot for its full sync")
+            return
+        for peer in waiting:           # the snapshot's cut is the stream as written up to now
+            peer.cut = self.offset
+            peer.held = []
+            peer.conn.answer(Simple(f"FULLRESYNC {self.replid} {self.offset}"))
+            peer.conn.flush()
+
+    def snapshot_done(self, covers: int | None) -> None:
+        """The snapshot written (``covers``: the segments it covers) or failed
+        (None): send it to the replicas that waited for its cut, then what
+        was written since.  Those that came later wait for the next, which
+        ``full_syncs_wanted`` starts once this one is done with."""
+        waiting = [p for p in self.peers if p.state == "wait_bgsave" and p.held is not None]
+        if waiting:
+            if covers is None:
+                for peer in waiting:
+                    self._drop(peer, "its snapshot failed")
+            else:
+                path = os.path.join(self.server.datadir.directory, snapshot.snapshot_name(covers))
+                with open(path, "rb") as f:
+                    data = f.read()
+                for peer in waiting:
+                    peer.state = "online"
+                    peer.send(b"$%d\r\n" % len(data) + data + b"".join(peer.held))
+                    peer.held = None
+                    log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip,
+                             peer.port, len(data), peer.cut)
+
+    def _drop(self, peer: Peer, why: str) -> None:
+        log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)
+        self.forget(peer.conn)
+        peer.conn.kill()
+
+    def _peer_of(self, conn) -> Peer | None:
+        for peer in self.peers:
+            if peer.conn is conn:
+                return peer
+        return None
+
+    def is_peer(self, conn) -> bool:
+        return self._peer_of(conn) is not None
+
+    def forget(self, conn) -> None:
+        """A connection closed (or asked again): it is no replica any more."""
+        self.announced.pop(conn.id, None)
+        self.peers = [p for p in self.peers if p.conn is not conn]
+
+    # -- roles -------------------------------------------------------------------------------------
+
+    def follow(self, host: str, port: int) -> str:
+        """REPLICAOF host port: follow that primary from now on."""
+        if self.master == (host, port):
+            return "OK Already connected to specified master"
+        from .replicalink import ReplicaLink
+        server = self.server
+        was_primary = self.master is None
+        self.stop_link()
+        self.master = (host, port)
+        self.down_since = time.monotonic()
+        for peer in list(self.peers):       # sub-replicas start again from this node's new history
+            self._drop(peer, "this node now follows another")
+        server.become_replica()
+        self.link = ReplicaLink(server, host, port)
+        self.link.start()
+        log.info("%s: following %s:%d", "primary turned replica" if was_primary else "replica", host, port)
+        return "OK"
+
+    def promote(self) -> str:
+        """REPLICAOF NO ONE: a primary from now on."""
+        if self.master is None:
+            return "OK"
+        self.stop_link()
+        self.master = None
+        self.replid2, self.second_offset = self.replid, self.offset + 1
+        self.replid = new_id()
+        for peer in list(self.peers):
+            self._drop(peer, "its primary was promoted: it continues with PSYNC")
+        self.server.become_primary()
+        log.info("promoted to primary: replication id %s, %s kept up to offset %d", self.replid, self.replid2,
+                 self.second_offset)
+        return "OK"
+
+    def stop_link(self) -> None:
+        if self.link is not None:
+            self.link.stop()
+            self.link = None
+
+    def synced_from(self, replid: str, offset: int) -> None:
+        """A full sync installed the primary's snapshot at ``offset`` of
+        history ``replid``: this node's stream continues from there."""
+        self.replid, self.offset = replid, offset
+        self.replid2, self.second_offset = NO_ID, -1
+        self.backlog = bytearray()
+
+    def continued(self, replid: str) -> None:
+        """+CONTINUE with the primary's id: a new one (it was promoted since)
+        keeps ours as the second, as Redis's PSYNC2."""
+        if replid and replid != self.replid:
+            self.replid2, self.second_offset = self.replid, self.offset + 1
+            self.replid = replid
+
+    # -- what INFO, ROLE and the status page show --------------------------------------------------
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        settings = self.server.settings
+        now = time.monotonic()
+        fields: list[tuple[str, object]]
+        if self.master is None:
+            fields = [("role", "master")]
+        else:
+            link = self.link
+            up = link is not None and link.up
+            fields = [("role", "slave"), ("master_host", self.master[0]), ("master_port", self.master[1]),
+                      ("master_link_status", "up" if up else "down"),
+                      ("master_last_io_seconds_ago", int(now - link.last_io) if link and link.last_io else -1),
+                      ("master_sync_in_progress", int(link is not None and link.syncing)),
+                      ("slave_read_repl_offset", self.offset), ("slave_repl_offset", self.offset),
+                      ("slave_priority", settings.replica_priority), ("slave_read_only", 1),
+                      ("replica_announced", 1)]
+            if not up:
+                fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
+        fields.append(("connected_slaves", len(self.peers)))
+        for i, p in enumerate(self.peers):
+            fields.append((f"slave{i}", f"ip={p.ip},port={p.port},state={p.state},offset={p.ack_offset},"
+                                        f"lag={int(now - p.ack_time)}"))
+        first = self.offset - len(self.backlog)
+        fields += [("master_replid", self.replid), ("master_replid2", self.replid2),
+                   ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),
+                   ("repl_backlog_active", 1), ("repl_backlog_size", settings.repl_backlog_size),
+                   ("repl_backlog_first_byte_offset", first + 1), ("repl_backlog_histlen", len(self.backlog))]
+        return fields
+
+    def role_reply(self) -> list:
+        if self.master is None:
+            return [b"master", self.offset,
+                    [[p.ip.encode(), str(p.port).encode(), str(p.ack_offset).encode()]
+                     for p in self.peers if p.state == "online"]]
+        link = self.link
+        return [b"slave", self.master[0].encode(), self.master[1],
+                (link.state if link is not None else "connect").encode(),
+                self.offset if link is not None and link.up else -1]

@@ -1,0 +1,195 @@
+"""Replication between real daemons (docs/replication.md): a replica that
+follows a primary holds the same jobs, ids, tokens and deliveries; refuses
+writes with Redis's -READONLY; survives kill -9; a promoted replica takes
+the old primary's tokens; a former primary told to follow continues with a
+partial sync; INFO replication and ROLE as Redis writes them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import redis
+from harness import LEASEQ, Daemon, as_map, claim_one, error_text, wait_for
+
+READONLY = "You can't write against a read only replica."    # (redis-py takes the READONLY code off)
+
+
+def refused_as_readonly(c, *args) -> bool:
+    with pytest.raises(redis.exceptions.ReadOnlyError) as e:
+        c.execute_command(*args)
+    return str(e.value) == READONLY
+
+
+def start_pair(tmp_path, *args: str) -> tuple[Daemon, Daemon]:
+    primary = Daemon(tmp_path / "primary", *args).start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}", *args).start()
+    wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
+    return primary, replica
+
+
+def linked(replica: Daemon) -> bool:
+    return replica.client().info("replication").get("master_link_status") == "up"
+
+
+def caught_up(primary: Daemon, replica: Daemon) -> None:
+    """Wait until the replica holds everything the primary wrote."""
+    p, r = primary.client(), replica.client()
+    wait_for(lambda: r.info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"],
+             timeout=20, what="the replica to catch up")
+
+
+def jobs_of(c, q: str, ids) -> list:
+    """What QGET shows of each job: the same on every node holding it."""
+    out = []
+    for jid in ids:
+        reply = c.execute_command("QGET", q, jid)
+        job = as_map(reply) if reply is not None else {}        # (an acked job is not kept)
+        out.append({k: job[k] for k in (b"id", b"state", b"payload", b"deliveries", b"priority") if k in job})
+    return out
+
+
+@pytest.fixture
+def pair(tmp_path):
+    primary, replica = start_pair(tmp_path)
+    yield primary, replica
+    replica.kill()
+    primary.kill()
+
+
+def test_a_replica_holds_what_its_primary_wrote(pair):
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    ids = [p.execute_command("QPUSH", "rq", f"job {i}") for i in range(20)]
+    p.execute_command("QPUSHMANY", "rq", 3, "a", "b", "c")
+    claimed = [claim_one(p, "rq", "w1") for _ in range(5)]
+    assert p.execute_command("QACK", "rq", claimed[0][b"lease"]) == 1
+    p.execute_command("QNACK", "rq", claimed[1][b"lease"], "ERROR", "boom")
+    caught_up(primary, replica)
+    assert r.execute_command("QLEN", "rq") == p.execute_command("QLEN", "rq") == 20 + 3 - 5    # (the nacked job waits)
+    assert jobs_of(r, "rq", ids) == jobs_of(p, "rq", ids)
+    info = r.info("replication")
+    assert info["role"] == "slave" and info["master_port"] == primary.port and info["slave_read_only"] == 1
+    assert info["master_replid"] == p.info("replication")["master_replid"]
+
+
+def test_a_replica_refuses_writes_claims_and_streams_with_readonly(pair):
+    primary, replica = pair
+    primary.client().execute_command("QPUSH", "ro", "x")
+    caught_up(primary, replica)
+    r = replica.client()
+    for args in (("QPUSH", "ro", "y"), ("QCLAIM", "ro", "w"), ("QCLAIM", "ro", "w", "BLOCK", "100"),
+                 ("QACK", "ro", "1.1.1"), ("QCREATE", "other"), ("QWORK", "ro", "w", "1")):
+        assert refused_as_readonly(r, *args), args
+    assert r.execute_command("QLEN", "ro") == 1                  # reads are answered
+    pipe = r.pipeline(transaction=True)                          # inside MULTI: refused, the EXEC aborts
+    pipe.execute_command("QPUSH", "ro", "z")
+    with pytest.raises(redis.exceptions.ResponseError):
+        pipe.execute()
+
+
+def test_info_replication_and_role_as_redis_writes_them(pair):
+    primary, replica = pair
+    primary.client().execute_command("QPUSH", "info", "x")
+    caught_up(primary, replica)
+    p, r = primary.client(), replica.client()
+    wait_for(lambda: p.info("replication")["slave0"]["offset"] == p.info("replication")["master_repl_offset"],
+             timeout=10, what="the replica's ACK")             # (REPLCONF ACK once a second)
+    info = p.info("replication")
+    assert info["role"] == "master" and info["connected_slaves"] == 1
+    assert info["slave0"]["ip"] == "127.0.0.1" and info["slave0"]["port"] == replica.port
+    assert info["slave0"]["state"] == "online"
+    assert len(info["master_replid"]) == 40 and info["master_replid2"] == 0     # (40 zeros, read as a number)
+    assert info["second_repl_offset"] == -1 and info["master_repl_offset"] > 0
+    offset = info["master_repl_offset"]
+    assert p.execute_command("ROLE") == [b"master", offset, [[b"127.0.0.1", str(replica.port).encode(),
+                                                                str(offset).encode()]]]
+    assert r.execute_command("ROLE") == [b"slave", b"127.0.0.1", primary.port, b"connected", offset]
+    assert len(p.info("server")["run_id"]) == 40 and p.info("server")["run_id"] != r.info("server")["run_id"]
+
+
+def test_a_killed_replica_restarts_and_catches_up(pair):
+    primary, replica = pair
+    p = primary.client()
+    ids = [p.execute_command("QPUSH", "k9", f"{i}") for i in range(50)]
+    caught_up(primary, replica)
+    replica.kill()
+    ids += [p.execute_command("QPUSH", "k9", f"more {i}") for i in range(50)]
+    claim_one(p, "k9", "w")
+    replica.restart()
+    wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
+    caught_up(primary, replica)
+    assert jobs_of(replica.client(), "k9", ids) == jobs_of(p, "k9", ids)
+    assert "full sync done" in replica.log()
+
+
+def test_a_full_sync_carries_many_segments_and_the_stream_after_it(tmp_path):
+    primary = Daemon(tmp_path / "primary", "--segment-size", "65536").start()
+    replica = None
+    try:
+        p = primary.client()
+        for i in range(20):
+            p.execute_command("QPUSHMANY", "big", 100, *[f"payload {i}-{k}" * 5 for k in range(100)])
+        replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
+        p.execute_command("QPUSH", "big", "during")
+        wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
+        p.execute_command("QPUSH", "big", "after")
+        caught_up(primary, replica)
+        assert replica.client().execute_command("QLEN", "big") == 2002
+        assert replica.client().execute_command("QPEEK", "big", "COUNT", 2) == p.execute_command("QPEEK", "big", "COUNT", 2)
+    finally:
+        if replica is not None:
+            replica.kill()
+        primary.kill()
+
+
+def test_promotion_takes_the_old_primarys_tokens_and_starts_a_new_history(pair):
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    p.execute_command("QPUSH", "pr", "a")
+    p.execute_command("QPUSH", "pr", "b")
+    held = claim_one(p, "pr", "w1", "LEASE", "60000")
+    caught_up(primary, replica)
+    before = r.info("replication")
+    assert r.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    after = r.info("replication")
+    assert after["role"] == "master" and after["master_replid2"] == before["master_replid"]
+    assert after["second_repl_offset"] == before["slave_repl_offset"] + 1
+    assert after["master_replid"] != before["master_replid"]
+    assert r.execute_command("QACK", "pr", held[b"lease"]) == 1          # the old primary's token works here
+    assert r.execute_command("QPUSH", "pr", "c") > held[b"id"]
+    new = claim_one(r, "pr", "w2")
+    assert new[b"lease"] != held[b"lease"]
+    assert r.execute_command("ROLE")[0] == b"master"
+
+
+def test_a_former_primary_told_to_follow_continues_with_a_partial_sync(pair):
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    p.execute_command("QPUSH", "fp", "a")
+    caught_up(primary, replica)
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    r.execute_command("QPUSH", "fp", "b")
+    assert p.execute_command("REPLICAOF", "127.0.0.1", replica.port) == b"OK"
+    assert p.execute_command("REPLICAOF", "127.0.0.1", replica.port) == b"OK Already connected to specified master"
+    wait_for(lambda: linked(primary), timeout=20, what="the former primary's link")
+    caught_up(replica, primary)
+    assert p.execute_command("QLEN", "fp") == 2
+    assert "partial sync" in primary.log() and "full sync from" not in primary.log()
+    assert refused_as_readonly(p, "QPUSH", "fp", "c")
+
+
+def test_replicaof_refuses_what_is_not_an_address(daemon):
+    c = daemon.client()
+    assert error_text(c, "REPLICAOF", "127.0.0.1", "0") == "Invalid master port"
+    assert error_text(c, "REPLICAOF", "127.0.0.1", "x") == "value is not an integer or out of range"
+    assert error_text(c, "REPLCONF", "nonsense", "1") == "Unrecognized REPLCONF option: nonsense"
+    assert error_text(c, "REPLCONF", "listening-port") == "syntax error"
+    assert c.execute_command("ROLE")[0] == b"master"
+
+
+def test_a_bad_replicaof_setting_stops_the_start(tmp_path):
+    run = subprocess.run(LEASEQ + ["serve", "--port", "0", "--dir", str(tmp_path / "d"), "--replicaof", "nowhere"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert "'replicaof' must be \"host port\", not 'nowhere'" in run.stdout + run.stderr
