@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 
 from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
@@ -75,6 +76,44 @@ class Peer:
         self.conn.flush()
 
 
+class Backlog:
+    """The stream's last bytes, at least ``limit`` of them once that many
+    were written, as the writes came (whole writes are let go from the
+    front, so none is copied again)."""
+
+    __slots__ = ("chunks", "size", "end")
+
+    def __init__(self, end: int) -> None:
+        self.chunks: deque = deque()
+        self.size = 0
+        self.end = end                   # the stream offset after the last byte held
+
+    @property
+    def first(self) -> int:
+        """The offset of the first byte held."""
+        return self.end - self.size
+
+    def add(self, data: bytes, limit: int) -> None:
+        self.chunks.append(data)
+        self.size += len(data)
+        self.end += len(data)
+        chunks = self.chunks
+        while self.size - len(chunks[0]) >= limit:
+            self.size -= len(chunks.popleft())
+
+    def since(self, offset: int) -> bytes:
+        """The bytes from ``offset`` on (``first <= offset <= end``)."""
+        skip = offset - self.first
+        out = []
+        for chunk in self.chunks:
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            out.append(chunk[skip:] if skip else chunk)
+            skip = 0
+        return b"".join(out)
+
+
 class Replication:
     def __init__(self, server) -> None:
         self.server = server
@@ -82,8 +121,9 @@ class Replication:
         self.replid = new_id()
         self.replid2 = NO_ID
         self.second_offset = -1
-        self.offset = 0                  # bytes of the stream this node holds (written to its log)
-        self.backlog = bytearray()       # the stream's last bytes, up to repl-backlog-size
+        self._wal = None                 # the log written to (``attach_log``); the stream is what it writes
+        self._base = 0                   # the stream's offset where ``_wal`` began
+        self.backlog: Backlog | None = None   # made when the first replica asks (as Redis's)
         self.peers: list[Peer] = []
         self.announced: dict[int, list] = {}    # connection id -> [ip, port] from REPLCONF, until PSYNC
         self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
@@ -92,15 +132,35 @@ class Replication:
 
     # -- the stream -------------------------------------------------------------------------------
 
+    @property
+    def offset(self) -> int:
+        """Bytes of the stream this node holds: written to its log."""
+        return self._base + (self._wal.bytes_written if self._wal is not None else 0)
+
+    def attach_log(self, wal) -> None:
+        """``wal`` is the log from now on (``Server._write_to``): the stream
+        goes on where the last one ended.  Once a backlog is kept, each of
+        its writes is handed to ``feed``; before that, writing costs nothing
+        more (the offset is the log's byte count)."""
+        self._base = self.offset
+        self._wal = wal
+        wal.stream = self.feed if self.backlog is not None else None
+
+    def set_offset(self, offset: int) -> None:
+        self._base = offset - (self._wal.bytes_written if self._wal is not None else 0)
+        if self.backlog is not None:
+            self.backlog = Backlog(offset)
+
+    def _keep_backlog(self) -> None:
+        if self.backlog is None:
+            self.backlog = Backlog(self.offset)
+            if self._wal is not None:
+                self._wal.stream = self.feed
+
     def feed(self, data: bytes) -> None:
-        """The log wrote ``data`` (``LogBuffer.stream``): count it, keep it in
-        the backlog and send it to the replicas."""
-        self.offset += len(data)
-        backlog = self.backlog
-        backlog += data
-        excess = len(backlog) - self.server.settings.repl_backlog_size
-        if excess > 0:
-            del backlog[:excess]
+        """The log wrote ``data`` (``LogBuffer.stream``): keep it in the
+        backlog and send it to the replicas."""
+        self.backlog.add(data, self.server.settings.repl_backlog_size)
         for peer in self.peers:
             if peer.state == "online":
                 peer.send(data)
@@ -111,8 +171,8 @@ class Replication:
         """How much of the stream is on this node's disk (what a replica
         acknowledges): the offset less what the log wrote and has not yet
         fsynced."""
-        wal = self.server.committer.wal
-        return self.offset - (wal.bytes_written - wal.durable_bytes)
+        wal = self._wal
+        return self.offset - (wal.bytes_written - wal.durable_bytes) if wal is not None else self.offset
 
     @property
     def following(self) -> bool:
@@ -150,18 +210,19 @@ class Replication:
         peer = Peer(conn, ip, port)
         self.peers.append(peer)
         want = offset - 1
-        first = self.offset - len(self.backlog)
+        backlog = self.backlog
         if ((replid == self.replid or (replid == self.replid2 and offset <= self.second_offset))
-                and first <= want <= self.offset and offset > 0):
+                and backlog is not None and backlog.first <= want <= self.offset and offset > 0):
             peer.state = "online"
             peer.ack_offset = want
             log.info("replica %s:%d continues from offset %d (partial sync, %d bytes)", ip, port, want,
                      self.offset - want)
             conn.answer(Simple(f"CONTINUE {self.replid}"))
             if want < self.offset:
-                conn.answer(Raw(bytes(self.backlog[want - first:])))
+                conn.answer(Raw(backlog.since(want)))
             return NO_REPLY
         log.info("replica %s:%d asks PSYNC %s %d: full sync", ip, port, replid, offset)
+        self._keep_backlog()
         self.full_syncs_wanted()
         return NO_REPLY
 
@@ -267,9 +328,10 @@ class Replication:
     def synced_from(self, replid: str, offset: int) -> None:
         """A full sync installed the primary's snapshot at ``offset`` of
         history ``replid``: this node's stream continues from there."""
-        self.replid, self.offset = replid, offset
+        self.replid = replid
+        self.set_offset(offset)
         self.replid2, self.second_offset = NO_ID, -1
-        self.backlog = bytearray()
+        self._keep_backlog()             # (promoted, it lets the other replicas continue)
 
     def continued(self, replid: str) -> None:
         """+CONTINUE with the primary's id: a new one (it was promoted since)
@@ -277,6 +339,7 @@ class Replication:
         if replid and replid != self.replid:
             self.replid2, self.second_offset = self.replid, self.offset + 1
             self.replid = replid
+        self._keep_backlog()
 
     # -- what INFO, ROLE and the status page show --------------------------------------------------
 
@@ -302,11 +365,12 @@ class Replication:
         for i, p in enumerate(self.peers):
             fields.append((f"slave{i}", f"ip={p.ip},port={p.port},state={p.state},offset={p.ack_offset},"
                                         f"lag={int(now - p.ack_time)}"))
-        first = self.offset - len(self.backlog)
+        backlog = self.backlog
         fields += [("master_replid", self.replid), ("master_replid2", self.replid2),
                    ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),
-                   ("repl_backlog_active", 1), ("repl_backlog_size", settings.repl_backlog_size),
-                   ("repl_backlog_first_byte_offset", first + 1), ("repl_backlog_histlen", len(self.backlog))]
+                   ("repl_backlog_active", int(backlog is not None)), ("repl_backlog_size", settings.repl_backlog_size),
+                   ("repl_backlog_first_byte_offset", backlog.first + 1 if backlog else 0),
+                   ("repl_backlog_histlen", backlog.size if backlog else 0)]
         return fields
 
     def role_reply(self) -> list:

@@ -134,7 +134,7 @@ class Server:
 
     def _write_to(self, wal) -> None:
         """``wal`` is the log from now on; what it writes is the replication stream."""
-        wal.stream = self.replication.feed
+        self.replication.attach_log(wal)
         self.committer.resumed(wal)
 
     def _serve(self, store: Store) -> None:

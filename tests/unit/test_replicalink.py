@@ -72,3 +72,12 @@ def test_the_log_hands_each_write_to_the_stream_and_counts_what_is_durable():
     log.append_frame(FRAMES[0], sync=True)
     log.flush()
     assert log.durable_bytes == log.bytes_written - len(FRAMES[0])      # written, not yet fsynced
+
+
+def test_the_backlog_keeps_at_least_its_limit_in_whole_writes_and_reads_from_any_offset_it_holds():
+    from leaseq.daemon.replication import Backlog
+    b = Backlog(100)
+    for chunk in (b"aaaa", b"bbb", b"cc", b"d"):
+        b.add(chunk, limit=5)
+    assert (b.first, b.end, b.size) == (104, 110, 6)          # "aaaa" let go: the rest still hold 5 or more
+    assert b.since(104) == b"bbbccd" and b.since(106) == b"bccd" and b.since(110) == b""
