@@ -302,7 +302,8 @@ class Replication:
         server.become_replica()
         self.link = ReplicaLink(server, host, port)
         self.link.start()
-        log.info("%s: following %s:%d", "primary turned replica" if was_primary else "replica", host, port)
+        log.info("following the primary at %s:%d%s", host, port,
+                 " (this node was a primary)" if was_primary and self.server.datadir.store.epoch else "")
         return "OK"
 
     def promote(self) -> str:

@@ -166,7 +166,8 @@ class Server:
         store, datadir = self.store, self.datadir
         store.following = False
         store.journal = Journal(datadir.wal, datadir.lease_sync) if datadir.wal is not None else Journal()
-        store.boot(self.now_ms())
+        now = self.now_ms()
+        store.boot(now, at_least=now // 1000)     # above any epoch the old primary reached by restarting
         self.alarm.attach(store)
         self.committer.touch()
 
@@ -180,10 +181,21 @@ class Server:
         """A replica's full sync: the primary's snapshot, received into
         ``path``, replaces this node's data (``DataDir.install``, in the
         log's thread, after any fsync in flight there)."""
-        committer = self.committer
+        committer, datadir = self.committer, self.datadir
+        old = committer.wal
         committer.resumed(MemoryLog())             # (the old log is closed in the thread)
-        await committer.thread.run(self.datadir.install, path, self.now_ms())
-        self._serve(self.datadir.store)
+        try:
+            await committer.thread.run(datadir.install, path, self.now_ms())
+        except BaseException:
+            if datadir.wal is old:                 # the snapshot did not read: nothing changed
+                committer.resumed(old)
+            elif datadir.wal is None:              # part way: what is left is recovered, then synced again
+                await committer.thread.run(datadir.recover)
+                await committer.thread.run(datadir.resume, self.now_ms(), False)
+                self._serve(datadir.store)
+                self._write_to(datadir.wal)
+            raise
+        self._serve(datadir.store)
         self._write_to(self.datadir.wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
 

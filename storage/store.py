@@ -60,13 +60,13 @@ class Store:
 
     # -- the boundaries of a run ------------------------------------------------------
 
-    def boot(self, now: int) -> None:
+    def boot(self, now: int, at_least: int = 0) -> None:
         """A new run begins (after recovery): the next epoch, so that every
         token of this run is new; its BOOT record is fsynced before anything
-        is served."""
+        is served.  ``at_least``: a promoted replica's (daemon/replication.py)."""
         for q in self.queues.values():
             q.next_id = max(q.next_id, q.id_mark)
-        self.epoch += 1
+        self.epoch = max(self.epoch + 1, at_least)
         self.lease_seq = 0
         self.journal.meta_record(records.BOOT, records.boot(self.epoch, now))
 

@@ -79,7 +79,8 @@ def test_a_replica_refuses_writes_claims_and_streams_with_readonly(pair):
     caught_up(primary, replica)
     r = replica.client()
     for args in (("QPUSH", "ro", "y"), ("QCLAIM", "ro", "w"), ("QCLAIM", "ro", "w", "BLOCK", "100"),
-                 ("QACK", "ro", "1.1.1"), ("QCREATE", "other"), ("QWORK", "ro", "w", "1")):
+                 ("QACK", "ro", "1.1.1"), ("QCREATE", "other"), ("QWORK", "ro", "w", "1"),
+                 ("SUBSCRIBE", "QWORK ro w")):
         assert refused_as_readonly(r, *args), args
     assert r.execute_command("QLEN", "ro") == 1                  # reads are answered
     pipe = r.pipeline(transaction=True)                          # inside MULTI: refused, the EXEC aborts
@@ -193,3 +194,29 @@ def test_a_bad_replicaof_setting_stops_the_start(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert run.returncode != 0
     assert "'replicaof' must be \"host port\", not 'nowhere'" in run.stdout + run.stderr
+
+
+def test_schedules_fire_on_the_primary_only_and_each_tick_once(pair):
+    """A schedule's ticks are FIRE records of the primary's: the replica
+    holds each tick's job once, and fires none of its own."""
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    p.execute_command("QSCHEDULE", "ticks", "beat", "ping", "EVERY", 100)
+    wait_for(lambda: p.execute_command("QLEN", "ticks") >= 3, timeout=10, what="three ticks on the primary")
+    p.execute_command("QUNSCHEDULE", "ticks", "beat")
+    caught_up(primary, replica)
+    fired = p.execute_command("QLEN", "ticks")
+    assert r.execute_command("QLEN", "ticks") == fired
+    assert [j[b"payload"] for j in map(as_map, r.execute_command("QPEEK", "ticks", "COUNT", 100))] == [b"ping"] * fired
+
+
+def test_a_promoted_replicas_epoch_is_above_any_the_old_primary_reached(pair):
+    import time
+    primary, replica = pair
+    primary.client().execute_command("QPUSH", "ep", "a")
+    caught_up(primary, replica)
+    r = replica.client()
+    before = int(time.time())
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    token = claim_one(r, "ep", "w")[b"lease"]
+    assert int(token.split(b".")[1], 16) >= before         # <job id>.<epoch>.<lease number>, in hex
