@@ -84,7 +84,7 @@ def serve(config_file, repair, **given) -> None:
                             boot=not settings.replicaof)      # a replica's epoch is its primary's
 
     try:
-        uvloop.run(run_server(settings, open_datadir))
+        uvloop.run(run_server(settings, open_datadir, config_file))
     except (CorruptLog, DirectoryLocked) as e:
         log.error("%s", e)
         sys.exit(1)

@@ -218,6 +218,7 @@ def _client_kill(client, args):
     r = OptionReader(args, 2)
     filters = []
     skipme = True
+    kill_link = False
     for kw in r:
         if kw == b"ID":
             wanted = to_int(r.value())
@@ -231,6 +232,13 @@ def _client_kill(client, args):
         elif kw == b"USER":
             wanted = r.value()
             filters.append(lambda c, w=wanted: c.user.encode() == w)
+        elif kw == b"TYPE":
+            kind = r.value().lower()
+            if kind not in CLIENT_TYPES:
+                raise errors.unknown_client_type(kind)
+            if kind == b"master":
+                kill_link = True
+            filters.append(lambda c, k=CLIENT_TYPES[kind]: client_type(server, c) == k)
         elif kw == b"SKIPME":
             v = r.value().lower()
             if v not in (b"yes", b"no"):
@@ -245,7 +253,25 @@ def _client_kill(client, args):
         if all(f(c) for f in filters):
             c.kill()
             killed += 1
+    if kill_link and len(filters) == 1:      # TYPE master: this replica's link to its primary (it reconnects)
+        killed += server.replication.drop_link()
     return killed
+
+
+# CLIENT KILL TYPE's words, as Redis's (slave is replica's older name)
+CLIENT_TYPES = {b"normal": "normal", b"pubsub": "pubsub", b"replica": "replica", b"slave": "replica",
+                b"master": "master"}
+
+
+def client_type(server, c) -> str:
+    """Redis's client type: a replica of this node, a connection with
+    subscriptions, or any other (the link to this node's own primary is no
+    client here, so nothing is "master")."""
+    if server.replication.is_peer(c):
+        return "replica"
+    if c.holdings.subscriptions:
+        return "pubsub"
+    return "normal"
 
 
 # -- transactions (the dispatcher does the work; these run only in odd places) ------

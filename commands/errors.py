@@ -77,6 +77,10 @@ INVALID_PORT = err("Invalid master port")
 REPLICAOF_FROM_REPLICA = err("Command is not valid when client is a replica.")
 
 
+def unknown_client_type(kind: bytes) -> Error:
+    return err(f"Unknown client type '{kind.decode(errors='replace')}'")
+
+
 def unrecognized_replconf(option: bytes) -> Error:
     return err(f"Unrecognized REPLCONF option: {option.decode(errors='replace')}")
 # the opening is Redis's, which clients and operators recognise; the advice names leaseq's settings
@@ -198,7 +202,11 @@ DEBUG_NOT_ALLOWED = err(
     "DEBUG command not allowed. If the enable-debug-command option is set to \"no\", set it to \"yes\" "
     "in the configuration file (or LEASEQ_ENABLE_DEBUG_COMMAND=yes) and restart the server.")
 FILTERBY_UNSUPPORTED = err("COMMAND LIST FILTERBY is not supported by leaseq")
-CONFIG_REWRITE_UNSUPPORTED = err("CONFIG REWRITE is not supported: edit the config file")
+NO_CONFIG_FILE = err("The server is running without a config file")
+
+
+def rewrite_failed(error: OSError) -> Error:
+    return err(f"Rewriting config file: {error.strerror or error}")
 SHUTDOWN_ABORT_UNSUPPORTED = err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
 
 

@@ -89,10 +89,11 @@ def config_cmd(client, args):
         server.reset_stats()
         return OK
     if sub == b"REWRITE" and n == 2:
-        raise errors.CONFIG_REWRITE_UNSUPPORTED
+        server.config_rewrite()
+        return OK
     if sub == b"HELP" and n == 2:
         return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                b"GET <pattern>", b"SET <directive> <value>", b"RESETSTAT", b"HELP"]
+                b"GET <pattern>", b"SET <directive> <value>", b"RESETSTAT", b"REWRITE", b"HELP"]
     if sub in (b"GET", b"SET", b"RESETSTAT", b"REWRITE", b"HELP"):
         raise errors.subcommand_arity("config", sub)
     raise errors.unknown_subcommand(args[1], "config")

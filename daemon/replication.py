@@ -321,6 +321,15 @@ class Replication:
                  self.second_offset)
         return "OK"
 
+    def drop_link(self) -> int:
+        """CLIENT KILL TYPE master: close the link to the primary (it
+        reconnects, with PSYNC); 1 if there was one up."""
+        link = self.link
+        if link is None or link.transport is None:
+            return 0
+        link.transport.close()
+        return 1
+
     def stop_link(self) -> None:
         if self.link is not None:
             self.link.stop()

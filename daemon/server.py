@@ -14,6 +14,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from leaseq.commands import errors
 from leaseq.commands.acl import Acl
 from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
@@ -63,10 +64,11 @@ class Server:
     __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
                  "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
                  "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only")
+                 "replication", "read_only", "config_file")
 
-    def __init__(self, settings: config.Settings) -> None:
+    def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
+        self.config_file = config_file            # what CONFIG REWRITE writes (None: started without one)
         self.acl = Acl(TABLE, settings.users, settings.requirepass)   # users and permissions
         self.datadir: DataDir | None = None
         self.loading = True
@@ -221,6 +223,19 @@ class Server:
     def config_items(self) -> list[tuple[str, str]]:
         return config.items(self.settings)
 
+    def config_rewrite(self) -> None:
+        """CONFIG REWRITE: the settings now, and the role now (``replicaof``),
+        into the config file the daemon was started with."""
+        if not self.config_file:
+            raise errors.NO_CONFIG_FILE
+        master = self.replication.master
+        try:
+            config.rewrite(self.config_file, self.settings, f"{master[0]} {master[1]}" if master else "")
+        except OSError as e:
+            log.error("CONFIG REWRITE failed: %s", e)
+            raise errors.rewrite_failed(e) from None
+        log.info("CONFIG REWRITE wrote %s", self.config_file)
+
     def config_set(self, pairs: list[tuple[str, str]]) -> None:
         s, changes = config.apply_set(self.settings, pairs)
         self.settings = s
@@ -325,11 +340,11 @@ class Server:
         self._stopped.set()
 
 
-async def serve(settings: config.Settings, open_datadir) -> None:
+async def serve(settings: config.Settings, open_datadir, config_file: str | None = None) -> None:
     """Listen at once, recover in a worker thread (``open_datadir()``, which
     returns a ``DataDir``) while answering -LOADING, then serve until stopped.
     A recovery error closes the port and is raised."""
-    server = Server(settings)
+    server = Server(settings, config_file)
     await server.listen()
     loop = asyncio.get_running_loop()
     try:

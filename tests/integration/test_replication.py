@@ -220,3 +220,71 @@ def test_a_promoted_replicas_epoch_is_above_any_the_old_primary_reached(pair):
     r.execute_command("REPLICAOF", "NO", "ONE")
     token = claim_one(r, "ep", "w")[b"lease"]
     assert int(token.split(b".")[1], 16) >= before         # <job id>.<epoch>.<lease number>, in hex
+
+
+def test_sentinels_transaction_promotes_persists_the_role_and_closes_the_clients(tmp_path):
+    """What Sentinel sends a replica it promotes, in one MULTI/EXEC, and
+    again to the former primary it demotes: the role lands in the config
+    file, so each restarts in the role it was given."""
+    primary = Daemon(tmp_path / "primary").start()
+    conf = tmp_path / "replica.conf"
+    conf.write_text("# kept as it is\nloglevel info\n")
+    replica = Daemon(tmp_path / "replica", "--config", str(conf), "--replicaof", f"127.0.0.1 {primary.port}").start()
+    try:
+        wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
+        bystander = replica.client()
+        bystander.ping()
+        pipe = replica.client().pipeline(transaction=True)
+        for args in (("SLAVEOF", "NO", "ONE"), ("CONFIG", "REWRITE"), ("CLIENT", "KILL", "TYPE", "normal"),
+                     ("CLIENT", "KILL", "TYPE", "pubsub")):
+            pipe.execute_command(*args)
+        assert pipe.execute() == [True, b"OK", 1, 0]      # (redis-py reads SLAVEOF's +OK as True); the bystander closed
+        text = conf.read_text()
+        assert text.startswith("# kept as it is\nloglevel info\n") and "replicaof" not in text
+        p = primary.client()
+        pipe = p.pipeline(transaction=True)
+        pipe.execute_command("SLAVEOF", "127.0.0.1", replica.port)
+        pipe.execute_command("CONFIG", "REWRITE")
+        demoted, rewrite = pipe.execute(raise_on_error=False)        # (started without --config: the
+        assert demoted is True and str(rewrite) == "The server is running without a config file"   # rest stands)
+        assert p.execute_command("ROLE")[0] == b"slave"
+        replica.kill()
+        replica.args = ["--config", str(conf)]                          # no --replicaof: the file decides
+        replica.restart()
+        assert replica.client().execute_command("ROLE")[0] == b"master"
+        conf.write_text(text + f"replicaof 127.0.0.1 {primary.port}\n")   # as Redis writes it: two words
+        replica.kill()
+        replica.restart()
+        assert replica.client().execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", primary.port]
+    finally:
+        replica.kill()
+        primary.kill()
+
+
+def test_config_rewrite_writes_the_replicas_role_and_changed_settings(tmp_path):
+    primary = Daemon(tmp_path / "primary").start()
+    conf = tmp_path / "node.conf"
+    conf.write_text("fsync-interval 500\n# a comment\nfsync-interval 700\n")
+    node = Daemon(tmp_path / "node", "--config", str(conf)).start()
+    try:
+        c = node.client()
+        c.execute_command("CONFIG", "SET", "replica-priority", "7")
+        c.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+        assert c.execute_command("CONFIG", "REWRITE") == b"OK"
+        lines = conf.read_text().splitlines()
+        assert lines[:2] == ["fsync-interval 700", "# a comment"]           # its line kept, the second dropped
+        assert "replica-priority 7" in lines and f"replicaof 127.0.0.1 {primary.port}" in lines
+    finally:
+        node.kill()
+        primary.kill()
+
+
+def test_client_kill_type_names_redis_client_kinds(pair):
+    primary, replica = pair
+    p = primary.client()
+    assert error_text(p, "CLIENT", "KILL", "TYPE", "bogus") == "Unknown client type 'bogus'"
+    assert p.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1        # its replica, which reconnects
+    wait_for(lambda: p.info("replication")["connected_slaves"] == 1, timeout=20, what="the replica to return")
+    assert replica.client().execute_command("CLIENT", "KILL", "TYPE", "master") == 1
+    wait_for(lambda: linked(replica), timeout=20, what="the replica's link again")
+    assert "partial sync" in replica.log()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import weakref
 
+from leaseq.commands import errors
 from leaseq.commands.acl import Acl
 from leaseq.daemon.replication import Replication
 from leaseq.commands.claims import ClaimWait
@@ -75,6 +76,9 @@ class Core:
 
     def config_items(self) -> list[tuple[str, str]]:
         return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
+
+    def config_rewrite(self) -> None:
+        raise errors.NO_CONFIG_FILE          # (an in-memory core has no file)
 
     def config_set(self, pairs) -> None:
         self.settings, _changes = config.apply_set(self.settings, pairs)     # the daemon's checks
