@@ -38,6 +38,12 @@ class Replication(Protocol):
     def psync(self, client, replid: str, offset: int) -> object: ...
 
 
+class Channels(Protocol):
+    def publish(self, channel: bytes, message: bytes) -> int: ...
+    def subscribe(self, conn, channel: bytes) -> None: ...
+    def unsubscribe(self, conn, channel: bytes) -> None: ...
+
+
 class Settings(Protocol):
     """The settings handlers read (the daemon's frozen ``Settings``)."""
 
@@ -80,6 +86,7 @@ class ServerContext(Protocol):
     metrics: "Metrics"               # command(name, seconds): the duration histogram
     read_only: bool                  # a replica: commands that write get -READONLY
     replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
+    channels: "Channels"             # plain pub/sub channels (daemon/channels.py)
 
     @property
     def auth_required(self) -> bool: ...

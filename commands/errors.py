@@ -130,8 +130,7 @@ def unknown_category(name: bytes) -> Error:
     return err(f"Unknown category '{_show(name)}'")
 
 
-NOT_A_WORK_CHANNEL = err('leaseq has no pub/sub channels but work streams: SUBSCRIBE "QWORK <queue> <consumer> '
-                         '[MAX n] [LEASE ms]"')
+BAD_WORK_CHANNEL = err('a work stream\'s channel is "QWORK <queue> <consumer> [MAX n] [LEASE ms]"')
 
 
 def stream_conflict(queue: bytes) -> Error:

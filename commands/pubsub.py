@@ -32,13 +32,28 @@ WORK = b"QWORK"
 
 def subscribe(client, args):
     """Every channel is checked and resolved before any stream starts: one
-    bad channel subscribes none."""
-    requests = [_request(client, channel) for channel in args[1:]]
+    bad channel subscribes none.  A channel that is not a QWORK request is a
+    plain one (``daemon/channels.py``)."""
+    requests = [_request(client, channel) if is_work(channel) else channel for channel in args[1:]]
     frames = []
     for request in requests:
-        client.holdings.start_work(request)
-        frames.append(Push([b"subscribe", request.channel, client.holdings.subscriptions]))
+        if type(request) is bytes:
+            client.holdings.listen(request)
+            channel = request
+        else:
+            client.holdings.start_work(request)
+            channel = request.channel
+        frames.append(Push([b"subscribe", channel, client.holdings.subscriptions]))
     return Frames(frames)
+
+
+def publish(client, args):
+    """PUBLISH channel message: to the plain channel's subscribers now."""
+    return client.server.channels.publish(args[1], args[2])
+
+
+def is_work(channel: bytes) -> bool:
+    return channel[:len(WORK) + 1].upper() == WORK + b" "
 
 
 def unsubscribe(client, args):
@@ -47,15 +62,20 @@ def unsubscribe(client, args):
         return Push([b"unsubscribe", None, 0])
     frames = []
     for channel in channels:
-        client.holdings.stop_work(channel)
+        if is_work(channel):
+            client.holdings.stop_work(channel)
+        else:
+            client.holdings.stop_listening(channel)
         frames.append(Push([b"unsubscribe", channel, client.holdings.subscriptions]))
     return Frames(frames)
 
 
 def _request(client, channel: bytes):
     words = channel.split()
-    if len(words) < 3 or words[0].upper() != WORK:
-        raise errors.NOT_A_WORK_CHANNEL
+    if len(words) < 3:
+        raise errors.BAD_WORK_CHANNEL
+    if client.server.read_only:          # a work stream leases jobs: a replica's primary does that
+        raise errors.READONLY
     require_command(client, "qwork")
     require_queue(client, words[1], "RW")
     return work_request(client, [WORK] + words[1:], channel)

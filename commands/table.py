@@ -276,11 +276,17 @@ _COMMANDS = [
        notes="QACK/QNACK (here or on another connection) make room for the next job. The leases go back to "
              "ready when this connection closes.", access="RW"),
     _c("subscribe", pubsub.subscribe, -2, "write pubsub no-multi", "job",
-       "QWORK through pub/sub: each job comes as a message on a channel named by the QWORK request",
+       "QWORK through pub/sub: each job comes as a message on a channel named by the QWORK request; "
+       "any other channel is a plain one (PUBLISH)",
        (Arg("channel", multiple=True),), "O(M log N)",
        reply='per channel ["subscribe", channel, streams]; then each job as ["message", channel, job as JSON]',
-       notes='A channel is "QWORK queue consumer [MAX n] [LEASE ms]"; the stream is QWORK\'s (docs/semantics.md '
-             '§3.3). On RESP2 only SUBSCRIBE, UNSUBSCRIBE, PING, QUIT and RESET are allowed meanwhile.'),
+       notes='A work channel is "QWORK queue consumer [MAX n] [LEASE ms]"; the stream is QWORK\'s '
+             '(docs/semantics.md §3.3; -READONLY on a replica). On RESP2 only SUBSCRIBE, UNSUBSCRIBE, PING, '
+             'QUIT and RESET are allowed meanwhile.'),
+    _c("publish", pubsub.publish, 3, "fast loading", "connection",
+       "Send a message to the subscribers of a plain channel (not kept: those subscribed now get it)",
+       (Arg("channel"), Arg("message")), "O(N)", reply="integer: the connections that received it",
+       notes="Allowed on a replica: Redis Sentinel finds its peers through __sentinel__:hello."),
     _c("unsubscribe", pubsub.unsubscribe, -1, "write pubsub no-multi", "job",
        "End work streams started by SUBSCRIBE; their leases go back to ready",
        (Arg("channel", optional=True, multiple=True),), "O(M log N)",

@@ -70,7 +70,7 @@ def _execute(client, args: list, name: bytes, cmd):
         return _refuse(client, errors.LOADING)
     if server.disk_error is not None and "write" in cmd.flags:
         return _refuse(client, errors.misconf(server.disk_error))
-    if server.read_only and "write" in cmd.flags and name != b"unsubscribe":
+    if server.read_only and "write" in cmd.flags and "pubsub" not in cmd.flags:    # (SUBSCRIBE: QWORK's only)
         return _refuse(client, errors.READONLY)
     client.last_command = cmd.name
     if client.multi is not None and "direct" not in cmd.flags:

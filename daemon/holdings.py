@@ -21,13 +21,14 @@ from leaseq.storage.job import IN_FLIGHT
 
 
 class Holdings:
-    __slots__ = ("conn", "_session", "workers", "subscriptions")
+    __slots__ = ("conn", "_session", "workers", "subscriptions", "plain")
 
     def __init__(self, conn) -> None:
         self.conn = conn
         self._session: Session | None = None
         self.workers: list = []            # work streams (Worker)
-        self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context)
+        self.subscriptions = 0             # of them, those started by SUBSCRIBE (RESP2: pub/sub context),
+        self.plain: list = []              # and plain channels (daemon/channels.py) subscribed to
 
     def session(self) -> Session:
         """The holder of this connection's SESSION leases."""
@@ -37,6 +38,19 @@ class Holdings:
 
     def start_work(self, request) -> None:
         self.conn.server.blocking.add_worker(self.conn, request)
+        self.subscriptions = len(self.channels())
+
+    def listen(self, channel: bytes) -> None:
+        """SUBSCRIBE to a plain channel."""
+        if channel not in self.plain:
+            self.plain.append(channel)
+            self.conn.server.channels.subscribe(self.conn, channel)
+        self.subscriptions = len(self.channels())
+
+    def stop_listening(self, channel: bytes) -> None:
+        if channel in self.plain:
+            self.plain.remove(channel)
+            self.conn.server.channels.unsubscribe(self.conn, channel)
         self.subscriptions = len(self.channels())
 
     def stop_work(self, channel: bytes) -> None:
@@ -57,7 +71,7 @@ class Holdings:
         self.subscriptions = len(self.channels())
 
     def channels(self) -> list[bytes]:
-        return [w.channel for w in self.workers if w.channel is not None]
+        return [w.channel for w in self.workers if w.channel is not None] + self.plain
 
     def works_through_another_stream(self, queue: bytes, channel: bytes | None) -> bool:
         return any(w.queue.name == queue and w.channel != channel for w in self.workers)
@@ -89,6 +103,9 @@ class Holdings:
             worker.held = {}
         self._session = None
         self.workers = []
+        for channel in self.plain:
+            self.conn.server.channels.unsubscribe(self.conn, channel)
+        self.plain = []
         self.subscriptions = 0
 
 

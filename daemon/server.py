@@ -27,6 +27,7 @@ from . import config
 from .admission import Admission, IdleReaper
 from .alarm import Alarm
 from .blocking import Blocking
+from .channels import Channels
 from .clock import Clock
 from .committer import Committer
 from .connection import Connection
@@ -64,7 +65,7 @@ class Server:
     __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
                  "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
                  "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only", "config_file")
+                 "replication", "read_only", "config_file", "channels")
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -97,6 +98,7 @@ class Server:
         self.snapshots: Snapshots | None = None
         self.replication = Replication(self)     # as a primary and as a replica (daemon/replication.py)
         self.read_only = False                   # a replica: commands that write get -READONLY
+        self.channels = Channels()               # plain pub/sub channels (daemon/channels.py)
 
     def attach(self, datadir: DataDir) -> None:
         """Recovery is done: serve the recovered store from now on.  DEBUG

@@ -288,3 +288,20 @@ def test_client_kill_type_names_redis_client_kinds(pair):
     assert replica.client().execute_command("CLIENT", "KILL", "TYPE", "master") == 1
     wait_for(lambda: linked(replica), timeout=20, what="the replica's link again")
     assert "partial sync" in replica.log()
+
+
+def test_sentinels_hello_channel_works_on_a_replica(pair):
+    """Sentinels find each other by PUBLISH/SUBSCRIBE on __sentinel__:hello,
+    on primaries and replicas alike."""
+    _primary, replica = pair
+    listener = replica.client().pubsub()
+    listener.subscribe("__sentinel__:hello")
+    wait_for(lambda: listener.get_message(timeout=0.1) is not None, timeout=5, what="the subscribe reply")
+    assert replica.client().execute_command("PUBLISH", "__sentinel__:hello", "127.0.0.1,26379,abc,0") == 1
+    message = None
+    for _ in range(50):
+        message = listener.get_message(timeout=0.1)
+        if message is not None:
+            break
+    assert message["channel"] == b"__sentinel__:hello" and message["data"] == b"127.0.0.1,26379,abc,0"
+    listener.close()

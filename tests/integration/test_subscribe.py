@@ -104,8 +104,8 @@ def test_unsubscribe_and_close_give_the_leases_back(daemon, conn, q):
     wait_for(lambda: qinfo(r, q)[b"in_flight"] == 0, 5, "the closed connection's leases to go back")
 
 
-@pytest.mark.parametrize("channel", ["news", "QWORK onlyqueue", "QWORK q w1 MAX 0", "QWORK q w1 BOGUS 1", "qwork"])
-def test_a_channel_that_is_not_a_qwork_request_subscribes_nothing(daemon, conn, q, channel):
+@pytest.mark.parametrize("channel", ["QWORK onlyqueue", "QWORK q w1 MAX 0", "QWORK q w1 BOGUS 1", "qwork  "])
+def test_a_bad_qwork_channel_subscribes_nothing(daemon, conn, q, channel):
     c = conn(2)
     c.send("SUBSCRIBE", f"QWORK {q} w1", channel)
     assert str(c.read()).startswith("ERR ")
@@ -149,3 +149,22 @@ def test_a_dropped_queue_ends_its_stream_and_a_new_one_starts_afresh(daemon, con
     assert c.read() == [b"subscribe", channel.encode(), 1]
     r.execute_command("QPUSH", q, "again")
     assert message_job(c.read(), channel)["payload"] == "again"
+
+
+def test_a_channel_that_is_not_a_qwork_request_is_a_plain_one(daemon, conn):
+    """Redis's pub/sub for any other channel (Sentinel's __sentinel__:hello):
+    PUBLISH reaches who is subscribed now, and says how many."""
+    a, b = conn(2), conn(2)
+    a.send("SUBSCRIBE", "news", "qwork")
+    assert [a.read(), a.read()] == [[b"subscribe", b"news", 1], [b"subscribe", b"qwork", 2]]
+    b.send("PUBLISH", "news", "hello")
+    assert b.read() == 1
+    assert a.read() == [b"message", b"news", b"hello"]
+    b.send("PUBLISH", "nobody", "x")
+    assert b.read() == 0
+    a.send("UNSUBSCRIBE", "news")
+    assert a.read() == [b"unsubscribe", b"news", 1]
+    b.send("PUBLISH", "news", "again")
+    assert b.read() == 0
+    a.close()
+    wait_for(lambda: b.send("PUBLISH", "qwork", "gone") or b.read() == 0, 5, "the closed subscriber to go")

@@ -18,6 +18,7 @@ import weakref
 
 from leaseq.commands import errors
 from leaseq.commands.acl import Acl
+from leaseq.daemon.channels import Channels
 from leaseq.daemon.replication import Replication
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
@@ -57,6 +58,7 @@ class Core:
         self.disk_error = None
         self.read_only = False
         self.replication = Replication(self)       # a primary with no replicas (ROLE, INFO)
+        self.channels = Channels()
         self.faults = Faults()
         self.metrics = Metrics(self)
         self.dropped: list = []

@@ -1,0 +1,100 @@
+"""Failover by Redis's own Sentinel, unmodified (``redis-server --sentinel``,
+Debian's package; bin/test installs it): a Sentinel watches a leaseq
+primary and its replica, the primary is killed with SIGKILL, Sentinel
+promotes the replica (SLAVEOF NO ONE in its MULTI/EXEC), redis-py's
+``Sentinel`` finds the new primary, the old primary's lease tokens work
+there, and the old primary, started again, is turned into a replica of
+the new one by Sentinel itself (docs/replication.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import redis
+import redis.sentinel
+from harness import Daemon, claim_one, free_port, wait_for
+
+NAME = "mymaster"
+
+
+class Sentinel:
+    """One ``redis-server --sentinel`` on a free loopback port, its config
+    file (Sentinel rewrites it) in ``directory``."""
+
+    def __init__(self, directory, primary_port: int) -> None:
+        self.port = free_port()
+        os.makedirs(directory, exist_ok=True)
+        self.conf = os.path.join(directory, "sentinel.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {directory}\n"
+                    f"sentinel monitor {NAME} 127.0.0.1 {primary_port} 1\n"
+                    f"sentinel down-after-milliseconds {NAME} 1000\n"
+                    f"sentinel failover-timeout {NAME} 5000\n")
+        self.log_path = os.path.join(directory, "sentinel.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([shutil.which("redis-server"), self.conf, "--sentinel"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+        wait_for(self._answers, timeout=20, what="the sentinel")
+
+    def _answers(self) -> bool:
+        try:
+            return self.client.ping()
+        except redis.ConnectionError:
+            return False
+
+    def primary(self) -> tuple[str, int]:
+        host, port = self.client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME)
+        return host.decode(), int(port)
+
+    def events(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+def test_sentinel_fails_leaseq_over_and_turns_the_old_primary_into_a_replica(tmp_path):
+    primary = Daemon(tmp_path / "primary").start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
+    sentinel = None
+    try:
+        p = primary.client()
+        wait_for(lambda: replica.client().info("replication")["master_link_status"] == "up", timeout=20,
+                 what="the replica's link")
+        sentinel = Sentinel(str(tmp_path / "sentinel"), primary.port)
+        wait_for(lambda: "+slave slave 127.0.0.1:%d" % replica.port in sentinel.events(), timeout=30,
+                 what="Sentinel to find the replica in the primary's INFO")
+        ids = [p.execute_command("QPUSH", "jobs", f"job {i}") for i in range(10)]
+        held = claim_one(p, "jobs", "w1", "LEASE", "600000")
+        wait_for(lambda: replica.client().info("replication")["slave_repl_offset"]
+                 == p.info("replication")["master_repl_offset"], timeout=20, what="the replica to catch up")
+
+        primary.kill()
+        wait_for(lambda: sentinel.primary() == ("127.0.0.1", replica.port), timeout=60,
+                 what="Sentinel to promote the replica")
+        wait_for(lambda: "+switch-master" in sentinel.events(), timeout=30, what="the failover to end")
+
+        found = redis.sentinel.Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=10).master_for(NAME)
+        assert found.execute_command("ROLE")[0] == b"master"
+        assert found.execute_command("QACK", "jobs", held[b"lease"]) == 1        # a token of the old primary
+        assert found.execute_command("QLEN", "jobs") == len(ids) - 1
+        assert found.execute_command("QPUSH", "jobs", "after") > max(ids)
+
+        primary.restart()                                 # as a primary, with its own history: Sentinel demotes it
+        wait_for(lambda: primary.client().execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", replica.port],
+                 timeout=60, what="Sentinel to turn the old primary into a replica")
+        wait_for(lambda: primary.client().execute_command("QLEN", "jobs") == len(ids), timeout=20,
+                 what="the old primary to hold the new primary's jobs")
+        wait_for(lambda: "+convert-to-slave" in sentinel.events(), timeout=10, what="Sentinel's own word for it")
+    finally:
+        if sentinel is not None:
+            sentinel.stop()
+        replica.kill()
+        primary.kill()
