@@ -86,7 +86,7 @@ CLASSES: dict[str, type[LeaseqError]] = {cls.code: cls for cls in (NoQueue, Full
 
 # leaseq's codes that redis-py leaves at the start of the message
 OWN_CODES = frozenset({"NOQUEUE", "EXISTS", "FULL", "TOOBIG", "NOTEMPTY", "CLOSED", "MISCONF", "NOPROTO", "DENIED",
-                       "NOJOB", "DEAD", "NOMASTERLINK"})
+                       "NOJOB", "DEAD", "NOMASTERLINK", "NOREPLICAS"})
 
 # redis-py's classes for codes whose word it removes from the message
 _REDIS_CLASS_CODES = {"OutOfMemoryError": "OOM", "NoPermissionError": "NOPERM", "ExecAbortError": "EXECABORT",

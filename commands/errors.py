@@ -35,6 +35,7 @@ CODES = {
     "DEAD": "QRESULT of a job that died or was cancelled; the reason follows",
     "READONLY": "a replica: commands that write, claim or stream jobs go to its primary",
     "NOMASTERLINK": "PSYNC to a replica whose own link to its primary is down",
+    "NOREPLICAS": "min-replicas-to-write: fewer replicas than that acknowledged lately; changes are refused",
 }
 
 
@@ -73,6 +74,7 @@ BGSAVE_RUNNING = err("Background save already in progress")
 LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
 READONLY = Error("READONLY", "You can't write against a read only replica.")     # Redis's words, as clients match them
 NOMASTERLINK = Error("NOMASTERLINK", "Can't SYNC while not connected with my master")
+NOREPLICAS = Error("NOREPLICAS", "Not enough good replicas to write.")
 INVALID_PORT = err("Invalid master port")
 REPLICAOF_FROM_REPLICA = err("Command is not valid when client is a replica.")
 

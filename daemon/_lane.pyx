@@ -138,10 +138,10 @@ cdef Slots USER = Slots("leaseq.commands.acl.User", ("unrestricted",))
 cdef Slots HOLDINGS = Slots("leaseq.daemon.holdings.Holdings", ("subscriptions",))
 cdef Slots SERVER = Slots("leaseq.daemon.server.Server",
                           ("loading", "disk_error", "store", "oom", "settings", "stats", "metrics", "now_ms",
-                           "committer", "disk", "stopping", "blocking", "clock", "read_only"))
+                           "committer", "disk", "stopping", "blocking", "clock", "read_only", "replicas_gate"))
 cdef enum:
     S_LOADING, S_DISK_ERROR, S_STORE, S_OOM, S_SETTINGS, S_STATS, S_METRICS, S_NOW_MS, S_COMMITTER, S_DISK, \
-        S_STOPPING, S_BLOCKING, S_CLOCK, S_READ_ONLY
+        S_STOPPING, S_BLOCKING, S_CLOCK, S_READ_ONLY, S_REPLICAS_GATE
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
@@ -261,7 +261,7 @@ cdef object _run(client, list args):
     if server is None:
         return None
     if (get(SERVER, server, S_LOADING) or get(SERVER, server, S_DISK_ERROR) is not None
-            or get(SERVER, server, S_READ_ONLY)):
+            or get(SERVER, server, S_READ_ONLY) or get(SERVER, server, S_REPLICAS_GATE)):
         return None
     cdef Store store = get(SERVER, server, S_STORE)
     q = store.queues.get(args[1])

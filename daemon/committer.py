@@ -188,6 +188,7 @@ class Committer:
         self.server.metrics.fsync.observe(seconds)
         self.wal.synced(target, int(seconds * 1000))
         self._release()
+        self.server.replication.synced()
         if self.wal.sync_wanted and not self.closed:
             self.start_sync()
 

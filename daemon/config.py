@@ -87,6 +87,12 @@ class Settings:
     replica_priority: int = _s(100, "int", "Sentinel promotes the replica with the lowest; 0: never")
     replica_announce_ip: str = _s("", "str", "the address a replica tells its primary (and Sentinel) it is at")
     replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)")
+    min_replicas_to_write: int = _s(0, "int", "a primary refuses writes with -NOREPLICAS while fewer replicas "
+                                              "than this acknowledged within min-replicas-max-lag (0: never)")
+    min_replicas_max_lag: int = _s(10, "int", "seconds since its last acknowledgement within which a replica counts "
+                                              "for min-replicas-to-write (0: the check is off)")
+    min_replicas_to_ack: int = _s(0, "int", "a reply that waits for the log's fsync also waits until this many "
+                                            "replicas have the record on their disks (0: the primary's alone)")
     # ``user`` lines of the config file, each as its words (name, rules...);
     # not a setting CONFIG GET shows, as in Redis
     users: tuple = field(default=())

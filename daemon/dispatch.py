@@ -5,7 +5,8 @@ the user's permissions (-NOPERM: the command, then the queue it names; a
 user with every command on every queue skips this), the pub/sub context (a
 RESP2 connection with SUBSCRIBE streams runs only the commands flagged
 ``pubsub``, as Redis), recovery still running (-LOADING), a log that cannot be written (-MISCONF
-for commands that change queues), a replica (-READONLY for them, as Redis),
+for commands that change queues), too few good replicas (-NOREPLICAS, with
+min-replicas-to-write), a replica (-READONLY for them, as Redis),
 transaction queueing, memory; then the handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
 bug, logged with its traceback and answered with an error, never a crash.
@@ -70,6 +71,8 @@ def _execute(client, args: list, name: bytes, cmd):
         return _refuse(client, errors.LOADING)
     if server.disk_error is not None and "write" in cmd.flags:
         return _refuse(client, errors.misconf(server.disk_error))
+    if server.replicas_gate and "write" in cmd.flags and server.replication.good_replicas() < server.replicas_gate:
+        return _refuse(client, errors.NOREPLICAS)
     if server.read_only and "write" in cmd.flags and "pubsub" not in cmd.flags:    # (SUBSCRIBE: QWORK's only)
         return _refuse(client, errors.READONLY)
     client.last_command = cmd.name

@@ -188,6 +188,7 @@ class Replication:
                 if peer is not None:
                     peer.ack_offset = max(peer.ack_offset, int(value))
                     peer.ack_time = time.monotonic()
+                    self.acked()
                 return NO_REPLY
             if option == b"getack":
                 if self.link is not None and conn is self.link:
@@ -276,6 +277,30 @@ class Replication:
             if peer.conn is conn:
                 return peer
         return None
+
+    def acked(self) -> None:
+        """A replica acknowledged: with min-replicas-to-ack n, the log's
+        generations that n replicas have on disk are replicated, and the
+        replies held on them may go."""
+        n = self.server.settings.min_replicas_to_ack
+        wal = self._wal
+        if not n or wal is None or not wal.ack_needed:
+            return
+        offsets = sorted((p.ack_offset for p in self.peers if p.state == "online"), reverse=True)
+        if len(offsets) >= n and wal.replicated_to(offsets[n - 1] - self._base):
+            self.server.committer.touch()
+
+    def synced(self) -> None:
+        """This node's log was fsynced: a replica says so to its primary at
+        once (a primary waiting for replicas' disks waits no longer than that)."""
+        if self.link is not None and self.link.up:
+            self.link.ack()
+
+    def good_replicas(self) -> int:
+        """Replicas online that acknowledged within min-replicas-max-lag."""
+        lag = self.server.settings.min_replicas_max_lag
+        now = time.monotonic()
+        return sum(1 for p in self.peers if p.state == "online" and now - p.ack_time <= lag)
 
     def is_peer(self, conn) -> bool:
         return self._peer_of(conn) is not None
@@ -375,6 +400,8 @@ class Replication:
         for i, p in enumerate(self.peers):
             fields.append((f"slave{i}", f"ip={p.ip},port={p.port},state={p.state},offset={p.ack_offset},"
                                         f"lag={int(now - p.ack_time)}"))
+        if self.server.replicas_gate:
+            fields.append(("min_slaves_good_slaves", self.good_replicas()))
         backlog = self.backlog
         fields += [("master_replid", self.replid), ("master_replid2", self.replid2),
                    ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),

@@ -65,7 +65,7 @@ class Server:
     __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
                  "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
                  "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only", "config_file", "channels")
+                 "replication", "read_only", "config_file", "channels", "replicas_gate")
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -99,6 +99,7 @@ class Server:
         self.replication = Replication(self)     # as a primary and as a replica (daemon/replication.py)
         self.read_only = False                   # a replica: commands that write get -READONLY
         self.channels = Channels()               # plain pub/sub channels (daemon/channels.py)
+        self.replicas_gate = 0                   # min-replicas-to-write while it applies (0: off)
 
     def attach(self, datadir: DataDir) -> None:
         """Recovery is done: serve the recovered store from now on.  DEBUG
@@ -140,6 +141,18 @@ class Server:
         """``wal`` is the log from now on; what it writes is the replication stream."""
         self.replication.attach_log(wal)
         self.committer.resumed(wal)
+        self._replication_rules()
+
+    def _replication_rules(self) -> None:
+        """What the min-replicas-* settings ask, for this node's role now:
+        a primary's writes wait for replicas' disks (``LogBuffer.ack_needed``)
+        or are refused without enough good replicas (``replicas_gate``)."""
+        s = self.settings
+        primary = not self.read_only
+        self.replicas_gate = s.min_replicas_to_write if primary and s.min_replicas_max_lag else 0
+        wal = self.datadir.wal if self.datadir is not None else None
+        if wal is not None:
+            wal.require_acks(primary and s.min_replicas_to_ack > 0)
 
     def _serve(self, store: Store) -> None:
         """From now on ``store`` is the one served: the claimers' waits hold
@@ -159,6 +172,7 @@ class Server:
         schedules wait, parked claims are answered (nothing to hand out)."""
         self.read_only = True
         self._serve(self.store)
+        self._replication_rules()
         self.alarm.cancel()
         self.blocking.release_all()
 
@@ -167,6 +181,7 @@ class Server:
         boot epoch (no token of this run can match one the old primary
         handed out), and the schedules fire."""
         self.read_only = False
+        self._replication_rules()
         store, datadir = self.store, self.datadir
         store.following = False
         store.journal = Journal(datadir.wal, datadir.lease_sync) if datadir.wal is not None else Journal()
@@ -252,6 +267,8 @@ class Server:
                 c.limit_output()
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(s.loglevel.upper())
+        self._replication_rules()
+        self.replication.acked()             # (a smaller min-replicas-to-ack may let replies go now)
 
     def info_sections(self) -> dict[str, list[tuple[str, object]]]:
         return self.info.sections()

@@ -11,7 +11,9 @@ cdef class LogBuffer:
     cdef public long long bytes_written
     cdef public object last_fsync_ms, stream
     cdef public long long durable_bytes
-    cdef list _ends
+    cdef list _ends, _repl_ends
+    cdef public bint ack_needed
+    cdef long long _replicated
 
     cpdef append(self, int rtype, object body, bint sync, long long blind_until=*)
     cpdef append_frame(self, bytes data, bint sync, long long blind_until=*)
@@ -19,3 +21,4 @@ cdef class LogBuffer:
     cpdef object ticket_since(self, long long mark)
     cpdef object settled_since(self, long long mark, object claim_at=*)
     cpdef bint reached(self, object ticket)
+    cpdef bint replicated_to(self, long long nbytes)

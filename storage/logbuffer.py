@@ -39,7 +39,7 @@ class LogBuffer:
 
     __slots__ = ("buffer", "_appended", "_last_sync_record", "_sync_gen", "_claim_sync_gen", "_blind_gen",
                  "_blind_until", "_written", "_covered", "_durable", "bytes_written", "last_fsync_ms", "stream",
-                 "durable_bytes", "_ends")
+                 "durable_bytes", "_ends", "ack_needed", "_replicated", "_repl_ends")
 
     def __init__(self) -> None:
         self.buffer: list[bytes] = []      # framed records appended, not yet written (read only outside)
@@ -57,6 +57,9 @@ class LogBuffer:
         self.stream = None         # called with the bytes of each write (the replication stream), or None
         self.durable_bytes = 0     # of bytes_written, how many an fsync has made durable
         self._ends: list = []      # (generation, bytes_written after it) of the generations not yet durable
+        self.ack_needed = False    # min-replicas-to-ack: a durable reply waits for replicas' disks too
+        self._replicated = 0       # ... generations that many replicas have on disk (``replicated_to``)
+        self._repl_ends: list = []  # (generation, bytes_written after it) not yet known replicated
 
     # loop thread ------------------------------------------------------------------
 
@@ -118,8 +121,27 @@ class LogBuffer:
         return None
 
     def reached(self, ticket: Ticket) -> bool:
-        """Are the ticket's records written (and durable, if it needs fsync)?"""
-        return ticket.generation <= (self._durable if ticket.fsync else self._written)
+        """Are the ticket's records written (and durable, if it needs fsync:
+        on this disk, and with ``ack_needed`` on the replicas' too)?"""
+        if ticket.fsync:
+            return ticket.generation <= self._durable and (not self.ack_needed or ticket.generation <= self._replicated)
+        return ticket.generation <= self._written
+
+    def require_acks(self, on: bool) -> None:
+        """``ack_needed`` from now on; what was written before counts as replicated."""
+        if on != self.ack_needed:
+            self.ack_needed = on
+            self._replicated = self._written
+            self._repl_ends = []
+
+    def replicated_to(self, nbytes: int) -> bool:
+        """Enough replicas have the first ``nbytes`` of what this log wrote on
+        their disks: the generations that end there are replicated.  True
+        when that let more generations go."""
+        ends, before = self._repl_ends, self._replicated
+        while ends and ends[0][1] <= nbytes:
+            self._replicated = ends.pop(0)[0]
+        return self._replicated != before
 
     @property
     def pending(self) -> bool:
@@ -156,6 +178,8 @@ class LogBuffer:
         self.bytes_written += len(data)
         self._written += 1
         self._ends.append((self._written, self.bytes_written))
+        if self.ack_needed:
+            self._repl_ends.append((self._written, self.bytes_written))
         if self.stream is not None:
             self.stream(data)
         return self._written

@@ -744,7 +744,9 @@ SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durabilit
             "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
             "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command",
             "protected-mode", "tls-port", "tls-bind", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
-            "tls-auth-clients", "tls-protocols"}
+            "tls-auth-clients", "tls-protocols", "replicaof", "masteruser", "masterauth", "repl-backlog-size",
+            "replica-priority", "replica-announce-ip", "replica-announce-port", "min-replicas-to-write",
+            "min-replicas-max-lag", "min-replicas-to-ack"}
 # Redis settings tools read, answered as views of what leaseq does (docs/semantics.md §2.6)
 REDIS_VIEWS = {"save", "appendonly", "appendfsync", "databases", "maxmemory-policy"}
 

@@ -305,3 +305,58 @@ def test_sentinels_hello_channel_works_on_a_replica(pair):
             break
     assert message["channel"] == b"__sentinel__:hello" and message["data"] == b"127.0.0.1,26379,abc,0"
     listener.close()
+
+
+def test_min_replicas_to_ack_holds_a_push_until_a_replica_has_it_on_disk(tmp_path):
+    """With min-replicas-to-ack 1 the primary answers a push only once a
+    replica acknowledged the record as fsynced: a stopped replica holds the
+    answer back; when it runs again, the answer comes."""
+    import signal
+    import socket
+
+    from harness import RespSocket
+    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1")
+    try:
+        c = RespSocket(primary.port, timeout=10)
+        c.send("QPUSH", "acked", "first")
+        assert c.read() == 1                                    # the replica is there: it comes
+        replica.proc.send_signal(signal.SIGSTOP)
+        c.sock.settimeout(0.5)
+        c.send("QPUSH", "acked", "second")
+        with pytest.raises(socket.timeout):
+            c.read()                                            # held: no replica has it on disk
+        assert primary.client().execute_command("QLEN", "acked") == 2
+        replica.proc.send_signal(signal.SIGCONT)
+        c.sock.settimeout(10)
+        assert c.read() == 2
+        assert replica.client().execute_command("QLEN", "acked") == 2
+        c.sock.close()
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+        replica.kill()
+        primary.kill()
+
+
+def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
+    import signal
+    primary = Daemon(tmp_path / "primary", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "2").start()
+    replica = None
+    try:
+        p = primary.client()
+        assert error_text(p, "QPUSH", "gate", "x") == "NOREPLICAS Not enough good replicas to write."
+        assert p.execute_command("INFO", "replication")                                  # reads go on
+        replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
+        wait_for(lambda: p.info("replication").get("min_slaves_good_slaves") == 1, timeout=20,
+                 what="a good replica")
+        assert p.execute_command("QPUSH", "gate", "x") == 1
+        replica.proc.send_signal(signal.SIGSTOP)                                      # no more ACKs
+        wait_for(lambda: p.info("replication")["min_slaves_good_slaves"] == 0, timeout=20, what="the lag")
+        assert error_text(p, "QPUSH", "gate", "y") == "NOREPLICAS Not enough good replicas to write."
+        replica.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: p.info("replication")["min_slaves_good_slaves"] == 1, timeout=20, what="the replica back")
+        assert p.execute_command("QPUSH", "gate", "z") == 2
+    finally:
+        if replica is not None:
+            replica.proc.send_signal(signal.SIGCONT)
+            replica.kill()
+        primary.kill()

@@ -57,6 +57,7 @@ class Core:
         self.loading = False
         self.disk_error = None
         self.read_only = False
+        self.replicas_gate = 0
         self.replication = Replication(self)       # a primary with no replicas (ROLE, INFO)
         self.channels = Channels()
         self.faults = Faults()
