@@ -195,6 +195,9 @@ PUSHMANY_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                         args=(Arg("group", "string", token="GROUP"),
                               Arg("group", "string", token="GROUPS", multiple=True))),)
 GROUP_ARG = opt("GROUP", "group", "string")
+PRIMARY = (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
+                                      Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
+                                                                   Arg("one", "pure-token", token="ONE"))))),)
 
 _COMMANDS = [
     # -- queues --------------------------------------------------------------------------------
@@ -444,18 +447,12 @@ _COMMANDS = [
        "Stop gracefully: answer what was received, fsync, exit",
        (Arg("mode", optional=True),), reply="nothing: the connection closes"),
     _c("replicaof", replication.replicaof, 3, "admin", "replication",
-       "Follow the primary at host port as its replica, or with NO ONE become a primary",
-       (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
-                                   Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
-                                                                Arg("one", "pure-token", token="ONE"))))),),
+       "Follow the primary at host port as its replica, or with NO ONE become a primary", PRIMARY,
        reply="+OK (+OK Already connected to specified master when it follows that one already)",
        notes="A replica answers reads; commands that write, claim or stream jobs get -READONLY. "
              "Promotion starts a new replication id and boot epoch (docs/replication.md)."),
     _c("slaveof", replication.replicaof, 3, "admin", "replication", "REPLICAOF, by its older name (Sentinel sends it)",
-       (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
-                                   Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
-                                                                Arg("one", "pure-token", token="ONE"))))),),
-       reply="as REPLICAOF"),
+       PRIMARY, reply="as REPLICAOF"),
     _c("role", replication.role, 1, "fast loading", "replication", "This node's role in replication, as Redis's ROLE",
        reply="primary: [master, offset, [[ip, port, offset], ...]]; replica: [slave, host, port, state, offset]"),
     _c("replconf", replication.replconf, -1, "admin loading", "replication",
