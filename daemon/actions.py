@@ -242,7 +242,8 @@ def _done(action: Action, queue: str, jid: str | None, reply) -> str:
 def _status_of(error: str) -> str:
     code = error.split(" ", 1)[0]
     return {"NOPERM": "403 Forbidden", "NOQUEUE": "404 Not Found", "MISCONF": "503 Service Unavailable",
-            "LOADING": "503 Service Unavailable", "OOM": "503 Service Unavailable"}.get(code, "400 Bad Request")
+            "LOADING": "503 Service Unavailable", "OOM": "503 Service Unavailable",
+            "READONLY": "503 Service Unavailable", "NOREPLICAS": "503 Service Unavailable"}.get(code, "400 Bad Request")
 
 
 def _describe(reply) -> str:

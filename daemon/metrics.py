@@ -148,3 +148,4 @@ class Metrics:
                                   "log failed and writes stopped until the disk took them again.",
                                   value=disk.entered)
         yield GaugeMetricFamily("leaseq_connected_clients", "Client connections open.", value=len(server.clients))
+        yield from server.replication.metrics()

@@ -410,6 +410,30 @@ class Replication:
                    ("repl_backlog_histlen", backlog.size if backlog else 0)]
         return fields
 
+    def metrics(self):
+        """What /metrics shows of replication (daemon/metrics.py)."""
+        from prometheus_client.core import GaugeMetricFamily
+        link = self.link
+        yield GaugeMetricFamily("leaseq_replication_replica", "1 on a replica, 0 on a primary (INFO's role).",
+                                value=int(self.master is not None))
+        yield GaugeMetricFamily("leaseq_replication_link_up", "On a replica, 1 while its link to the primary "
+                                "streams (INFO's master_link_status); on a primary, 1.",
+                                value=int(self.master is None or (link is not None and link.up)))
+        yield GaugeMetricFamily("leaseq_replication_offset_bytes", "Bytes of the replication stream this node "
+                                "holds (INFO's master_repl_offset).", value=self.offset)
+        yield GaugeMetricFamily("leaseq_replication_connected_replicas", "Replicas of this node (INFO's "
+                                "connected_slaves).", value=len(self.peers))
+        now = time.monotonic()
+        lag = GaugeMetricFamily("leaseq_replication_replica_lag_seconds", "Seconds since the replica's last "
+                                "acknowledgement.", labels=["replica"])
+        behind = GaugeMetricFamily("leaseq_replication_replica_lag_bytes", "Bytes of the stream the replica has "
+                                   "not acknowledged as on its disk.", labels=["replica"])
+        for p in self.peers:
+            lag.add_metric([f"{p.ip}:{p.port}"], now - p.ack_time)
+            behind.add_metric([f"{p.ip}:{p.port}"], max(0, self.offset - p.ack_offset))
+        yield lag
+        yield behind
+
     def role_reply(self) -> list:
         if self.master is None:
             return [b"master", self.offset,

@@ -352,7 +352,24 @@ def _state(info: dict) -> tuple[str, str, str]:
     if p.get("log_write_status") == "err":
         return ("disk error", "bad", f"The log cannot be written: {p.get('log_write_error')}. Commands that "
                 "change queues get -MISCONF until the disk takes writes again; reads go on.")
+    r = info.get("replication", {})
+    if r.get("role") == "slave":
+        primary = f"{r['master_host']}:{r['master_port']}"
+        if r.get("master_link_status") != "up":
+            return ("replica, link down", "warn", f"A replica of {primary}, whose link has been down for "
+                    f"{r.get('master_link_down_since_seconds', 0)} s: reads show what it had then; commands that "
+                    "change queues get -READONLY (send them to the primary).")
+        return ("replica", "ok", f"A replica of {primary}: it answers reads; commands that change queues get "
+                "-READONLY (send them to the primary).")
     return "ready", "ok", ""
+
+
+def _role(r: dict) -> str:
+    """The header's word on replication (INFO's replication section)."""
+    if r.get("role") == "slave":
+        return f"replica of {r['master_host']}:{r['master_port']}, link {r.get('master_link_status')}"
+    n = r.get("connected_slaves", 0)
+    return f"primary, {n} replica{'s' if n != 1 else ''}" if n else "primary"
 
 
 def _header(status: Status, state: str, css_class: str) -> str:
@@ -365,6 +382,7 @@ def _header(status: Status, state: str, css_class: str) -> str:
         ("ops/s", f"{stats['instantaneous_ops_per_sec']:,}"),
         ("jobs live", f"{memory['jobs_live']:,}"),
         ("memory", _bytes(memory["used_memory_rss"])),
+        ("role", _role(status.info.get("replication", {}))),
         ("port", server["tcp_port"]),
         ("pid", server["process_id"]),
         ("user", status.user),

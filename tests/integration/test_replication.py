@@ -360,3 +360,34 @@ def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
             replica.proc.send_signal(signal.SIGCONT)
             replica.kill()
         primary.kill()
+
+
+def test_metrics_say_the_role_the_link_and_the_lag(tmp_path):
+    import urllib.request
+    from harness import free_port
+    http = [free_port(), free_port()]
+    primary = Daemon(tmp_path / "primary", "--http-port", str(http[0])).start()
+    replica = Daemon(tmp_path / "replica", "--http-port", str(http[1]),
+                     "--replicaof", f"127.0.0.1 {primary.port}").start()
+    try:
+        wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
+        primary.client().execute_command("QPUSH", "m", "x")
+        caught_up(primary, replica)
+
+        def metrics(port: int) -> dict:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+                lines = reply.read().decode().splitlines()
+            return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines
+                    if line.startswith("leaseq_replication_")}
+        p, r = metrics(http[0]), metrics(http[1])
+        assert (p["leaseq_replication_replica"], r["leaseq_replication_replica"]) == (0, 1)
+        assert r["leaseq_replication_link_up"] == 1 and p["leaseq_replication_connected_replicas"] == 1
+        assert p["leaseq_replication_offset_bytes"] == r["leaseq_replication_offset_bytes"] > 0
+        name = f'leaseq_replication_replica_lag_bytes{{replica="127.0.0.1:{replica.port}"}}'
+        wait_for(lambda: metrics(http[0])[name] == 0, timeout=10, what="the replica's acknowledgement")
+        replica.kill()
+        wait_for(lambda: metrics(http[0])["leaseq_replication_connected_replicas"] == 0, timeout=10,
+                 what="the replica gone")
+    finally:
+        replica.kill()
+        primary.kill()

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from harness import Daemon, claim_one, free_port, qget, qinfo, unique
+from harness import Daemon, claim_one, free_port, qget, qinfo, unique, wait_for
 
 PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
 
@@ -242,3 +242,21 @@ def test_malformed_credentials_and_oversized_forms_are_refused(secured):
     status, _, body = request(secured, "/action/pause", raw_body=b"queue=" + b"q" * 5000, user=("ops", "opspass"))
     assert (status, body) == (413, "a form is at most 4096 bytes\n")
     assert qinfo(c, q)[b"paused"] == 0
+
+
+def test_an_action_on_a_replicas_page_is_refused_with_readonly(tmp_path):
+    primary = Daemon(str(tmp_path / "primary")).start()
+    port = free_port()
+    replica = Daemon(str(tmp_path / "replica"), "--replicaof", f"127.0.0.1 {primary.port}",
+                     env={"LEASEQ_HTTP_PORT": str(port)}).start()
+    replica.http = port
+    try:
+        primary.client().execute_command("QPUSH", "q", "x")
+        wait_for(lambda: replica.client().execute_command("EXISTS", "q") == 1, 20, "the queue on the replica")
+        page = request(replica, "/")[2]
+        assert "A replica of 127.0.0.1:" in page
+        status, _, body = request(replica, "/action/pause", {"queue": "q", "csrf": csrf_of(page)})
+        assert (status, body) == (503, "READONLY You can't write against a read only replica.\n")
+    finally:
+        replica.kill()
+        primary.kill()

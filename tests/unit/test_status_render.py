@@ -140,3 +140,22 @@ def test_no_rate_from_too_short_a_span_or_from_counters_that_started_over():
     assert rates.rates(queue(b"a", 200, 200), 10.2) == (0.0, 0.0)    # 0.2 s: too short to say
     assert rates.rates(queue(b"a", 5, 0), 12.0) == (0.0, 0.0)        # dropped and made again
     assert rates.rates(queue(b"z", 5, 0), 12.0) == (0.0, 0.0)        # never sampled
+
+
+def with_replication(**fields) -> Status:
+    s = status()
+    s.info["replication"] = fields
+    return s
+
+
+def test_the_header_says_the_role_and_a_replica_says_what_it_refuses():
+    assert "role <b>primary</b>" in render(with_replication(role="master", connected_slaves=0))
+    assert "role <b>primary, 2 replicas</b>" in render(with_replication(role="master", connected_slaves=2))
+    page = render(with_replication(role="slave", master_host="10.0.0.5", master_port=6479, master_link_status="up"))
+    assert '<span class="state ok">replica</span>' in page
+    assert "role <b>replica of 10.0.0.5:6479, link up</b>" in page
+    assert "A replica of 10.0.0.5:6479: it answers reads" in page and "-READONLY" in page
+    page = render(with_replication(role="slave", master_host="10.0.0.5", master_port=6479,
+                                   master_link_status="down", master_link_down_since_seconds=12))
+    assert '<span class="state warn">replica, link down</span>' in page
+    assert "whose link has been down for 12 s" in page
