@@ -75,6 +75,8 @@ LOADING = Error("LOADING", "leaseq is loading the dataset in memory")
 READONLY = Error("READONLY", "You can't write against a read only replica.")     # Redis's words, as clients match them
 NOMASTERLINK = Error("NOMASTERLINK", "Can't SYNC while not connected with my master")
 NOREPLICAS = Error("NOREPLICAS", "Not enough good replicas to write.")
+WAIT_ON_REPLICA = err("WAIT cannot be used with replica instances.")
+NEGATIVE_TIMEOUT = err("timeout is negative")          # (Redis's words for WAIT)
 INVALID_PORT = err("Invalid master port")
 REPLICAOF_FROM_REPLICA = err("Command is not valid when client is a replica.")
 

@@ -45,3 +45,11 @@ def psync(client, args):
     """PSYNC replid offset: the stream from ``offset``, or a full sync."""
     offset = to_int(args[2])
     return client.server.replication.psync(client, args[1].decode(errors="replace"), offset)
+
+
+def wait(client, args):
+    """WAIT numreplicas timeout."""
+    numreplicas, timeout = to_int(args[1]), to_int(args[2])
+    if timeout < 0:
+        raise errors.NEGATIVE_TIMEOUT
+    return client.server.replication.wait(client, numreplicas, timeout)

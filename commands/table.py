@@ -458,6 +458,12 @@ _COMMANDS = [
     _c("replconf", replication.replconf, -1, "admin loading", "replication",
        "What a replica tells its primary: listening-port, ip-address, capa, ack offset, getack",
        (Arg("option", multiple=True), ), reply="+OK; nothing for ACK and GETACK"),
+    _c("wait", replication.wait, 3, "blocking", "replication",
+       "Wait until numreplicas replicas acknowledged everything this node wrote so far, or timeout ms (0: no limit)",
+       (Arg("numreplicas", "integer"), Arg("timeout", "integer")),
+       reply="integer: the replicas that acknowledged it (when the timeout ran out, maybe fewer)",
+       notes="Inside MULTI it answers at once. A replica acknowledges after each fsync, so the count is of "
+             "replicas that have it on disk. On a replica: an error."),
     _c("psync", replication.psync, 3, "admin no-multi", "replication",
        "A replica asks for the stream from an offset of a history (? -1: from the start)",
        (Arg("replicationid"), Arg("offset", "integer")),

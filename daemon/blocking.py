@@ -40,7 +40,7 @@ from leaseq.storage import flow, plain
 from .holdings import Worker
 from .resultwaits import ResultWaits
 from .timeouts import Timeouts
-from .waiter import Waiter
+from .waiter import Acks, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,12 @@ class Blocking:
 
     def cancel(self, w) -> None:
         """A parked command is given up (its connection closed): a QCLAIM's
-        ``Waiter``, or a QRESULT's (``self.results``)."""
+        ``Waiter``, a WAIT's (``Replication.waits``), or a QRESULT's
+        (``self.results``)."""
         if type(w) is Waiter:
             self._unpark(w)
+        elif type(w) is Acks:
+            self.server.replication.cancel_wait(w)
         else:
             self.results.cancel(w)
 
@@ -282,6 +285,7 @@ class Blocking:
     def release_all(self) -> None:
         """Shutdown: answer every waiter as if its BLOCK timed out."""
         self.results.release_all()
+        self.server.replication.release_waits()
         for queue in list(self.by_queue):
             for w in list(self.by_queue.get(queue, [])):
                 self.cancel(w)

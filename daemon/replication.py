@@ -41,6 +41,8 @@ from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
 from leaseq.storage import snapshot
 
+from .waiter import Acks
+
 log = logging.getLogger(__name__)
 
 NO_ID = "0" * 40
@@ -125,6 +127,7 @@ class Replication:
         self._base = 0                   # the stream's offset where ``_wal`` began
         self.backlog: Backlog | None = None   # made when the first replica asks (as Redis's)
         self.peers: list[Peer] = []
+        self.waits: list[Acks] = []      # parked WAITs
         self.announced: dict[int, list] = {}    # connection id -> [ip, port] from REPLCONF, until PSYNC
         self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
         self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
@@ -189,6 +192,8 @@ class Replication:
                     peer.ack_offset = max(peer.ack_offset, int(value))
                     peer.ack_time = time.monotonic()
                     self.acked()
+                    if self.waits:
+                        self._answer_waits()
                 return NO_REPLY
             if option == b"getack":
                 if self.link is not None and conn is self.link:
@@ -302,6 +307,58 @@ class Replication:
         now = time.monotonic()
         return sum(1 for p in self.peers if p.state == "online" and now - p.ack_time <= lag)
 
+    # -- WAIT --------------------------------------------------------------------------------------
+
+    def wait(self, conn, numreplicas: int, timeout_ms: int):
+        """WAIT numreplicas timeout: how many replicas acknowledged
+        everything this node has written or is about to write (this turn's
+        records included), once ``numreplicas`` have, or when ``timeout_ms``
+        runs out (0: no limit); at once inside MULTI."""
+        if self.master is not None:
+            return errors.WAIT_ON_REPLICA
+        wal = self._wal
+        target = self.offset + (sum(len(b) for b in wal.buffer) if wal is not None else 0)
+        have = self._acked(target)
+        if have >= numreplicas or conn.in_exec:
+            return have
+        w = Acks(conn, (numreplicas, target))
+        conn.waiting = w
+        self.waits.append(w)
+        if timeout_ms:
+            w.timer = self.server.loop.call_later(timeout_ms / 1000.0, self._wait_over, w)
+        return NO_REPLY
+
+    def _acked(self, offset: int) -> int:
+        return sum(1 for p in self.peers if p.state == "online" and p.ack_offset >= offset)
+
+    def _answer_waits(self) -> None:
+        for w in list(self.waits):
+            numreplicas, target = w.wait
+            have = self._acked(target)
+            if have >= numreplicas:
+                self._unwait(w, have)
+
+    def _wait_over(self, w: Acks) -> None:
+        w.timer = None
+        if w in self.waits:
+            self._unwait(w, self._acked(w.wait[1]))
+
+    def _unwait(self, w: Acks, have: int) -> None:
+        self.cancel_wait(w)
+        w.conn.unblock(have)
+
+    def cancel_wait(self, w: Acks) -> None:
+        if w.timer is not None:
+            w.timer.cancel()
+            w.timer = None
+        if w in self.waits:
+            self.waits.remove(w)
+
+    def release_waits(self) -> None:
+        """Shutdown, or this node follows another: each WAIT gets its count now."""
+        for w in list(self.waits):
+            self._unwait(w, self._acked(w.wait[1]))
+
     def is_peer(self, conn) -> bool:
         return self._peer_of(conn) is not None
 
@@ -324,6 +381,7 @@ class Replication:
         self.down_since = time.monotonic()
         for peer in list(self.peers):       # sub-replicas start again from this node's new history
             self._drop(peer, "this node now follows another")
+        self.release_waits()
         server.become_replica()
         self.link = ReplicaLink(server, host, port)
         self.link.start()

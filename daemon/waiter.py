@@ -12,3 +12,11 @@ class Waiter:
         self.conn = conn
         self.wait = wait
         self.timer = None
+
+
+class Acks(Waiter):
+    """A parked WAIT (daemon/replication.py): ``wait`` is ``(numreplicas,
+    offset)``, the replicas it asks for and the stream offset they must
+    acknowledge."""
+
+    __slots__ = ()

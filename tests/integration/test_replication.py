@@ -391,3 +391,43 @@ def test_metrics_say_the_role_the_link_and_the_lag(tmp_path):
     finally:
         replica.kill()
         primary.kill()
+
+
+def test_wait_counts_the_replicas_that_have_what_was_written(pair):
+    """WAIT numreplicas timeout, as Redis's: at once when enough replicas
+    acknowledged, else when they do, or at the timeout with fewer."""
+    import signal
+    import time
+    primary, replica = pair
+    p = primary.client()
+    p.execute_command("QPUSH", "w", "a")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert p.execute_command("WAIT", 2, 200) == 1                     # only one there: the timeout answers
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        p.execute_command("QPUSH", "w", "b")
+        started = time.monotonic()
+        assert p.execute_command("WAIT", 1, 300) == 0                    # it has not got "b"
+        assert time.monotonic() - started >= 0.25
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    assert p.execute_command("WAIT", 1, 0) == 1                            # 0: until it has
+    pipe = p.pipeline(transaction=True)
+    pipe.execute_command("QPUSH", "w", "c")
+    pipe.execute_command("WAIT", 1, 0)
+    assert pipe.execute()[1] in (0, 1)                                     # inside MULTI: at once
+    assert error_text(replica.client(), "WAIT", 1, 10) == "WAIT cannot be used with replica instances."
+    assert error_text(p, "WAIT", 1, -1) == "timeout is negative"
+
+
+def test_a_wait_given_up_by_its_connection_leaves_nothing_behind(pair):
+    from harness import RespSocket
+    primary, _replica = pair
+    p = primary.client()
+    before = p.info("clients")["connected_clients"]
+    c = RespSocket(primary.port)
+    c.send("WAIT", 5, 0)                                 # five replicas will never come
+    wait_for(lambda: p.info("clients")["connected_clients"] == before + 1, timeout=10, what="the WAIT to arrive")
+    c.sock.close()
+    wait_for(lambda: p.info("clients")["connected_clients"] == before, timeout=10, what="the closed connection to go")
+    assert p.execute_command("WAIT", 1, 1000) == 1 and "Traceback" not in primary.log()
