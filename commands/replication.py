@@ -52,4 +52,4 @@ def wait(client, args):
     numreplicas, timeout = to_int(args[1]), to_int(args[2])
     if timeout < 0:
         raise errors.NEGATIVE_TIMEOUT
-    return client.server.replication.wait(client, numreplicas, timeout)
+    return client.server.replication.waits.wait(client, numreplicas, timeout)

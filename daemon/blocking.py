@@ -108,7 +108,7 @@ class Blocking:
         if type(w) is Waiter:
             self._unpark(w)
         elif type(w) is Acks:
-            self.server.replication.cancel_wait(w)
+            self.server.replication.waits.cancel(w)
         else:
             self.results.cancel(w)
 
@@ -285,7 +285,7 @@ class Blocking:
     def release_all(self) -> None:
         """Shutdown: answer every waiter as if its BLOCK timed out."""
         self.results.release_all()
-        self.server.replication.release_waits()
+        self.server.replication.waits.release()
         for queue in list(self.by_queue):
             for w in list(self.by_queue.get(queue, [])):
                 self.cancel(w)

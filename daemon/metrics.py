@@ -40,6 +40,7 @@ leaseq_connected_clients                   gauge
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections import defaultdict
 
@@ -148,4 +149,28 @@ class Metrics:
                                   "log failed and writes stopped until the disk took them again.",
                                   value=disk.entered)
         yield GaugeMetricFamily("leaseq_connected_clients", "Client connections open.", value=len(server.clients))
-        yield from server.replication.metrics()
+        yield from replication_metrics(server.replication)
+
+
+def replication_metrics(r):
+    """What /metrics shows of replication (``Replication``, daemon/replication.py)."""
+    link = r.link
+    yield GaugeMetricFamily("leaseq_replication_replica", "1 on a replica, 0 on a primary (INFO's role).",
+                            value=int(r.master is not None))
+    yield GaugeMetricFamily("leaseq_replication_link_up", "On a replica, 1 while its link to the primary "
+                            "streams (INFO's master_link_status); on a primary, 1.",
+                            value=int(r.master is None or (link is not None and link.up)))
+    yield GaugeMetricFamily("leaseq_replication_offset_bytes", "Bytes of the replication stream this node "
+                            "holds (INFO's master_repl_offset).", value=r.offset)
+    yield GaugeMetricFamily("leaseq_replication_connected_replicas", "Replicas of this node (INFO's "
+                            "connected_slaves).", value=len(r.peers))
+    now = time.monotonic()
+    lag = GaugeMetricFamily("leaseq_replication_replica_lag_seconds", "Seconds since the replica's last "
+                            "acknowledgement.", labels=["replica"])
+    behind = GaugeMetricFamily("leaseq_replication_replica_lag_bytes", "Bytes of the stream the replica has "
+                               "not acknowledged as on its disk.", labels=["replica"])
+    for p in r.peers:
+        lag.add_metric([f"{p.ip}:{p.port}"], now - p.ack_time)
+        behind.add_metric([f"{p.ip}:{p.port}"], max(0, r.offset - p.ack_offset))
+    yield lag
+    yield behind

@@ -41,7 +41,7 @@ from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
 from leaseq.storage import snapshot
 
-from .waiter import Acks
+from .replicawaits import ReplicaWaits
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Replication:
         self._base = 0                   # the stream's offset where ``_wal`` began
         self.backlog: Backlog | None = None   # made when the first replica asks (as Redis's)
         self.peers: list[Peer] = []
-        self.waits: list[Acks] = []      # parked WAITs
+        self.waits = ReplicaWaits(self)  # parked WAITs (daemon/replicawaits.py)
         self.announced: dict[int, list] = {}    # connection id -> [ip, port] from REPLCONF, until PSYNC
         self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
         self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
@@ -170,6 +170,11 @@ class Replication:
             elif peer.held is not None:
                 peer.held.append(data)
 
+    def appended_offset(self) -> int:
+        """The offset once what the log holds in its buffer is written (WAIT's target)."""
+        wal = self._wal
+        return self.offset + (sum(len(b) for b in wal.buffer) if wal is not None else 0)
+
     def durable_offset(self) -> int:
         """How much of the stream is on this node's disk (what a replica
         acknowledges): the offset less what the log wrote and has not yet
@@ -192,8 +197,7 @@ class Replication:
                     peer.ack_offset = max(peer.ack_offset, int(value))
                     peer.ack_time = time.monotonic()
                     self.acked()
-                    if self.waits:
-                        self._answer_waits()
+                    self.waits.acked()
                 return NO_REPLY
             if option == b"getack":
                 if self.link is not None and conn is self.link:
@@ -307,58 +311,6 @@ class Replication:
         now = time.monotonic()
         return sum(1 for p in self.peers if p.state == "online" and now - p.ack_time <= lag)
 
-    # -- WAIT --------------------------------------------------------------------------------------
-
-    def wait(self, conn, numreplicas: int, timeout_ms: int):
-        """WAIT numreplicas timeout: how many replicas acknowledged
-        everything this node has written or is about to write (this turn's
-        records included), once ``numreplicas`` have, or when ``timeout_ms``
-        runs out (0: no limit); at once inside MULTI."""
-        if self.master is not None:
-            return errors.WAIT_ON_REPLICA
-        wal = self._wal
-        target = self.offset + (sum(len(b) for b in wal.buffer) if wal is not None else 0)
-        have = self._acked(target)
-        if have >= numreplicas or conn.in_exec:
-            return have
-        w = Acks(conn, (numreplicas, target))
-        conn.waiting = w
-        self.waits.append(w)
-        if timeout_ms:
-            w.timer = self.server.loop.call_later(timeout_ms / 1000.0, self._wait_over, w)
-        return NO_REPLY
-
-    def _acked(self, offset: int) -> int:
-        return sum(1 for p in self.peers if p.state == "online" and p.ack_offset >= offset)
-
-    def _answer_waits(self) -> None:
-        for w in list(self.waits):
-            numreplicas, target = w.wait
-            have = self._acked(target)
-            if have >= numreplicas:
-                self._unwait(w, have)
-
-    def _wait_over(self, w: Acks) -> None:
-        w.timer = None
-        if w in self.waits:
-            self._unwait(w, self._acked(w.wait[1]))
-
-    def _unwait(self, w: Acks, have: int) -> None:
-        self.cancel_wait(w)
-        w.conn.unblock(have)
-
-    def cancel_wait(self, w: Acks) -> None:
-        if w.timer is not None:
-            w.timer.cancel()
-            w.timer = None
-        if w in self.waits:
-            self.waits.remove(w)
-
-    def release_waits(self) -> None:
-        """Shutdown, or this node follows another: each WAIT gets its count now."""
-        for w in list(self.waits):
-            self._unwait(w, self._acked(w.wait[1]))
-
     def is_peer(self, conn) -> bool:
         return self._peer_of(conn) is not None
 
@@ -381,7 +333,7 @@ class Replication:
         self.down_since = time.monotonic()
         for peer in list(self.peers):       # sub-replicas start again from this node's new history
             self._drop(peer, "this node now follows another")
-        self.release_waits()
+        self.waits.release()
         server.become_replica()
         self.link = ReplicaLink(server, host, port)
         self.link.start()
@@ -467,30 +419,6 @@ class Replication:
                    ("repl_backlog_first_byte_offset", backlog.first + 1 if backlog else 0),
                    ("repl_backlog_histlen", backlog.size if backlog else 0)]
         return fields
-
-    def metrics(self):
-        """What /metrics shows of replication (daemon/metrics.py)."""
-        from prometheus_client.core import GaugeMetricFamily
-        link = self.link
-        yield GaugeMetricFamily("leaseq_replication_replica", "1 on a replica, 0 on a primary (INFO's role).",
-                                value=int(self.master is not None))
-        yield GaugeMetricFamily("leaseq_replication_link_up", "On a replica, 1 while its link to the primary "
-                                "streams (INFO's master_link_status); on a primary, 1.",
-                                value=int(self.master is None or (link is not None and link.up)))
-        yield GaugeMetricFamily("leaseq_replication_offset_bytes", "Bytes of the replication stream this node "
-                                "holds (INFO's master_repl_offset).", value=self.offset)
-        yield GaugeMetricFamily("leaseq_replication_connected_replicas", "Replicas of this node (INFO's "
-                                "connected_slaves).", value=len(self.peers))
-        now = time.monotonic()
-        lag = GaugeMetricFamily("leaseq_replication_replica_lag_seconds", "Seconds since the replica's last "
-                                "acknowledgement.", labels=["replica"])
-        behind = GaugeMetricFamily("leaseq_replication_replica_lag_bytes", "Bytes of the stream the replica has "
-                                   "not acknowledged as on its disk.", labels=["replica"])
-        for p in self.peers:
-            lag.add_metric([f"{p.ip}:{p.port}"], now - p.ack_time)
-            behind.add_metric([f"{p.ip}:{p.port}"], max(0, self.offset - p.ack_offset))
-        yield lag
-        yield behind
 
     def role_reply(self) -> list:
         if self.master is None:
