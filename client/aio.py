@@ -22,8 +22,9 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 
-from . import errors, protocol, work
+from . import connect, errors, protocol, work
 from .protocol import Job, Payload
 from .schedules import AsyncSchedules
 from .work import HeldLeases, Outcome, WorkerStats
@@ -36,17 +37,29 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class Queue:
     """A leaseq queue on ``redis.asyncio``: ``Queue(url, name,
     **redis_kwargs)`` or ``Queue.from_client(client, name)`` with a
-    ``redis.asyncio.Redis`` that does not decode responses.  The methods are
-    those of ``leaseq.client.Queue``, as coroutines; close it with
-    ``await queue.aclose()`` or ``async with``."""
+    ``redis.asyncio.Redis`` that does not decode responses, or
+    ``Queue.from_sentinel(sentinel, service, name)`` with a
+    ``redis.asyncio.sentinel.Sentinel``; ``url`` may be a ``sentinel://``
+    URL, as for the thread flavour.  The methods are those of
+    ``leaseq.client.Queue``, as coroutines; close it with ``await
+    queue.aclose()`` or ``async with``."""
 
     def __init__(self, url: str, name: str, **redis_kwargs: Any) -> None:
-        self._attach(redis.asyncio.Redis.from_url(url, **redis_kwargs), name, owns_client=True)
+        client = connect.client_for(url, redis.asyncio, **redis_kwargs)
+        self._attach(client, name, owns_client=True)
+        self._sentinel = getattr(client.connection_pool, "sentinel_manager", None)
 
     @classmethod
     def from_client(cls, client: redis.asyncio.Redis, name: str) -> "Queue":
         queue = cls.__new__(cls)
         queue._attach(client, name, owns_client=False)
+        return queue
+
+    @classmethod
+    def from_sentinel(cls, sentinel: redis.asyncio.sentinel.Sentinel, service: str, name: str,
+                      **redis_kwargs: Any) -> "Queue":
+        queue = cls.__new__(cls)
+        queue._attach(sentinel.master_for(service, **redis_kwargs), name, owns_client=True)
         return queue
 
     def _attach(self, client: redis.asyncio.Redis, name: str, owns_client: bool) -> None:
@@ -56,6 +69,7 @@ class Queue:
         self._owns_client = owns_client
         self.schedules = AsyncSchedules(self)  # QSCHEDULE, QUNSCHEDULE, QSCHEDULES (client/schedules.py)
         self._claimers: dict[float | None, redis.asyncio.Redis] = {}
+        self._sentinel: redis.asyncio.sentinel.Sentinel | None = None
 
     def __repr__(self) -> str:
         return f"<aio.Queue {self.name!r} on {self.client!r}>"
@@ -140,12 +154,10 @@ class Queue:
     def _claimer(self, block_ms: int) -> redis.asyncio.Redis:
         """The client for claims that may wait ``block_ms`` (see
         ``leaseq.client.Queue._claimer``)."""
-        pool = self.client.connection_pool
-        timeout = protocol.claim_socket_timeout(block_ms, pool.connection_kwargs.get("socket_timeout"))
+        settings = self.client.connection_pool.connection_kwargs
+        timeout = protocol.claim_socket_timeout(block_ms, settings.get("socket_timeout"))
         if timeout not in self._claimers:
-            kwargs = dict(pool.connection_kwargs, socket_timeout=timeout)
-            self._claimers[timeout] = redis.asyncio.Redis(
-                connection_pool=redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+            self._claimers[timeout] = connect.with_socket_timeout(self.client, timeout)
         return self._claimers[timeout]
 
     async def _execute(self, command: list, client: redis.asyncio.Redis | None = None) -> Any:
@@ -246,12 +258,17 @@ class Worker(work.WorkerBase):
         failure, value = await _call_handler(call, job, leases)
         if not leases.release(job):
             return work.lost_while_running(job)
-        try:
-            landed = (await self.queue.ack(job, value) if failure is None
-                      else await self.queue.nack(job, error=work.failure_text(failure)))
-        except redis.RedisError as e:
-            return work.settle_failed(job, failure, e)
-        return work.settled(job, failure, landed)
+        waits = work.settle_retry_waits(self.lease_ms)
+        while True:
+            try:
+                landed = (await self.queue.ack(job, value) if failure is None
+                          else await self.queue.nack(job, error=work.failure_text(failure)))
+            except redis.RedisError as e:
+                if not waits or not work.is_passing(e):
+                    return work.settle_failed(job, failure, e)
+                await asyncio.sleep(work.settle_retrying(job, failure, e, waits))
+                continue
+            return work.settled(job, failure, landed)
 
 
 async def _call_handler(call: Callable[[Job], Awaitable], job: Job,

@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
+import redis.sentinel
 
-from . import errors, protocol
+from . import connect, errors, protocol
 from .protocol import Job, Payload
 from .schedules import Schedules
 
@@ -26,14 +27,21 @@ class Queue:
 
     ``Queue(url, name, **redis_kwargs)`` connects with
     ``redis.Redis.from_url(url, **redis_kwargs)`` (``protocol=2`` or ``3``,
-    ``socket_timeout``, ``password``, ...).  ``Queue.from_client(client,
-    name)`` uses a ``redis.Redis`` you already have instead; it must not
-    decode responses.  Error replies raise ``leaseq.client.errors``
-    exceptions.
+    ``socket_timeout``, ``password``, ...), or, for a
+    ``sentinel://host:26379,.../service`` URL, to the primary Redis
+    Sentinel names for the service (``client/connect.py``), found again
+    after a failover.  ``Queue.from_client(client, name)`` uses a
+    ``redis.Redis`` you already have instead (it must not decode
+    responses); ``Queue.from_sentinel(sentinel, service, name)`` the
+    primary of a ``redis.sentinel.Sentinel`` you made.  Error replies raise
+    ``leaseq.client.errors`` exceptions.
     """
 
     def __init__(self, url: str, name: str, **redis_kwargs: Any) -> None:
-        self._attach(redis.Redis.from_url(url, **redis_kwargs), name, owns_client=True)
+        client = connect.client_for(url, redis, **redis_kwargs)
+        self._attach(client, name, owns_client=True)
+        # a sentinel:// URL's Sentinel is the queue's too: closed with it
+        self._sentinel = getattr(client.connection_pool, "sentinel_manager", None)
 
     @classmethod
     def from_client(cls, client: redis.Redis, name: str) -> "Queue":
@@ -41,6 +49,16 @@ class Queue:
         the queue leaves the client open)."""
         queue = cls.__new__(cls)
         queue._attach(client, name, owns_client=False)
+        return queue
+
+    @classmethod
+    def from_sentinel(cls, sentinel: redis.sentinel.Sentinel, service: str, name: str,
+                      **redis_kwargs: Any) -> "Queue":
+        """A queue on the primary ``sentinel`` names for ``service``
+        (``sentinel.master_for(service, **redis_kwargs)``); closing the
+        queue leaves ``sentinel`` open."""
+        queue = cls.__new__(cls)
+        queue._attach(sentinel.master_for(service, **redis_kwargs), name, owns_client=True)
         return queue
 
     def _attach(self, client: redis.Redis, name: str, owns_client: bool) -> None:
@@ -51,6 +69,7 @@ class Queue:
         self.schedules = Schedules(self)  # QSCHEDULE, QUNSCHEDULE, QSCHEDULES (client/schedules.py)
         self._claimers: dict[float | None, redis.Redis] = {}
         self._claimers_lock = threading.Lock()
+        self._sentinel: redis.sentinel.Sentinel | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} on {self.client!r}>"
@@ -176,6 +195,8 @@ class Queue:
             claimer.close()
         if self._owns_client:
             self.client.close()
+        if self._sentinel is not None:
+            self._sentinel.close()
 
     def __enter__(self) -> "Queue":
         return self
@@ -186,13 +207,11 @@ class Queue:
     def _claimer(self, block_ms: int) -> redis.Redis:
         """The client for claims that may wait ``block_ms``: the queue's
         connection settings, with a socket timeout that outlasts the wait."""
-        pool = self.client.connection_pool
-        timeout = protocol.claim_socket_timeout(block_ms, pool.connection_kwargs.get("socket_timeout"))
+        settings = self.client.connection_pool.connection_kwargs
+        timeout = protocol.claim_socket_timeout(block_ms, settings.get("socket_timeout"))
         with self._claimers_lock:
             if timeout not in self._claimers:
-                kwargs = dict(pool.connection_kwargs, socket_timeout=timeout)
-                self._claimers[timeout] = redis.Redis(
-                    connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+                self._claimers[timeout] = connect.with_socket_timeout(self.client, timeout)
             return self._claimers[timeout]
 
     def _execute(self, command: list, client: redis.Redis | None = None) -> Any:

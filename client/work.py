@@ -155,15 +155,47 @@ def queue_is_drained(info: Mapping[str, Any]) -> bool:
     return info["ready"] + info["delayed"] + info["in_flight"] == 0
 
 
+# error codes a worker waits out: the disk refuses the log for now; the node is (now) a replica,
+# as after a failover, until a connection finds the primary; too few replicas for writes
+PASSING_CODES = frozenset({"MISCONF", "READONLY", "NOREPLICAS"})
+# the first wait before an ack or nack is tried again, doubled up to the longest
+SETTLE_RETRY_FIRST_S, SETTLE_RETRY_MOST_S = 0.05, 1.0
+
+
 def is_passing(error: BaseException) -> bool:
     """A fault the worker waits out and retries: the connection (a restart
-    of the daemon) or MISCONF (the disk refuses the log for now).  Failed
+    of the daemon, a failover, LOADING) or one of ``PASSING_CODES``.  Failed
     authentication is a connection error to redis-py but does not pass."""
     if isinstance(error, redis.AuthenticationError):
         return False
     if isinstance(error, errors.LeaseqError):
-        return error.code == "MISCONF"
+        return error.code in PASSING_CODES
     return isinstance(error, (redis.ConnectionError, redis.TimeoutError))
+
+
+def settle_retry_waits(lease_ms: int) -> list[float]:
+    """The waits between tries of an ack or nack that meets passing faults:
+    doubling from 50 ms to 1 s, adding up to at most a lease.  The lease
+    token stays good that long (on the daemon after a restart, on a
+    promoted replica after a failover: docs/replication.md), and past it
+    the daemon answers that the lease was lost, which is the truth; so a
+    worker keeps track of the jobs it finished across a failover rather
+    than letting their leases run out and the jobs run again."""
+    waits, total, wait = [], 0.0, SETTLE_RETRY_FIRST_S
+    while total + wait <= lease_ms / 1000:
+        waits.append(wait)
+        total += wait
+        wait = min(wait * 2, SETTLE_RETRY_MOST_S)
+    return waits
+
+
+def settle_retrying(job: Job, failure: Exception | None, error: Exception, waits: list[float]) -> float:
+    """Log a passing fault met by an ack or nack; the wait before the next
+    try (taken from ``waits``)."""
+    wait = waits.pop(0)
+    logger.info("job %s of %s: cannot %s it yet (%s); trying again in %.2f s", job.id, job.queue,
+                _verb(failure), error, wait)
+    return wait
 
 
 # -- how a job ends (and what the log says about it) ----------------------------------------------

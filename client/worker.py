@@ -18,6 +18,7 @@ import contextlib
 import queue as stdlib_queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -123,16 +124,22 @@ class Worker(work.WorkerBase):
 
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:
         """Run the handler on one job, then ack or nack it, unless its lease
-        was lost meanwhile."""
+        was lost meanwhile; an ack or nack that meets a passing fault (a
+        restart, a failover) is tried again while the lease may last."""
         failure, value = self._call_handler(job)
         if not leases.release(job):
             return work.lost_while_running(job)
-        try:
-            landed = (self.queue.ack(job, value) if failure is None
-                      else self.queue.nack(job, error=work.failure_text(failure)))
-        except redis.RedisError as e:
-            return work.settle_failed(job, failure, e)
-        return work.settled(job, failure, landed)
+        waits = work.settle_retry_waits(self.lease_ms)
+        while True:
+            try:
+                landed = (self.queue.ack(job, value) if failure is None
+                          else self.queue.nack(job, error=work.failure_text(failure)))
+            except redis.RedisError as e:
+                if not waits or not work.is_passing(e):
+                    return work.settle_failed(job, failure, e)
+                time.sleep(work.settle_retrying(job, failure, e, waits))
+                continue
+            return work.settled(job, failure, landed)
 
     def _call_handler(self, job: Job) -> tuple[Exception | None, Any]:
         """(the exception the handler raised, or None; what it returned, as

@@ -41,6 +41,8 @@ def test_a_burst_run_ends_when_nothing_is_ready_delayed_or_in_flight(counts, dra
     (redis.TimeoutError("timed out"), True),
     (redis.BusyLoadingError("loading"), True),
     (errors.LeaseqError("leaseq cannot write its log", "MISCONF"), True),
+    (errors.LeaseqError("You can't write against a read only replica.", "READONLY"), True),
+    (errors.LeaseqError("Not enough good replicas to write.", "NOREPLICAS"), True),
     (redis.AuthenticationError("invalid password"), False),
     (errors.NoQueue("no such queue 'q'"), False),
     (errors.LeaseqError("syntax error"), False),
@@ -48,6 +50,13 @@ def test_a_burst_run_ends_when_nothing_is_ready_delayed_or_in_flight(counts, dra
 ])
 def test_which_faults_a_worker_waits_out(error, passing):
     assert work.is_passing(error) is passing
+
+
+def test_an_ack_meeting_passing_faults_is_tried_again_for_at_most_a_lease():
+    waits = work.settle_retry_waits(30_000)
+    assert waits[:6] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0] and set(waits[5:]) == {1.0}
+    assert sum(waits) <= 30 and sum(waits) + 1.0 > 30
+    assert work.settle_retry_waits(100) == [0.05]         # the shortest lease: one more try
 
 
 def test_the_heartbeat_beats_three_times_a_lease():
