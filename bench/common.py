@@ -255,10 +255,11 @@ class Daemon:
     def pid(self) -> int:
         return self.proc.pid if self.proc else 0
 
-    def start(self, timeout: float = 600.0) -> float:
-        """Start and wait until PING answers +PONG (recovery done); return the
-        seconds from process start to that answer."""
-        self.port = free_port()
+    def start(self, timeout: float = 600.0, port: int | None = None) -> float:
+        """Start (on ``port``, else a free one) and wait until PING answers
+        +PONG (recovery done); return the seconds from process start to that
+        answer."""
+        self.port = port or free_port()
         self._log = open(self.log_path, "ab")
         self._log_offset = self._log.tell()
         cmd = leaseq_command() + ["serve", "--port", str(self.port), "--dir", self.data_dir,

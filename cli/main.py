@@ -399,6 +399,30 @@ def bench_workflows(jobs, durability, json_path) -> None:
     _bench("workflows", jobs, durability, json_path)
 
 
+@bench.command("failover")
+@click.option("--cycles", type=click.IntRange(1), default=10, show_default=True,
+              help="Kills of the primary (each followed by a failover) per mode.")
+@click.option("--ack", "acks", default="1,0", show_default=True,
+              help="min-replicas-to-ack of each run: 1 (answers wait for the replica's disk), 0 (asynchronous).")
+@click.option("--run-seconds", "run_s", type=click.FloatRange(0.5), default=2.0, show_default=True,
+              help="Load between a failover and the next kill.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
+              help="Where the runs' data directories go (default: the system's temporary directory).")
+@click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
+              help="The redis-server that runs Sentinel (redis-server --sentinel).")
+@JSON_OPTION
+def bench_failover(cycles, acks, run_s, directory, redis_server, json_path) -> None:
+    """The failover soak: a primary, a replica and 3 Redis Sentinels under a producer and workers,
+    the primary killed with SIGKILL each cycle; pushes lost, acked jobs back, ticks twice, failover time."""
+    try:
+        modes = sorted({int(a) for a in acks.split(",")}, reverse=True)
+    except ValueError:
+        raise click.BadParameter(f"a comma-separated list of numbers, not {acks!r}", param_hint="--ack") from None
+    if any(a not in (0, 1) for a in modes):
+        raise click.BadParameter("the soak has one replica: 1 or 0", param_hint="--ack")
+    _bench("failover", cycles, modes, run_s, directory, redis_server, json_path)
+
+
 def _names(value: str, allowed: tuple, what: str) -> tuple:
     """A comma-separated selection, checked against ``allowed``, in
     ``allowed``'s order; ``w3`` stands for both W3 workloads."""

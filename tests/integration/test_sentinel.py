@@ -3,65 +3,22 @@ Debian's package; bin/test installs it): a Sentinel watches a leaseq
 primary and its replica, the primary is killed with SIGKILL, Sentinel
 promotes the replica (SLAVEOF NO ONE in its MULTI/EXEC), redis-py's
 ``Sentinel`` finds the new primary, the old primary's lease tokens work
-there, and the old primary, started again, is turned into a replica of
+there, a ``leaseq.client`` Worker on a ``sentinel://`` URL acks there the
+job it finished across the failover, and the old primary, started again, is turned into a replica of
 the new one by Sentinel itself (docs/replication.md)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 import threading
 
 import redis
 import redis.sentinel
-from harness import CheckedThread, Daemon, claim_one, free_port, qinfo, wait_for
-
+from harness import CheckedThread, Daemon, claim_one, qinfo, wait_for
+from leaseq.bench.failover import SERVICE, Sentinel, monitor_conf
 from leaseq.client import Queue, Worker, aio
 
-NAME = "mymaster"
-
-
-class Sentinel:
-    """One ``redis-server --sentinel`` on a free loopback port, its config
-    file (Sentinel rewrites it) in ``directory``."""
-
-    def __init__(self, directory, primary_port: int) -> None:
-        self.port = free_port()
-        os.makedirs(directory, exist_ok=True)
-        self.conf = os.path.join(directory, "sentinel.conf")
-        with open(self.conf, "w") as f:
-            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {directory}\n"
-                    f"sentinel monitor {NAME} 127.0.0.1 {primary_port} 1\n"
-                    f"sentinel down-after-milliseconds {NAME} 1000\n"
-                    f"sentinel failover-timeout {NAME} 5000\n")
-        self.log_path = os.path.join(directory, "sentinel.log")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([shutil.which("redis-server"), self.conf, "--sentinel"],
-                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
-        wait_for(self._answers, timeout=20, what="the sentinel")
-
-    def _answers(self) -> bool:
-        try:
-            return self.client.ping()
-        except redis.ConnectionError:
-            return False
-
-    def primary(self) -> tuple[str, int]:
-        host, port = self.client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", NAME)
-        return host.decode(), int(port)
-
-    def events(self) -> str:
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.log.close()
+NAME = SERVICE
 
 
 def qacked(c) -> int:
@@ -81,7 +38,7 @@ def test_sentinel_fails_leaseq_over_and_turns_the_old_primary_into_a_replica(tmp
         p = primary.client()
         wait_for(lambda: replica.client().info("replication")["master_link_status"] == "up", timeout=20,
                  what="the replica's link")
-        sentinel = Sentinel(str(tmp_path / "sentinel"), primary.port)
+        sentinel = Sentinel(str(tmp_path / "sentinel"), monitor_conf(primary.port))
         wait_for(lambda: "+slave slave 127.0.0.1:%d" % replica.port in sentinel.events(), timeout=30,
                  what="Sentinel to find the replica in the primary's INFO")
         ids = [p.execute_command("QPUSH", "jobs", f"job {i}") for i in range(10)]

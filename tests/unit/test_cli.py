@@ -97,3 +97,9 @@ def test_version_says_which_flavour_runs():
     result = CliRunner().invoke(main, ["--version"])
     built = ", profile-guided" if PROFILE_GUIDED else ""
     assert result.exit_code == 0 and result.output.rstrip().endswith(f"({FLAVOUR}{built})"), result.output
+
+
+@pytest.mark.parametrize("acks, says", [("2", "one replica: 1 or 0"), ("1,x", "comma-separated list of numbers")])
+def test_bench_failover_refuses_a_mode_it_cannot_run(acks, says):
+    result = CliRunner().invoke(main, ["bench", "failover", "--ack", acks])
+    assert result.exit_code == 2 and says in result.output
