@@ -10,6 +10,15 @@ fresh data directory, stopped by its PID afterwards):
   ``--appendonly yes --appendfsync always``.
 - ``memory``: a leaseq queue with ``DURABILITY memory`` against
   redis-server ``--save "" --appendonly no``.
+- ``replicated`` (leaseq only): the ``fsync`` class on a primary with one
+  replica (another ``leaseq serve`` on this machine, not pinned: the
+  kernel runs it on either CPU) and ``min-replicas-to-ack 1``: a reply that waits for
+  the primary's fsync also waits for the replica's.  The report sets it
+  beside leaseq's ``fsync`` class of the same run.
+- ``replicated-async`` (leaseq only): the same with ``min-replicas-to-ack
+  0``; during W3 at a fixed rate a sampler reads both nodes' replication
+  offsets every millisecond and reports how far behind the replica was,
+  in time (``lag_*_ms``).
 
 On the Redis side a queue is a stream with one consumer group: push =
 XADD, claim = XREADGROUP, ack = XACK + XDEL in one write.
@@ -49,6 +58,7 @@ asserted about speed.
 from __future__ import annotations
 
 import array
+import bisect
 import math
 import multiprocessing
 import os
@@ -96,7 +106,10 @@ DEFAULT_REPS = 3
 WORKLOADS = ("w1", "w2", "w2g", "w3max", "w3rate")
 LEASEQ_ONLY = ("w2g",)
 GROUPS = 10_000               # w2g: groups the jobs are spread over
-CLASSES = ("fsync", "memory")
+CLASSES = ("fsync", "memory", "replicated", "replicated-async")
+# the replicated classes: min-replicas-to-ack of the primary; their queues are DURABILITY fsync
+REPLICATED = {"replicated": 1, "replicated-async": 0}
+LAG_SAMPLE_S = 0.001          # replicated classes, w3rate: how often the lag sampler reads both offsets
 TITLES = {"w1": "W1 produce", "w2": "W2 consume", "w2g": "W2g consume, 10,000 groups, GROUP-CONCURRENCY 1",
           "w3max": "W3 mixed, max", "w3rate": "W3 mixed, fixed rate"}
 
@@ -168,7 +181,7 @@ class LeaseqWire:
         self.key = key
 
     def create(self, conn: Conn, cls: str) -> None:
-        conn.call(pack("QCREATE", self.key, "DURABILITY", cls))
+        conn.call(pack("QCREATE", self.key, "DURABILITY", "fsync" if cls in REPLICATED else cls))
 
     def push_batch(self, count: int) -> tuple[bytes, int]:
         """(bytes, replies) pushing ``count`` jobs in one command."""
@@ -263,6 +276,7 @@ class Endpoint:
     pid: int = 0
     auth: bytes | None = None
     key: str = "bench"
+    replica_port: int = 0       # the replicated classes: the replica, for the lag sampler
 
 
 class LeaseqServer:
@@ -277,18 +291,28 @@ class LeaseqServer:
         self.server_cpus = server_cpus
         self.url = url
         self.daemon: Daemon | None = None
+        self.replica: Daemon | None = None
         self.runs = 0
 
     def start(self, cls: str) -> Endpoint:
         self.runs += 1
         if self.url:
             return self._attach()
-        d = Daemon(os.path.join(self.work, f"leaseq-{self.runs}"), os.path.join(self.work, f"leaseq-{self.runs}.log"))
-        self.daemon = d
+        args = ("--min-replicas-to-ack", str(REPLICATED[cls])) if cls in REPLICATED else ()
+        self.daemon = d = self._daemon("", args, pin=True)
+        if cls in REPLICATED:
+            # not pinned: on a machine of its own in production, here wherever the kernel finds room
+            self.replica = self._daemon("-replica", ("--replicaof", f"{HOST} {d.port}"), pin=False)
+            wait_link(self.replica)
+        return Endpoint(HOST, d.port, d.pid, replica_port=self.replica.port if self.replica else 0)
+
+    def _daemon(self, suffix: str, args: tuple, pin: bool) -> Daemon:
+        name = f"leaseq-{self.runs}{suffix}"
+        d = Daemon(os.path.join(self.work, name), os.path.join(self.work, f"{name}.log"), args=args)
         d.start(timeout=120)
-        if self.server_cpus:
+        if self.server_cpus and pin:
             pin_threads(d.pid, self.server_cpus)
-        return Endpoint(HOST, d.port, d.pid)
+        return d
 
     def _attach(self) -> Endpoint:
         u = urlsplit(self.url)
@@ -316,15 +340,74 @@ class LeaseqServer:
                 f"{d.log()[-3000:]}")
 
     def stop(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop()
-            shutil.rmtree(self.daemon.data_dir, ignore_errors=True)
-            self.daemon = None
+        for d in (self.replica, self.daemon):
+            if d is not None:
+                d.stop()
+                shutil.rmtree(d.data_dir, ignore_errors=True)
+        self.daemon = self.replica = None
 
     def kill(self) -> None:
-        if self.daemon is not None:
-            self.daemon.kill()
-            self.daemon = None
+        for d in (self.replica, self.daemon):
+            if d is not None:
+                d.kill()
+        self.daemon = self.replica = None
+
+
+def wait_link(replica: Daemon, timeout: float = 60.0) -> None:
+    """Until the replica's link to its primary is up (its first sync done)."""
+    deadline = time.monotonic() + timeout
+    while replica.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the replica's link did not come up in {timeout:.0f} s:\n{replica.log()[-2000:]}")
+        time.sleep(0.02)
+
+
+class LagSampler(threading.Thread):
+    """Reads the primary's and the replica's replication offsets every
+    ``LAG_SAMPLE_S``; ``lags_ms()`` is, for each replica sample, how long
+    before it the primary had last been at an offset the replica had not
+    reached: how far behind, in time, the replica was (0 when caught up).
+    The resolution is the sampling period."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        super().__init__(daemon=True, name="lag-sampler")
+        self.primary = Conn(ep.host, ep.port, ep.auth)
+        self.replica = Conn(ep.host, ep.replica_port, ep.auth)
+        self.samples: list[tuple[float, int, int]] = []     # (time, primary offset, replica offset)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(LAG_SAMPLE_S):
+            primary = _offset(self.primary, "master_repl_offset")
+            now = time.monotonic()
+            self.samples.append((now, primary, _offset(self.replica, "slave_repl_offset")))
+
+    def stop(self) -> list[float]:
+        self.stopping.set()
+        self.join(10)
+        self.primary.close()
+        self.replica.close()
+        return self.lags_ms()
+
+    def lags_ms(self) -> list[float]:
+        """An upper bound of each lag: the primary wrote what the replica
+        lacks after the sample before the first one that shows it written."""
+        primaries = [primary for _, primary, _ in self.samples]      # never decreasing
+        lags = []
+        for i, (t, _, replica) in enumerate(self.samples):
+            j = bisect.bisect_right(primaries, replica, 0, i + 1)
+            lags.append((t - self.samples[max(j - 1, 0)][0]) * 1000 if j <= i else 0.0)
+        return lags
+
+    def period_ms(self) -> float:
+        """The median time between samples: the lags' resolution."""
+        times = [t for t, _, _ in self.samples]
+        return statistics.median(b - a for a, b in zip(times, times[1:])) * 1000 if len(times) > 1 else math.nan
+
+
+def _offset(conn: Conn, field: str) -> int:
+    text = conn.call(pack("INFO", "replication"))[0].decode()
+    return next(int(line.split(":", 1)[1]) for line in text.splitlines() if line.startswith(field + ":"))
 
 
 # redis-server's persistence for each durability class
@@ -774,7 +857,15 @@ def run_one(server, workload: str, cls: str, s: Settings) -> dict:
         conn = Conn(ep.host, ep.port, ep.auth)
         try:
             wire.create(conn, cls)
+            sampler = LagSampler(ep) if ep.replica_port and workload == "w3rate" else None
+            if sampler:
+                sampler.start()
             figures = RUNNERS[workload](conn, ep, wire, server.kind, s)
+            if sampler:
+                lags = sampler.stop()
+                figures.update({"lag_p50_ms": percentile(lags, 50), "lag_p99_ms": percentile(lags, 99),
+                                "lag_max_ms": max(lags, default=0.0), "lag_samples": len(lags),
+                                "lag_resolution_ms": sampler.period_ms()})
             wire.drop(conn)     # a daemon at --url keeps running: leave nothing behind
         finally:
             conn.close()
@@ -878,7 +969,7 @@ def run_interleaved(servers: list, s: Settings, say) -> list[dict]:
         for workload in s.workloads:
             for cls in s.classes:
                 for server in order:
-                    if workload in LEASEQ_ONLY and server.kind != "leaseq":
+                    if (workload in LEASEQ_ONLY or cls in REPLICATED) and server.kind != "leaseq":
                         continue
                     say(f"rep {rep + 1}/{s.reps}: {workload} {cls} {server.kind}")
                     figures = run_one(server, workload, cls, s)
@@ -1035,3 +1126,28 @@ def report(r: dict) -> None:
             plain, grouped = results["w2"][c]["leaseq"]["jobs_per_s"], cell["leaseq"]["jobs_per_s"]
             print(f"W2g vs W2, leaseq {c}: {grouped:,.0f} vs {plain:,.0f} jobs/s = {grouped / plain:.2f} "
                   f"(groups take turns; redis has no groups)")
+    rows = replication_rows(results)
+    if rows:
+        print_grid("leaseq replicated (one replica on this machine, not pinned) beside leaseq fsync of the same run; "
+                   "lag = how far behind the replica was, an upper bound at the sampler's resolution", ["workload", "class", "figure", "replicated", "fsync", "replicated/fsync"],
+                   rows, right={3, 4, 5})
+
+
+def replication_rows(results: dict) -> list[list]:
+    """Each replicated class's throughput, push->claim latency and replica
+    lag beside the fsync class's figure of the same run."""
+    rows = []
+    for w, by_class in results.items():
+        plain = by_class.get("fsync", {}).get("leaseq")
+        for c in REPLICATED:
+            mine = by_class.get(c, {}).get("leaseq")
+            if not mine:
+                continue
+            for key in ("jobs_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_job", "lag_p50_ms", "lag_p99_ms",
+                        "lag_max_ms", "lag_resolution_ms"):
+                if key not in mine:
+                    continue
+                base = plain.get(key) if plain else None
+                ratio = mine[key] / base if base and key in plain and not key.startswith("lag") else "-"
+                rows.append([TITLES[w], c, key, mine[key], base if base is not None else "-", ratio])
+    return rows

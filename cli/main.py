@@ -399,6 +399,17 @@ def bench_workflows(jobs, durability, json_path) -> None:
     _bench("workflows", jobs, durability, json_path)
 
 
+@bench.command("fullsync")
+@click.option("--jobs", type=click.IntRange(1), help="Live jobs on the primary (default 1,000,000).")
+@JSON_OPTION
+@click.option("--quick", is_flag=True, help="50,000 jobs, for a fast try.")
+def bench_fullsync(jobs, json_path, quick) -> None:
+    """A replica's full sync from a primary holding N jobs: time to the link and to equal QLEN, and the
+    primary's QPUSH latency meanwhile."""
+    from leaseq.bench import fullsync
+    _bench("fullsync", jobs or (fullsync.QUICK_JOBS if quick else fullsync.DEFAULT_JOBS), json_path)
+
+
 @bench.command("failover")
 @click.option("--cycles", type=click.IntRange(1), default=10, show_default=True,
               help="Kills of the primary (each followed by a failover) per mode.")
@@ -444,7 +455,9 @@ def _names(value: str, allowed: tuple, what: str) -> tuple:
               help="Interleaved repetitions; the table shows medians.")
 @click.option("--only", default="w1,w2,w2g,w3max,w3rate", show_default=True,
               help="Workloads: w1, w2, w2g, w3max, w3rate (w3 = both W3).")
-@click.option("--class", "classes", default="fsync,memory", show_default=True, help="Durability classes.")
+@click.option("--class", "classes", default="fsync,memory", show_default=True,
+              help="Durability classes: fsync, memory, replicated (fsync with a replica and min-replicas-to-ack 1), "
+                   "replicated-async (with a replica, min-replicas-to-ack 0).")
 @click.option("--url", help="A running leaseq (redis://[:password@]host:port) instead of starting one per run.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
               help="The redis-server to compare with; when it is missing, leaseq runs alone.")

@@ -32,6 +32,8 @@ one the old primary handed out after the last record this node has.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import time
@@ -46,6 +48,12 @@ from .replicawaits import ReplicaWaits
 log = logging.getLogger(__name__)
 
 NO_ID = "0" * 40
+# a full sync's snapshot goes to its replica in chunks of this size, the next once the connection
+# holds no more than one; how often to look while it holds more
+SNAPSHOT_CHUNK = 1 << 20
+SNAPSHOT_POLL_S = 0.001
+# what a replica's clean stop leaves in its data directory: its history, offset and log end
+STATE_FILE = "replication.state"
 
 
 def new_id() -> str:
@@ -257,24 +265,59 @@ class Replication:
 
     def snapshot_done(self, covers: int | None) -> None:
         """The snapshot written (``covers``: the segments it covers) or failed
-        (None): send it to the replicas that waited for its cut, then what
-        was written since.  Those that came later wait for the next, which
-        ``full_syncs_wanted`` starts once this one is done with."""
+        (None): send it to the replicas that waited for its cut
+        (``_send_snapshot``), then what was written since.  Those that came
+        later wait for the next, which ``full_syncs_wanted`` starts once
+        this one is done with."""
         waiting = [p for p in self.peers if p.state == "wait_bgsave" and p.held is not None]
-        if waiting:
-            if covers is None:
-                for peer in waiting:
-                    self._drop(peer, "its snapshot failed")
-            else:
-                path = os.path.join(self.server.datadir.directory, snapshot.snapshot_name(covers))
-                with open(path, "rb") as f:
-                    data = f.read()
-                for peer in waiting:
-                    peer.state = "online"
-                    peer.send(b"$%d\r\n" % len(data) + data + b"".join(peer.held))
-                    peer.held = None
-                    log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip,
-                             peer.port, len(data), peer.cut)
+        if not waiting:
+            return
+        if covers is None:
+            for peer in waiting:
+                self._drop(peer, "its snapshot failed")
+            return
+        path = os.path.join(self.server.datadir.directory, snapshot.snapshot_name(covers))
+        for peer in waiting:
+            peer.state = "send_bulk"
+            self.server.spawn(self._send_snapshot(peer, path))
+
+    async def _send_snapshot(self, peer: Peer, path: str) -> None:
+        """Send the snapshot at ``path`` to ``peer`` a chunk at a time, each
+        once the connection has passed on all but a chunk of what it was
+        given: neither this process nor the replica's connection ever holds
+        the whole file (a million jobs make about 100 MB, more than a
+        client's output buffer may hold), and the loop serves the other
+        clients between chunks.  Then the stream written since the
+        snapshot's cut (``held``), and from then on the stream as it is
+        written.  The file stays readable while it is sent, even if a newer
+        snapshot replaces it."""
+        conn = peer.conn
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                peer.send(b"$%d\r\n" % size)
+                left = size
+                while left:
+                    while conn.output_buffer > SNAPSHOT_CHUNK and not conn.closed:
+                        await asyncio.sleep(SNAPSHOT_POLL_S)
+                    if conn.closed:
+                        return
+                    chunk = f.read(min(SNAPSHOT_CHUNK, left))
+                    if not chunk:
+                        raise OSError(f"{path} ended {left} bytes short of its size")
+                    peer.send(chunk)
+                    left -= len(chunk)
+        except OSError as e:
+            self._drop(peer, f"cannot send it the snapshot: {e}")
+            return
+        if conn.closed or peer not in self.peers:
+            return
+        held, peer.held = peer.held, None
+        peer.state = "online"
+        if held:
+            peer.send(b"".join(held))
+        log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip, peer.port, size,
+                 peer.cut)
 
     def _drop(self, peer: Peer, why: str) -> None:
         log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)
@@ -385,6 +428,51 @@ class Replication:
             self.replid2, self.second_offset = self.replid, self.offset + 1
             self.replid = replid
         self._keep_backlog()
+
+    # -- a replica's restart ------------------------------------------------------------------------
+
+    def save_state(self, datadir, log_end: tuple[int, int]) -> None:
+        """A replica's clean stop, after its log's last fsync: which history
+        it holds and how far, and where its log ends (``log_end``: segment,
+        size), so that started again it continues with PSYNC
+        (``resume_state``) rather than a full sync.  After a kill -9 there is
+        no such file, and the replica syncs in full (as Redis's, which keeps
+        these in its RDB)."""
+        if not self.following:
+            return
+        state = {"replid": self.replid, "offset": self.offset, "segment": log_end[0], "size": log_end[1]}
+        path = os.path.join(datadir.directory, STATE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        log.info("replica stopped at offset %d of history %s (kept for a partial sync at the next start)",
+                 self.offset, self.replid)
+
+    def resume_state(self, datadir) -> None:
+        """Started as a replica: take the state its last clean stop saved,
+        when its log still ends where it did (nothing was written or cut
+        since), so that its PSYNC asks to continue.  The file is removed
+        once read: it holds only for the log as it was then."""
+        path = os.path.join(datadir.directory, STATE_FILE)
+        try:
+            with open(path) as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("ignoring %s (%s): this replica syncs in full", path, e)
+            state = None
+        os.unlink(path)
+        if state is None:
+            return
+        if not datadir.log_ends_at((state["segment"], state["size"])):
+            log.info("the log changed since the replica stopped at offset %d: it syncs in full", state["offset"])
+            return
+        self.replid = state["replid"]
+        self.set_offset(state["offset"])
+        log.info("holding history %s up to offset %d: asking to continue from there", self.replid, self.offset)
 
     # -- what INFO, ROLE and the status page show --------------------------------------------------
 

@@ -122,6 +122,7 @@ class Server:
         self.loading = False
         self.alarm.attach(store)
         if s.replicaof:
+            self.replication.resume_state(datadir)
             self.replication.follow(*config.primary_address(s.replicaof))
         log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
@@ -220,6 +221,7 @@ class Server:
 
     def spawn(self, coroutine) -> None:
         """Run a background task that stops with the server."""
+        self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(self.loop.create_task(coroutine))
 
     def _clock_changed(self, offset: int, frozen: bool, frozen_at: int) -> None:
@@ -354,7 +356,10 @@ class Server:
             c.flush()
             if c.transport is not None and not c.closed:
                 c.transport.close()
+        wal = self.datadir.wal
         self.datadir.close()
+        if wal is not None:
+            self.replication.save_state(self.datadir, wal.written_at)
         log.info("leaseq stopped; the log is fsynced")
         self._stopped.set()
 

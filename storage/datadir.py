@@ -33,7 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from . import snapshot
+from . import records, snapshot
 from .journal import Journal
 from .recovery import CorruptLog, RecoveryReport, Replayer, first_gap, read_log
 from .store import Store
@@ -185,6 +185,21 @@ class DataDir:
             self.store.record_id_marks()
             self.wal.close()
         self.release_lock()
+
+    def log_ends_at(self, end: tuple[int, int]) -> bool:
+        """Whether the records of this directory's log, before the segment
+        being written now, end at ``end`` (segment number, its size): the
+        segment is there, that long, and every later one holds no record.
+        (Recovery cut each segment at its last record.)"""
+        number, size = end
+        current = self.wal.segment_number if self.wal is not None else None
+        found = False
+        for n, path in list_segments(self.directory):
+            if n == number:
+                found = os.path.getsize(path) == size
+            elif n > number and n != current and os.path.getsize(path) > records.SEGMENT_HEADER_SIZE:
+                return False
+        return found
 
     def release_lock(self) -> None:
         if self._lock_fd >= 0:

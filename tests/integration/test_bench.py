@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle`, `path` and `floor` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle`, `fullsync`, `path` and `floor` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -163,6 +163,33 @@ def test_bench_queue_leaseq_only_says_so(tmp_path):
     assert not table_lines(stdout, "w2", "memory")
     check_queue_json(data, ("w1", "w3rate"), ("memory",), with_redis=False)
     assert any("redis-server not found" in n for n in data["notes"])
+
+
+@pytest.mark.timeout(90)
+def test_bench_fullsync_times_a_replicas_full_sync_and_probes_the_primary(tmp_path):
+    data = run_bench(tmp_path, "fullsync", "--jobs", "20000",
+                     figures=("replica started -> link up", "primary QPUSH (fsync) slowest", "primary QLEN p99"))
+    assert data["jobs"] == 20000 and 0 < data["link_up_s"] <= data["caught_up_s"]
+    assert data["probes_during"] >= 0 and data["read_before_p99_ms"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_bench_queue_replicated_classes_sit_beside_fsync(tmp_path):
+    """The replicated classes: leaseq only (redis has none), a primary and
+    its replica per run, set beside the fsync class; at a fixed rate the
+    replica's lag is sampled."""
+    stdout, data = bench_queue(tmp_path, "--only", "w1,w3rate", "--class", "fsync,replicated,replicated-async",
+                               "--seconds", "1", timeout=80)
+    assert "leaseq replicated (one replica on this machine, not pinned) beside leaseq fsync" in stdout
+    for c in ("replicated", "replicated-async"):
+        rows = [row for row in table_lines(stdout, "w1", c) if "_" not in row[2]]     # the first table's
+        assert rows and all(row[4] == "-" for row in rows), rows          # no redis figure
+        cell = data["results"]["w3rate"][c]["leaseq"]
+        assert cell["lag_samples"] > 0 and cell["lag_p99_ms"] >= 0 and cell["lag_resolution_ms"] > 0
+        assert data["results"]["w3rate"][c]["redis"] is None
+    assert "lag_p99_ms" not in data["results"]["w3rate"]["fsync"]["leaseq"]
+    beside = [line for line in stdout.splitlines() if line.startswith("  W1 produce") and "jobs_per_s" in line]
+    assert len(beside) == 2, stdout                   # replicated and replicated-async, each with the fsync figure
 
 
 @pytest.mark.timeout(120)

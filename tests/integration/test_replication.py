@@ -6,6 +6,8 @@ partial sync; INFO replication and ROLE as Redis writes them."""
 
 from __future__ import annotations
 
+import pathlib
+import re
 import subprocess
 
 import pytest
@@ -122,6 +124,71 @@ def test_a_killed_replica_restarts_and_catches_up(pair):
     caught_up(primary, replica)
     assert jobs_of(replica.client(), "k9", ids) == jobs_of(p, "k9", ids)
     assert "full sync done" in replica.log()
+
+
+def test_a_replica_stopped_cleanly_continues_with_a_partial_sync(pair):
+    primary, replica = pair
+    p = primary.client()
+    ids = [p.execute_command("QPUSH", "clean", f"{i}") for i in range(30)]
+    caught_up(primary, replica)
+    replica.stop()
+    state = pathlib.Path(replica.data_dir) / "replication.state"
+    assert state.exists() and "kept for a partial sync" in replica.log()
+    ids += [p.execute_command("QPUSH", "clean", f"more {i}") for i in range(30)]
+    claim_one(p, "clean", "w")
+    partial_before = primary.log().count("(partial sync")
+    replica.restart()
+    wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
+    caught_up(primary, replica)
+    assert jobs_of(replica.client(), "clean", ids) == jobs_of(p, "clean", ids)
+    assert "asking to continue from there" in replica.log()
+    assert primary.log().count("(partial sync") == partial_before + 1
+    assert not state.exists()                    # it held for that log only: a kill -9 now means a full sync
+    ids.append(p.execute_command("QPUSH", "clean", "after"))
+    caught_up(primary, replica)
+    assert jobs_of(replica.client(), "clean", ids) == jobs_of(p, "clean", ids)
+
+
+@pytest.mark.parametrize("tamper, says", [
+    (lambda state: state.write_text(state.read_text().replace('"size": ', '"size": 1')), "the log changed since"),
+    (lambda state: state.write_text("{not json"), "ignoring"),
+])
+def test_a_saved_state_that_does_not_fit_the_log_means_a_full_sync(pair, tamper, says):
+    primary, replica = pair
+    p = primary.client()
+    ids = [p.execute_command("QPUSH", "fits", f"{i}") for i in range(10)]
+    caught_up(primary, replica)
+    replica.stop()
+    tamper(pathlib.Path(replica.data_dir) / "replication.state")
+    ids += [p.execute_command("QPUSH", "fits", "more")]
+    replica.restart()
+    wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
+    caught_up(primary, replica)
+    assert says in replica.log() and "full sync done" in replica.log()
+    assert jobs_of(replica.client(), "fits", ids) == jobs_of(p, "fits", ids)
+
+
+def test_a_snapshot_larger_than_the_output_buffer_limit_goes_in_chunks(tmp_path):
+    """A full sync's snapshot is sent a chunk at a time as the connection
+    drains: one larger than client-output-buffer-limit (once sent whole, the
+    primary closed its replica's connection and the sync began again)."""
+    primary = Daemon(tmp_path / "primary", "--client-output-buffer-limit", "2mb").start()
+    replica = None
+    try:
+        p = primary.client()
+        for _ in range(12):
+            p.execute_command("QPUSHMANY", "big", 1000, *[b"x" * 500] * 1000)
+        replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
+        wait_for(lambda: linked(replica), timeout=30, what="the replica's link")
+        caught_up(primary, replica)
+        assert replica.client().execute_command("QLEN", "big") == 12_000
+        sent = re.search(r"snapshot sent \((\d+) bytes\)", primary.log())
+        assert sent and int(sent.group(1)) > 4 * 2**20
+        assert primary.log().count("asks PSYNC") == 1 and "over client-output-buffer-limit" not in primary.log()
+    finally:
+        if replica is not None:
+            replica.kill()
+        primary.kill()
 
 
 def test_a_full_sync_carries_many_segments_and_the_stream_after_it(tmp_path):
