@@ -139,6 +139,7 @@ class Status:
     ready: list = ()        # JobRow, the next JOBS_PER_QUEUE in claim order of each queue shown
     user: str = "default"   # who is looking (daemon.actions)
     csrf: str = ""          # the token the page's forms carry
+    read_only: bool = False  # a replica: its buttons are shown disabled (changes go to the primary)
     notice: str = ""        # what the last action did (the ?done= of its 303)
 
 
@@ -160,7 +161,7 @@ def read_status(server, rates: RateSamples, user: str = "default", csrf: str = "
                   now_ms=now_ms,
                   in_flight=[r for q in shown for r in jobs_in_flight(q, now_ms)],
                   ready=[_job_row(q, job, now_ms) for q in shown for job in q.ready_head(JOBS_PER_QUEUE)],
-                  user=user, csrf=csrf, notice=notice)
+                  user=user, csrf=csrf, notice=notice, read_only=server.read_only)
 
 
 def jobs_in_flight(q: Queue, now_ms: int) -> list[JobRow]:
@@ -307,6 +308,7 @@ form.act button { font: inherit; font-size: 12px; padding: 1px 8px; border: 1px 
                   background: #fff; color: var(--fg); cursor: pointer; }
 form.act button:hover { background: var(--band); border-color: var(--faint); }
 form.act button.danger { color: var(--bad); }
+form.act button:disabled { color: var(--faint); background: none; border-style: dashed; cursor: not-allowed; }
 td.acts { white-space: nowrap; }
 td.progress { white-space: normal; overflow-wrap: anywhere; max-width: 40ch; }
 """
@@ -411,19 +413,20 @@ def _queue_table(status: Status) -> str:
     if status.queue_count > len(status.queues):
         note = (f'<p class="note">The first {len(status.queues):,} of {status.queue_count:,} queues by name; '
                 "INFO and /metrics list them all.</p>")
-    rows = "".join(_queue_tr(row, status.csrf) for row in status.queues)
+    rows = "".join(_queue_tr(row, status) for row in status.queues)
     return (f'{title}<table><thead><tr><th>queue</th><th>durability</th>{head}<th class="n">push/s</th>'
             f'<th class="n">ack/s</th><th class="n">oldest ready</th><th>flow control</th><th>actions</th>'
             f"</tr></thead><tbody>{rows}</tbody></table>{note}")
 
 
-def _queue_tr(row: QueueRow, csrf: str) -> str:
+def _queue_tr(row: QueueRow, status: Status) -> str:
     cells = "".join(_count_td(row.counts[c], c) for c in QUEUE_COLUMNS)
     oldest = _duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
-    acts = _form("resume", "Resume", row.name, csrf) if row.paused else _form("pause", "Pause", row.name, csrf)
+    acts = (_form("resume", "Resume", row.name, status) if row.paused
+            else _form("pause", "Pause", row.name, status))
     if row.dead_letters:
-        acts += (_form("redrive", "Retry dead", row.name, csrf)
-                 + _form("purge-dead", "Delete dead", row.name, csrf, danger=True))
+        acts += (_form("redrive", "Retry dead", row.name, status)
+                 + _form("purge-dead", "Delete dead", row.name, status, danger=True))
     return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
             f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
             f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td>'
@@ -431,15 +434,18 @@ def _queue_tr(row: QueueRow, csrf: str) -> str:
             f'{_esc(row.flow) or "–"}</td><td class="acts">{acts}</td></tr>')
 
 
-def _form(action: str, label: str, queue: str, csrf: str, jid: int | None = None, danger: bool = False) -> str:
-    """One button: a form that POSTs ``action`` (daemon.actions) for ``queue`` (and job ``jid``)."""
+def _form(action: str, label: str, queue: str, status: Status, jid: int | None = None, danger: bool = False) -> str:
+    """One button: a form that POSTs ``action`` (daemon.actions) for ``queue``
+    (and job ``jid``); disabled on a replica, which refuses changes."""
     job = "" if jid is None else f'<input type="hidden" name="id" value="{jid}">'
     what = f"job {jid} of {queue}" if jid is not None else queue
+    title = (f"{label}: {what}" if not status.read_only
+             else f"{label}: {what} (a replica refuses changes: use the primary's page)")
     return (f'<form class="act" method="post" action="/action/{action}">'
             f'<input type="hidden" name="queue" value="{_esc(queue)}">{job}'
-            f'<input type="hidden" name="csrf" value="{_esc(csrf)}">'
-            f'<button type="submit" name="do" value="{action}"{" class=danger" if danger else ""} '
-            f'title="{_esc(label)}: {_esc(what)}">{_esc(label)}</button></form>')
+            f'<input type="hidden" name="csrf" value="{_esc(status.csrf)}">'
+            f'<button type="submit" name="do" value="{action}"{" class=danger" if danger else ""}'
+            f'{" disabled" if status.read_only else ""} title="{_esc(title)}">{_esc(label)}</button></form>')
 
 
 def _in_flight_table(status: Status) -> str:
@@ -450,7 +456,7 @@ def _in_flight_table(status: Status) -> str:
         [(r, f'<td class="n">{r.id}</td><td class="mono">{_esc(r.consumer)}</td><td class="n">{r.deliveries}</td>'
              f'<td class="n">{_esc(_duration(r.lease_left_ms))}</td>'
              f'<td class="progress mono">{_esc(r.progress) or "–"}</td>',
-          _form("cancel", "Cancel", r.queue, status.csrf, r.id, danger=True)) for r in status.in_flight])
+          _form("cancel", "Cancel", r.queue, status, r.id, danger=True)) for r in status.in_flight])
 
 
 def _ready_table(status: Status) -> str:
@@ -459,7 +465,7 @@ def _ready_table(status: Status) -> str:
         '<th class="n">job</th><th class="n">priority</th><th class="n">deliveries</th><th class="n">age</th>',
         [(r, f'<td class="n">{r.id}</td><td class="n">{r.priority}</td><td class="n">{r.deliveries}</td>'
              f'<td class="n">{_esc(_duration(r.age_ms))}</td>',
-          _form("delete", "Delete", r.queue, status.csrf, r.id, danger=True)) for r in status.ready])
+          _form("delete", "Delete", r.queue, status, r.id, danger=True)) for r in status.ready])
 
 
 def _job_table(title: str, heads: str, rows: list) -> str:
@@ -505,15 +511,16 @@ def _dead_letter_table(status: Status) -> str:
     title = f'<h2>Dead letters<span class="count">the latest {DEAD_PER_QUEUE} per queue</span></h2>'
     if not status.dead_letters:
         return title + '<p class="note">None.</p>'
-    rows = "".join(_dead_tr(d, status.csrf) for d in status.dead_letters)
+    rows = "".join(_dead_tr(d, status) for d in status.dead_letters)
     return (f'{title}<table><thead><tr><th>queue</th><th class="n">job</th><th>state</th><th>from</th>'
             f'<th>reason</th><th class="n">deliveries</th><th>last error</th><th>actions</th></tr></thead>'
             f"<tbody>{rows}</tbody></table>")
 
 
-def _dead_tr(d: DeadLetter, csrf: str) -> str:
+def _dead_tr(d: DeadLetter, status: Status) -> str:
     source = f"{_esc(d.source)} #{d.source_id}" if d.source else "–"
-    acts = _form("redrive", "Retry", d.queue, csrf, d.id) + _form("delete", "Delete", d.queue, csrf, d.id, danger=True)
+    acts = (_form("redrive", "Retry", d.queue, status, d.id)
+            + _form("delete", "Delete", d.queue, status, d.id, danger=True))
     return (f'<tr><td class="name mono">{_esc(d.queue)}</td><td class="n">{d.id}</td><td>{_esc(d.state)}</td>'
             f'<td class="mono">{source}</td><td>{_esc(d.reason)}</td><td class="n">{d.deliveries}</td>'
             f'<td class="error mono">{_esc(d.last_error) or "–"}</td><td class="acts">{acts}</td></tr>')

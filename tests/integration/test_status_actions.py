@@ -244,7 +244,7 @@ def test_malformed_credentials_and_oversized_forms_are_refused(secured):
     assert qinfo(c, q)[b"paused"] == 0
 
 
-def test_an_action_on_a_replicas_page_is_refused_with_readonly(tmp_path):
+def test_a_replicas_page_shows_its_buttons_disabled_and_refuses_an_action_with_readonly(tmp_path):
     primary = Daemon(str(tmp_path / "primary")).start()
     port = free_port()
     replica = Daemon(str(tmp_path / "replica"), "--replicaof", f"127.0.0.1 {primary.port}",
@@ -255,6 +255,8 @@ def test_an_action_on_a_replicas_page_is_refused_with_readonly(tmp_path):
         wait_for(lambda: replica.client().execute_command("EXISTS", "q") == 1, 20, "the queue on the replica")
         page = request(replica, "/")[2]
         assert "A replica of 127.0.0.1:" in page
+        buttons = re.findall(r"<button [^>]*>", page)
+        assert buttons and all(" disabled " in b and "use the primary" in b for b in buttons), buttons
         status, _, body = request(replica, "/action/pause", {"queue": "q", "csrf": csrf_of(page)})
         assert (status, body) == (503, "READONLY You can't write against a read only replica.\n")
     finally:

@@ -159,3 +159,12 @@ def test_the_header_says_the_role_and_a_replica_says_what_it_refuses():
                                    master_link_status="down", master_link_down_since_seconds=12))
     assert '<span class="state warn">replica, link down</span>' in page
     assert "whose link has been down for 12 s" in page
+
+
+def test_a_replicas_buttons_are_disabled_and_say_where_changes_go():
+    queues = [row("emails", ready=3, dead=1)]
+    primary = render(status(queues))
+    assert 'value="pause"' in primary and " disabled" not in primary
+    replica = render(Status(now=NOW, info=info(), queues=queues, queue_count=1, dead_letters=[], read_only=True))
+    buttons = [b for b in replica.split("<button ")[1:]]
+    assert buttons and all(" disabled " in b and "use the primary" in b for b in buttons)
