@@ -286,8 +286,10 @@ class LeaseqServer:
 
     kind = "leaseq"
 
-    def __init__(self, work: str, server_cpus: set[int] | None, url: str | None = None) -> None:
+    def __init__(self, work: str, server_cpus: set[int] | None, url: str | None = None,
+                 replica_work: str | None = None) -> None:
         self.work = work
+        self.replica_work = replica_work or work     # where a replica's data directory goes
         self.server_cpus = server_cpus
         self.url = url
         self.daemon: Daemon | None = None
@@ -302,13 +304,15 @@ class LeaseqServer:
         self.daemon = d = self._daemon("", args, pin=True)
         if cls in REPLICATED:
             # not pinned: on a machine of its own in production, here wherever the kernel finds room
-            self.replica = self._daemon("-replica", ("--replicaof", f"{HOST} {d.port}"), pin=False)
+            self.replica = self._daemon("-replica", ("--replicaof", f"{HOST} {d.port}"), pin=False,
+                                        work=self.replica_work)
             wait_link(self.replica)
         return Endpoint(HOST, d.port, d.pid, replica_port=self.replica.port if self.replica else 0)
 
-    def _daemon(self, suffix: str, args: tuple, pin: bool) -> Daemon:
+    def _daemon(self, suffix: str, args: tuple, pin: bool, work: str | None = None) -> Daemon:
         name = f"leaseq-{self.runs}{suffix}"
-        d = Daemon(os.path.join(self.work, name), os.path.join(self.work, f"{name}.log"), args=args)
+        work = work or self.work
+        d = Daemon(os.path.join(work, name), os.path.join(work, f"{name}.log"), args=args)
         d.start(timeout=120)
         if self.server_cpus and pin:
             pin_threads(d.pid, self.server_cpus)
@@ -932,7 +936,7 @@ def ratios(lq: dict, rd: dict | None) -> dict:
 
 
 def run(jobs: int, seconds: float, rate: int, reps: int, workloads: tuple, classes: tuple, url: str | None,
-        redis_binary: str, json_path: str | None, say=None) -> dict:
+        redis_binary: str, json_path: str | None, say=None, replica_dir: str | None = None) -> dict:
     say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
     server_cpus, load_cpus = placement()
     redis_path = shutil.which(redis_binary)
@@ -941,7 +945,10 @@ def run(jobs: int, seconds: float, rate: int, reps: int, workloads: tuple, class
     s.notes += setup_notes(redis_binary if not redis_ver else None, load_cpus, url)
     result: dict = {"settings": settings_record(s, url), "machine": machine_facts(server_cpus, load_cpus, redis_ver)}
     work = tempfile.mkdtemp(prefix="leaseq-bench-queue-")
-    servers = [LeaseqServer(work, server_cpus, url)]
+    replica_work = tempfile.mkdtemp(prefix="leaseq-bench-replica-", dir=replica_dir) if replica_dir else None
+    if replica_dir:
+        s.notes.append(f"the replicas' data directories are under {replica_dir}")
+    servers = [LeaseqServer(work, server_cpus, url, replica_work)]
     if redis_ver:
         servers.append(RedisServer(work, server_cpus, redis_path))
     t0 = time.monotonic()
@@ -951,6 +958,8 @@ def run(jobs: int, seconds: float, rate: int, reps: int, workloads: tuple, class
         for server in servers:
             server.kill()
         shutil.rmtree(work, ignore_errors=True)
+        if replica_work:
+            shutil.rmtree(replica_work, ignore_errors=True)
     result["machine"]["loadavg_end"] = os.getloadavg()
     result["runs"] = runs
     result["results"] = summarize(runs, workloads, classes)

@@ -459,11 +459,14 @@ def _names(value: str, allowed: tuple, what: str) -> tuple:
               help="Durability classes: fsync, memory, replicated (fsync with a replica and min-replicas-to-ack 1), "
                    "replicated-async (with a replica, min-replicas-to-ack 0).")
 @click.option("--url", help="A running leaseq (redis://[:password@]host:port) instead of starting one per run.")
+@click.option("--replica-dir", type=click.Path(file_okay=False, exists=True),
+              help="Where the replicated classes' replicas keep their data (another disk, or /dev/shm to leave "
+                   "the primary's disk to it alone); default: beside the primary's.")
 @click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
               help="The redis-server to compare with; when it is missing, leaseq runs alone.")
 @JSON_OPTION
 @click.option("--quick", is_flag=True, help="10,000 jobs and 1.5 s W3 runs, for a fast try.")
-def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, json_path, quick) -> None:
+def bench_queue(jobs, seconds, rate, reps, only, classes, url, replica_dir, redis_server, json_path, quick) -> None:
     """leaseq beside redis-server (streams) at the same durability: produce, consume, mixed at max
     rate and at a fixed rate with push->claim latency."""
     try:
@@ -477,7 +480,8 @@ def bench_queue(jobs, seconds, rate, reps, only, classes, url, redis_server, jso
     jobs = jobs or (queue.QUICK_JOBS if quick else queue.DEFAULT_JOBS)
     seconds = seconds or (queue.QUICK_SECONDS if quick else queue.DEFAULT_SECONDS)
     try:
-        queue.run(jobs, seconds, rate, reps, workloads, durabilities, url, redis_server, json_path)
+        queue.run(jobs, seconds, rate, reps, workloads, durabilities, url, redis_server, json_path,
+                  replica_dir=replica_dir)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
 

@@ -178,8 +178,11 @@ def test_bench_queue_replicated_classes_sit_beside_fsync(tmp_path):
     """The replicated classes: leaseq only (redis has none), a primary and
     its replica per run, set beside the fsync class; at a fixed rate the
     replica's lag is sampled."""
+    (tmp_path / "replicas").mkdir()
     stdout, data = bench_queue(tmp_path, "--only", "w1,w3rate", "--class", "fsync,replicated,replicated-async",
-                               "--seconds", "1", timeout=80)
+                               "--seconds", "1", "--replica-dir", str(tmp_path / "replicas"), timeout=80)
+    assert f"note: the replicas' data directories are under {tmp_path / 'replicas'}" in stdout
+    assert not list((tmp_path / "replicas").iterdir())              # removed afterwards
     assert "leaseq replicated (one replica on this machine, not pinned) beside leaseq fsync" in stdout
     for c in ("replicated", "replicated-async"):
         rows = [row for row in table_lines(stdout, "w1", c) if "_" not in row[2]]     # the first table's
