@@ -219,12 +219,16 @@ def config_items(config: QueueConfig) -> list:
 
 def qinfo(client, args):
     server = client.server
-    q = lookup(server, queue_name(args[1]))
+    return Map(info_items(server, lookup(server, queue_name(args[1]))))
+
+
+def info_items(server, q) -> list[tuple[bytes, object]]:
+    """QINFO's fields of ``q``, in order (also ``GET /api/queues``)."""
     now = server.now_ms()
     server.store.fold(q, now)
     c = q.counters
     counts = [(state.encode(), n) for state, n in q.indexes.counts().items()]   # ready .. completed
-    items = [(b"name", q.name)] + config_items(q.config) + counts + [
+    return [(b"name", q.name)] + config_items(q.config) + counts + [
         (b"pushed", c.pushed),
         (b"acked", c.acked),
         (b"nacked", c.nacked),
@@ -237,7 +241,6 @@ def qinfo(client, args):
         (b"throttled", flow.throttled(q, now)),
         (b"groups", queries.group_count(q)),
     ]
-    return Map(items)
 
 
 def qpause(client, args):

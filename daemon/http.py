@@ -9,13 +9,18 @@ metrics and a status page on the daemon's own event loop.
                   written; 503 with the reason otherwise (loading, or the
                   disk refuses the log).
 ``GET /metrics``  Prometheus text format (``daemon.metrics``).
+``GET /api/queues``      every queue's QINFO, JSON: ``{"queues": [{...}, ...]}``,
+                  by name.
+``GET /api/queues/<q>``  one queue's QINFO, JSON (what an autoscaler such as
+                  KEDA's ``metrics-api`` scaler reads, e.g. ``ready``);
+                  404 with ``{"error": ...}`` for a queue that is not there.
 ``POST /action/<name>``  one of the status page's actions (``daemon.actions``:
                   who may, the CSRF token, the command it runs); success
                   answers 303 back to the page with a sentence to show, a
                   refusal 4xx (or 503 during a disk fault) with a sentence.
 
-The status page needs HTTP Basic credentials of an ACL user whenever RESP
-connections need AUTH; the probes and /metrics never do (a probe or a
+The status page and the JSON API need HTTP Basic credentials of an ACL
+user whenever RESP connections need AUTH; the probes and /metrics never do (a probe or a
 scraper rarely carries a password, and they show no payloads).
 
 HEAD gets the same status and headers as GET, without the body.  A request
@@ -28,12 +33,15 @@ dependency and a second event loop's worth of machinery for five endpoints.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, unquote_to_bytes
+
+from leaseq.commands.queues import info_items
 
 from .actions import MAX_FORM, Access, HttpError, run_action
 from .status import RateSamples, read_status, refusal_page, render
@@ -42,7 +50,9 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 8192
 PATHS = (b"/", b"/healthz", b"/readyz", b"/metrics")
+API = b"/api/queues"
 HTML = "text/html; charset=utf-8"
+JSON = "application/json"
 BAD_REQUEST = ("400 Bad Request", "text/plain", b"bad request\n")
 
 
@@ -88,6 +98,8 @@ class HttpListener:
                 status, ctype, body = BAD_REQUEST
             elif request[0] == b"POST" and request[1].startswith(b"/action/"):
                 status, ctype, body, extra = await self._action(request[1], headers, reader, host)
+            elif request[1] == API or request[1].startswith(API + b"/"):
+                status, ctype, body = await self.api(request[0], request[1], headers)
             else:
                 status, ctype, body = self.answer(*request)
                 if body == self.status_page:
@@ -130,6 +142,25 @@ class HttpListener:
         return ("303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(),
                 (("Location", "/?done=" + quote(done)),))
 
+    async def api(self, method: bytes, target: bytes, headers: dict) -> tuple:
+        """GET /api/queues[/<q>]: QINFO as JSON, for whoever may see the page."""
+        if method not in (b"GET", b"HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+        self.access.viewer(headers)                  # 401 without the credentials the page needs
+        server = self.server
+        if server.loading:
+            return "503 Service Unavailable", JSON, _json({"error": "loading: recovering the data directory"})
+        await server.disk.until_rebuilt()
+        store = server.store
+        if target == API:
+            queues = sorted(store.queues.values(), key=lambda q: q.name)
+            return "200 OK", JSON, _json({"queues": [_info(server, q) for q in queues]})
+        name = unquote_to_bytes(target[len(API) + 1:])
+        q = store.queues.get(name)
+        if q is None:
+            return "404 Not Found", JSON, _json({"error": f"no such queue {name.decode(errors='replace')!r}"})
+        return "200 OK", JSON, _json(_info(server, q))
+
     def _page_for(self, headers: dict, query: bytes):
         """The status page for whoever asks (401 without the credentials it
         needs), its forms carrying their CSRF token, and the sentence an
@@ -148,7 +179,7 @@ class HttpListener:
         if target.startswith(b"/action/"):
             return "405 Method Not Allowed", "text/plain", b"an action is a POST (a button of the status page)\n"
         if target not in PATHS:
-            return "404 Not Found", "text/plain", b"not found: try /, /healthz, /readyz or /metrics\n"
+            return "404 Not Found", "text/plain", b"not found: try /, /healthz, /readyz, /metrics or /api/queues\n"
         if method not in (b"GET", b"HEAD"):
             return "405 Method Not Allowed", "text/plain", b"only GET (actions are POST /action/<name>)\n"
         server = self.server
@@ -178,6 +209,15 @@ class HttpListener:
         await self.server.disk.until_rebuilt()
         families = list(self.server.metrics.collect())
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
+
+
+def _info(server, q) -> dict:
+    """A queue's QINFO as a JSON object: names and text as str."""
+    return {k.decode(): (v.decode(errors="replace") if isinstance(v, bytes) else v) for k, v in info_items(server, q)}
+
+
+def _json(value) -> bytes:
+    return (json.dumps(value, separators=(",", ":")) + "\n").encode()
 
 
 def request_line(head: bytes) -> tuple[bytes, bytes, bytes] | None:
