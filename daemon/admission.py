@@ -8,6 +8,7 @@ idle beyond ``timeout``.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 
 from leaseq.commands import errors
@@ -42,6 +43,7 @@ class Admission:
         conn.id = self.next_client_id
         self.next_client_id += 1
         self.server.clients[conn.id] = conn
+        keep_alive(conn.transport, self.server.settings.tcp_keepalive)
 
     def _refusal(self, conn) -> Error | None:
         """Why a new connection is not served, in Redis's order: shutting
@@ -84,9 +86,29 @@ class Admission:
                         "this port can use every queue. Set requirepass or bind 127.0.0.1.", " and ".join(reachable))
 
 
+def keep_alive(transport, seconds: int) -> None:
+    """``tcp-keepalive``: after ``seconds`` of silence the kernel probes the
+    peer every third of that, and gives the connection up after three
+    unanswered probes (as Redis sets it), so a peer whose machine died
+    without closing is noticed.  A socket that takes no such option (a
+    Unix socket) is left as it is."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not seconds or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, seconds // 3))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    except OSError as e:
+        log.debug("cannot set TCP keepalive: %s", e)
+
+
 class IdleReaper:
     """``timeout``: every 0.1 s (``scan``) close the connections idle longer
-    than the setting, read each time; a blocked claim is not idle."""
+    than the setting, read each time; a blocked claim is not idle.  The
+    same tick drops replicas silent beyond ``repl-timeout``."""
 
     PERIOD = 0.1
 
@@ -94,10 +116,11 @@ class IdleReaper:
         self.server = server
 
     def scan(self) -> None:
+        now = time.monotonic()
+        self.server.replication.drop_silent(now)      # repl-timeout
         timeout = self.server.settings.timeout
         if not timeout:
             return
-        now = time.monotonic()
         for c in list(self.server.clients.values()):
             if c.waiting is None and now - c.last_active > timeout:
                 log.info("closing idle client id=%d addr=%s", c.id, c.addr)

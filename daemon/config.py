@@ -70,6 +70,8 @@ class Settings:
     auto_create: bool = _s(True, "bool", "QPUSH, QPUSHMANY, QCLAIM and QWORK create missing queues with default options")
     maxclients: int = _s(10000, "int", "connections beyond this are refused with an error")
     timeout: int = _s(0, "int", "close connections idle for this many seconds (0 = never); blocked claimers are not idle")
+    tcp_keepalive: int = _s(300, "int", "TCP keepalives on connections idle this many seconds, so that a peer gone "
+                                        "without closing (a machine down, a network cut) is noticed (0: off)")
     proto_max_bulk_len: int = _s(512 << 20, "bytes", "largest bulk string a request may carry")
     max_payload: int = _s(16 << 20, "bytes", "largest job payload; larger pushes get -TOOBIG")
     max_args: int = _s(1024 * 1024, "int", "most arguments one command may have")
@@ -84,6 +86,8 @@ class Settings:
     masterauth: str = _s("", "str", "the password a replica authenticates with to its primary")
     repl_backlog_size: int = _s(64 << 20, "bytes",
                                 "how much of the replication stream a primary keeps for replicas that reconnect")
+    repl_timeout: int = _s(60, "int", "a primary drops a replica that has acknowledged nothing for this many "
+                                      "seconds (replicas acknowledge every second)")
     replica_priority: int = _s(100, "int", "Sentinel promotes the replica with the lowest; 0: never")
     replica_announce_ip: str = _s("", "str", "the address a replica tells its primary (and Sentinel) it is at")
     replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)")

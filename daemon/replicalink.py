@@ -26,6 +26,7 @@ import time
 
 from leaseq.storage.frames import FRAME, FRAME_SIZE, FormatError, read_frame
 
+from .admission import keep_alive
 from .resp import encode
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ class ReplicaLink(asyncio.Protocol):
             transport.close()
             return
         self.transport = transport
+        keep_alive(transport, self.server.settings.tcp_keepalive)   # a primary gone without closing is noticed
         self.reader = LinkReader()
         self.state = "handshake"
         self.last_io = time.monotonic()

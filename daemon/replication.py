@@ -314,10 +314,22 @@ class Replication:
             return
         held, peer.held = peer.held, None
         peer.state = "online"
+        peer.ack_time = time.monotonic()       # (repl-timeout counts from here: the replica loads it first)
         if held:
             peer.send(b"".join(held))
         log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip, peer.port, size,
                  peer.cut)
+
+    def drop_silent(self, now: float) -> None:
+        """``repl-timeout``: drop the replicas that have acknowledged nothing
+        for that long (a replica acknowledges every second; one that stopped
+        is hung, or gone without closing).  A replica still receiving its
+        full sync is not counted silent."""
+        timeout = self.server.settings.repl_timeout
+        if not timeout:
+            return
+        for peer in [p for p in self.peers if p.state == "online" and now - p.ack_time > timeout]:
+            self._drop(peer, f"no acknowledgement for {now - peer.ack_time:.0f} s (repl-timeout {timeout} s)")
 
     def _drop(self, peer: Peer, why: str) -> None:
         log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)

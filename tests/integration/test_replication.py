@@ -498,3 +498,54 @@ def test_a_wait_given_up_by_its_connection_leaves_nothing_behind(pair):
     c.sock.close()
     wait_for(lambda: p.info("clients")["connected_clients"] == before, timeout=10, what="the closed connection to go")
     assert p.execute_command("WAIT", 1, 1000) == 1 and "Traceback" not in primary.log()
+
+
+def test_a_replica_silent_beyond_repl_timeout_is_dropped_and_comes_back(tmp_path):
+    import signal
+    primary, replica = start_pair(tmp_path, "--repl-timeout", "1")
+    try:
+        p = primary.client()
+        p.execute_command("QPUSH", "silent", "x")
+        caught_up(primary, replica)
+        replica.proc.send_signal(signal.SIGSTOP)                # hung: it acknowledges nothing
+        wait_for(lambda: p.info("replication")["connected_slaves"] == 0, timeout=10,
+                 what="the primary to drop its silent replica")
+        assert "no acknowledgement for" in primary.log() and "(repl-timeout 1 s)" in primary.log()
+        p.execute_command("QPUSH", "silent", "y")
+        replica.proc.send_signal(signal.SIGCONT)                # back: it reconnects and catches up
+        wait_for(lambda: p.info("replication")["connected_slaves"] == 1, timeout=20, what="the replica back")
+        caught_up(primary, replica)
+        assert replica.client().execute_command("QLEN", "silent") == 2
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+        replica.kill()
+        primary.kill()
+
+
+@pytest.mark.parametrize("seconds", [7, 0])
+def test_tcp_keepalive_is_set_on_clients_and_on_the_replicas_link(tmp_path, seconds):
+    """``ss`` shows the kernel's keepalive timer on a socket that has
+    SO_KEEPALIVE: on the primary's side of a client's connection, and on
+    the replica's side of its link to the primary."""
+    primary, replica = start_pair(tmp_path, "--tcp-keepalive", str(seconds))
+    try:
+        c = primary.client()
+        c.ping()
+
+        def sockets(d: Daemon, side: str) -> list[str]:
+            """The lines of ``d``'s own established sockets with the primary's port on ``side``."""
+            out = subprocess.run(["ss", "-tnopH", "state", "established", f"( {side} = :{primary.port} )"],
+                                 capture_output=True, text=True, check=True).stdout
+            return [line for line in out.splitlines() if f"pid={d.proc.pid}," in line]
+
+        def kept_alive() -> list[bool]:
+            served = sockets(primary, "sport")         # the primary's side of its clients (us, the replica)
+            link = sockets(replica, "dport")           # the replica's side of its link
+            assert len(served) == 2 and len(link) == 1, (served, link)
+            # (while bytes are unacknowledged ss shows the retransmission timer instead: "timer:(on,...")
+            return [("timer:(keepalive" in line) for line in served + link if "timer:(on" not in line]
+
+        wait_for(lambda: kept_alive() == [bool(seconds)] * 3, timeout=5, what=f"keepalive {bool(seconds)} on 3 sockets")
+    finally:
+        replica.kill()
+        primary.kill()
