@@ -549,3 +549,32 @@ def test_tcp_keepalive_is_set_on_clients_and_on_the_replicas_link(tmp_path, seco
     finally:
         replica.kill()
         primary.kill()
+
+
+def test_a_replica_of_a_replica_holds_what_the_primary_wrote(tmp_path):
+    """Chained: the middle node streams on what it applies, with the
+    primary's history and offsets, so the last one can continue after a
+    promotion of the middle one too."""
+    primary, middle = start_pair(tmp_path)
+    last = Daemon(tmp_path / "last", "--replicaof", f"127.0.0.1 {middle.port}").start()
+    try:
+        wait_for(lambda: linked(last), timeout=20, what="the last replica's link")
+        p = primary.client()
+        ids = [p.execute_command("QPUSH", "chain", f"{i}") for i in range(20)]
+        claim_one(p, "chain", "w")
+        caught_up(primary, middle)
+        caught_up(middle, last)
+        assert jobs_of(last.client(), "chain", ids) == jobs_of(p, "chain", ids)
+        replid = p.info("replication")["master_replid"]
+        assert last.client().info("replication")["master_replid"] == replid
+        assert last.client().info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"]
+        primary.kill()                                   # the middle one is promoted; the last one continues
+        assert middle.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+        ids.append(middle.client().execute_command("QPUSH", "chain", "after"))
+        caught_up(middle, last)
+        assert jobs_of(last.client(), "chain", ids) == jobs_of(middle.client(), "chain", ids)
+        assert "full sync from" in last.log() and last.log().count("full sync from") == 1
+    finally:
+        last.kill()
+        middle.kill()
+        primary.kill()
