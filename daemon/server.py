@@ -122,7 +122,7 @@ class Server:
         self.loading = False
         self.alarm.attach(store)
         if s.replicaof:
-            self.replication.resume_state(datadir)
+            self.replication.restore_anchor(datadir)
             self.replication.follow(*config.primary_address(s.replicaof))
         log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading
@@ -356,10 +356,7 @@ class Server:
             c.flush()
             if c.transport is not None and not c.closed:
                 c.transport.close()
-        wal = self.datadir.wal
         self.datadir.close()
-        if wal is not None:
-            self.replication.save_state(self.datadir, wal.written_at)
         log.info("leaseq stopped; the log is fsynced")
         self._stopped.set()
 

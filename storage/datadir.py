@@ -186,20 +186,24 @@ class DataDir:
             self.wal.close()
         self.release_lock()
 
-    def log_ends_at(self, end: tuple[int, int]) -> bool:
-        """Whether the records of this directory's log, before the segment
-        being written now, end at ``end`` (segment number, its size): the
-        segment is there, that long, and every later one holds no record.
-        (Recovery cut each segment at its last record.)"""
-        number, size = end
-        current = self.wal.segment_number if self.wal is not None else None
-        found = False
-        for n, path in list_segments(self.directory):
-            if n == number:
-                found = os.path.getsize(path) == size
-            elif n > number and n != current and os.path.getsize(path) > records.SEGMENT_HEADER_SIZE:
-                return False
-        return found
+    def stream_bytes_from(self, first: int) -> int | None:
+        """The bytes of records in segment ``first`` and every later one (a
+        replica's stream from where its anchor says), or None when they do
+        not add up: ``first`` not there (an anchor names a segment that
+        exists: it is written once the segment is), a segment missing after
+        it, or ``first`` folded into the snapshot recovery started from.  (Recovery cut each segment at
+        its last record, so a segment's records are its size less its
+        header.)"""
+        if self.loaded is not None and self.loaded.covers >= first:
+            return None
+        numbers, held = [], 0
+        for number, path in list_segments(self.directory):
+            if number >= first:
+                numbers.append(number)
+                held += os.path.getsize(path) - records.SEGMENT_HEADER_SIZE
+        if not numbers or numbers != list(range(first, first + len(numbers))):
+            return None
+        return held
 
     def release_lock(self) -> None:
         if self._lock_fd >= 0:

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import redis
-from harness import LEASEQ, Daemon, as_map, claim_one, error_text, wait_for
+from harness import LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, wait_for
 
 READONLY = "You can't write against a read only replica."    # (redis-py takes the READONLY code off)
 
@@ -123,48 +123,64 @@ def test_a_killed_replica_restarts_and_catches_up(pair):
     wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
     caught_up(primary, replica)
     assert jobs_of(replica.client(), "k9", ids) == jobs_of(p, "k9", ids)
-    assert "full sync done" in replica.log()
+    assert replica.log().count("full sync done") == 1        # the first; after the kill it continued
 
 
-def test_a_replica_stopped_cleanly_continues_with_a_partial_sync(pair):
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM", "kill -9 after a snapshot"])
+def test_a_restarted_replica_continues_with_a_partial_sync(pair, stop):
+    """The anchor (the stream's offset at the start of one of its log
+    segments) and the segments after it give a restarted replica its
+    offset, after a clean stop or a kill -9, and after its own snapshot
+    folded the segments before."""
     primary, replica = pair
     p = primary.client()
-    ids = [p.execute_command("QPUSH", "clean", f"{i}") for i in range(30)]
+    ids = [p.execute_command("QPUSH", "again", f"{i}") for i in range(30)]
     caught_up(primary, replica)
-    replica.stop()
-    state = pathlib.Path(replica.data_dir) / "replication.state"
-    assert state.exists() and "kept for a partial sync" in replica.log()
-    ids += [p.execute_command("QPUSH", "clean", f"more {i}") for i in range(30)]
-    claim_one(p, "clean", "w")
+    if stop.endswith("snapshot"):
+        bgsave(replica.client())
+        ids.append(p.execute_command("QPUSH", "again", "after the snapshot"))
+        caught_up(primary, replica)
+    replica.kill() if stop.startswith("kill") else replica.stop()
+    assert (pathlib.Path(replica.data_dir) / "replication.anchor").exists()
+    ids += [p.execute_command("QPUSH", "again", f"more {i}") for i in range(30)]
+    claim_one(p, "again", "w")
     partial_before = primary.log().count("(partial sync")
     replica.restart()
     wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
     caught_up(primary, replica)
-    assert jobs_of(replica.client(), "clean", ids) == jobs_of(p, "clean", ids)
+    assert jobs_of(replica.client(), "again", ids) == jobs_of(p, "again", ids)
     assert "asking to continue from there" in replica.log()
     assert primary.log().count("(partial sync") == partial_before + 1
-    assert not state.exists()                    # it held for that log only: a kill -9 now means a full sync
-    ids.append(p.execute_command("QPUSH", "clean", "after"))
+    ids.append(p.execute_command("QPUSH", "again", "after"))
     caught_up(primary, replica)
-    assert jobs_of(replica.client(), "clean", ids) == jobs_of(p, "clean", ids)
+    assert jobs_of(replica.client(), "again", ids) == jobs_of(p, "again", ids)
+
+
+def test_a_promoted_replica_has_no_anchor(pair):
+    primary, replica = pair
+    anchor = pathlib.Path(replica.data_dir) / "replication.anchor"
+    assert anchor.exists()
+    assert replica.client().execute_command("REPLICAOF", "NO", "ONE") == b"OK"
+    assert not anchor.exists()
 
 
 @pytest.mark.parametrize("tamper, says", [
-    (lambda state: state.write_text(state.read_text().replace('"size": ', '"size": 1')), "the log changed since"),
-    (lambda state: state.write_text("{not json"), "ignoring"),
+    (lambda anchor: anchor.write_text(anchor.read_text().replace('"segment": ', '"segment": 9')),
+     "no longer holds the stream"),
+    (lambda anchor: anchor.write_text("{not json"), "ignoring"),
 ])
-def test_a_saved_state_that_does_not_fit_the_log_means_a_full_sync(pair, tamper, says):
+def test_an_anchor_that_does_not_fit_the_log_means_a_full_sync(pair, tamper, says):
     primary, replica = pair
     p = primary.client()
     ids = [p.execute_command("QPUSH", "fits", f"{i}") for i in range(10)]
     caught_up(primary, replica)
-    replica.stop()
-    tamper(pathlib.Path(replica.data_dir) / "replication.state")
+    replica.kill()
+    tamper(pathlib.Path(replica.data_dir) / "replication.anchor")
     ids += [p.execute_command("QPUSH", "fits", "more")]
     replica.restart()
     wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
     caught_up(primary, replica)
-    assert says in replica.log() and "full sync done" in replica.log()
+    assert says in replica.log() and replica.log().count("full sync done") == 2
     assert jobs_of(replica.client(), "fits", ids) == jobs_of(p, "fits", ids)
 
 
