@@ -135,7 +135,7 @@ class Sentinel:
 class Tally:
     """What the producer and the workers saw, shared between their threads."""
 
-    answered: dict[int, tuple[int, float]] = field(default_factory=dict)   # number -> (id, when answered)
+    answered: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # number -> (id, sent, answered)
     acked: set[int] = field(default_factory=set)       # numbers whose ack a worker saw answered 1
     acked_back: int = 0
     deliveries: int = 0
@@ -165,6 +165,7 @@ class Load:
         number, started = 0, time.monotonic()
         while self.producing.is_set():
             number += 1
+            sent = time.monotonic()
             try:
                 job_id = queue.push(str(number))
             except redis.RedisError:
@@ -173,7 +174,7 @@ class Load:
                 time.sleep(0.02)
                 continue
             with self.tally.lock:
-                self.tally.answered[number] = (job_id, time.monotonic())
+                self.tally.answered[number] = (job_id, sent, time.monotonic())
             ahead = number / PUSH_RATE - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
@@ -255,9 +256,12 @@ def soak(directory: str, cycles: int = 10, ack: int = 1, run_s: float = 2.0,
         url = "sentinel://" + ",".join(f"{HOST}:{s.port}" for s in sentinels) + f"/{SERVICE}"
         load = Load(url, tally)
         for _ in range(cycles):
-            primary, replica = wait_until(lambda: _settled(nodes, sentinels), 90,
-                                          "the sentinels to agree on a primary and see its replica healthy")
-            time.sleep(run_s)
+            while True:
+                primary, replica = wait_until(lambda: _settled(nodes, sentinels), 90,
+                                              "the sentinels to agree on a primary and see its replica healthy")
+                time.sleep(run_s)
+                if _settled(nodes, sentinels) == (primary, replica):
+                    break                    # (else Sentinel failed over meanwhile by itself: settle again)
             lag = _lag_bytes(primary)
             killed_at = time.monotonic()
             primary.kill()
@@ -268,7 +272,7 @@ def soak(directory: str, cycles: int = 10, ack: int = 1, run_s: float = 2.0,
             primary.start(timeout=60, port=primary.port)
             answered = wait_until(lambda: _answered_since(tally, killed_at), 60, "a push answered by the new primary")
             with tally.lock:
-                at_risk = sum(1 for _, when in tally.answered.values() if killed_at - 1 < when <= killed_at)
+                at_risk = sum(1 for _, _, when in tally.answered.values() if killed_at - 1 < when <= killed_at)
             done.append(Cycle(at_risk, promoted_at - killed_at, answered - killed_at, lag))
         primary, _ = wait_until(lambda: _settled(nodes, sentinels), 90, "the sentinels to agree on a primary")
         time.sleep(run_s)
@@ -317,12 +321,14 @@ def _lag_bytes(primary: Daemon) -> int:
 
 
 def _answered_since(tally: Tally, moment: float) -> float | None:
+    """When the first push sent after ``moment`` was answered (None: none
+    yet).  Sent, not answered: a push in flight at the kill may be answered
+    by the dying primary a moment after it."""
     with tally.lock:
         last = next(reversed(tally.answered.values()), None)
-    if last is None or last[1] <= moment:
-        return None
-    with tally.lock:
-        return min(when for _, when in tally.answered.values() if when > moment)
+        if last is None or last[1] <= moment:
+            return None
+        return min(answered for _, sent, answered in tally.answered.values() if sent > moment)
 
 
 def _drained(primary: Daemon) -> bool:
@@ -333,7 +339,7 @@ def _drained(primary: Daemon) -> bool:
 
 def _figures(c: redis.Redis, tally: Tally, cycles: list[Cycle], wanted: int, ack: int) -> dict:
     lost = []
-    for number, (job_id, _) in tally.answered.items():
+    for number, (job_id, _, _) in tally.answered.items():
         if number in tally.acked:
             continue
         job = c.execute_command("QGET", QUEUE, job_id)
