@@ -1,5 +1,6 @@
 """The ``leaseq-log`` data source: data directories' logs as a DataFrame of
-lifecycle events, one row per job per record.
+lifecycle events, one row per job per record, in batch
+(``spark.read``) or as a stream (``spark.readStream``: leaseq.pipeline.logstream).
 
 ``load(paths)``: ``paths`` is one directory or several, separated by
 commas, each a data directory or an ``archive-dir``; an entry with glob
@@ -171,6 +172,10 @@ class LeaseqLogDataSource(DataSource):
 
     def reader(self, schema) -> "LogReader":
         return LogReader(dict(self.options))
+
+    def streamReader(self, schema):
+        from .logstream import LogStreamReader
+        return LogStreamReader(dict(self.options))
 
 
 class LogReader(DataSourceReader):
