@@ -90,8 +90,9 @@ class LogError(ValueError):
 
 def directories(raw: str) -> list[str]:
     """The directories ``raw`` names: comma-separated, each a directory or
-    a glob matching at least one (absolute, each once, in the order given;
-    a glob's matches sorted)."""
+    a glob (absolute, each once, in the order given; a glob's matches
+    sorted).  A glob may match nothing (a pod's archive-dir appears at its
+    first compaction) as long as the whole list gives a directory."""
     entries = [p.strip() for p in (raw or "").split(",") if p.strip()]
     if not entries:
         raise LogError("leaseq-log needs a path: load('/var/lib/leaseq') (several: comma-separated or a glob)")
@@ -99,8 +100,6 @@ def directories(raw: str) -> list[str]:
     for entry in entries:
         if glob.has_magic(entry):
             matches = sorted(m for m in glob.glob(entry) if os.path.isdir(m))
-            if not matches:
-                raise LogError(f"leaseq-log: {entry} matches no directory")
         elif not os.path.isdir(entry):
             raise LogError(f"leaseq-log: {entry} is not a directory")
         else:
@@ -109,6 +108,8 @@ def directories(raw: str) -> list[str]:
             m = os.path.abspath(m)
             if m not in found:
                 found.append(m)
+    if not found:
+        raise LogError(f"leaseq-log: {', '.join(entries)} matches no directory")
     return found
 
 
