@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -242,3 +246,48 @@ def test_a_bad_starting_offset_is_refused(spark, tmp_path):
              .start())
         q.awaitTermination(30)
     assert "startingOffsets must be earliest or latest" in str(e.value)
+
+
+SPARK_MD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "spark.md"
+NEW_YEAR_2030 = 1_893_456_000_000          # 2030-01-01 00:00:00 UTC, ms
+
+
+def doc_example() -> tuple[str, str]:
+    """docs/spark.md's dead-letter example: its code and the block after "prints:"."""
+    section = SPARK_MD.read_text(encoding="utf-8").split(
+        "### Example: dead letters per minute and queue, across pods\n", 1)[1].split("\n### ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    printed = re.search(r"prints:\n\n```\n(.*?)```", section, re.S).group(1)
+    return code, printed
+
+
+def test_the_dead_letter_example_of_the_docs_prints_what_they_say(tmp_path):
+    """Two pods on clocks frozen at 2030-01-01 00:00 UTC: jobs die (QNACK
+    DEAD) in minute 0 and minute 1; the example runs in its own Python as
+    written, pointed at them by LEASEQ_PODS."""
+    died = {"pod-a": [("orders", 0), ("orders", 0), ("emails", 0), ("orders", 1)],
+            "pod-b": [("orders", 0), ("emails", 1), ("emails", 1)]}
+    for name, deaths in died.items():
+        (tmp_path / name).mkdir()
+        d = Daemon(str(tmp_path / name / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+        try:
+            c = d.client()
+            c.execute_command("DEBUG", "CLOCK", "FREEZE", NEW_YEAR_2030)
+            at = 0
+            for queue, minute in deaths:
+                if minute * 60_000 + 1000 > at:
+                    c.execute_command("DEBUG", "CLOCK", "ADVANCE", minute * 60_000 + 1000 - at)
+                    at = minute * 60_000 + 1000
+                c.execute_command("QPUSH", queue, "x")
+                c.execute_command("QPUSH", queue, "kept")                       # claimed, acked: not dead
+                c.execute_command("QACK", queue, token(c.execute_command("QCLAIM", queue, "w", "LEASE", 60_000)))
+                c.execute_command("QNACK", queue, token(c.execute_command("QCLAIM", queue, "w", "LEASE", 60_000)),
+                                  "DEAD", "ERROR", "bad")
+        finally:
+            d.stop()
+    code, printed = doc_example()
+    env = dict(os.environ, LEASEQ_PODS=str(tmp_path), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == printed.strip()
