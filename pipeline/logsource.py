@@ -73,7 +73,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-from datetime import datetime, timezone
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -193,7 +192,8 @@ class LogReader(DataSourceReader):
         return parts
 
     def read(self, partition: Segment):
-        yield from events(partition.path, partition.names, partition.newest, partition.room_ok, partition.source)
+        yield from arrow_batches(segment_records(partition.path, partition.newest, partition.room_ok),
+                                 partition.names, partition.source)
 
 
 def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, str]:
@@ -242,8 +242,9 @@ def _flatten(rtype: int, body: bytes):
         yield rtype, body
 
 
-def events(path: str, names: dict, newest: bool, room_ok: bool = True, source: str = ""):
-    """The event rows of one segment file (see the module docstring)."""
+def segment_records(path: str, newest: bool, room_ok: bool = True):
+    """``(type, fields)`` of every record of one segment file, a TXN's
+    records one by one (see the module docstring for where it may end)."""
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -253,11 +254,10 @@ def events(path: str, names: dict, newest: bool, room_ok: bool = True, source: s
             return                          # created, header not yet (fully) written
         raise LogError(f"{path} at offset 0: {e}") from None
     offset = records.SEGMENT_HEADER_SIZE
-    for offset, rtype, body in records.iter_frames(data, offset):
+    for at, rtype, body in records.iter_frames(data, offset):
         for inner_type, inner_body in _flatten(rtype, body):
-            for row in _rows(inner_type, records.decode(inner_type, inner_body), names):
-                yield row + (source,)
-        offset += records.FRAME_SIZE + len(body)
+            yield _decoded(inner_type, inner_body)
+        offset = at + records.FRAME_SIZE + len(body)
     if offset < len(data) and not newest and not (room_ok and records.reserved_from(data, offset)):
         raise LogError(f"{path} at offset {offset}: a record fails its checksum or is cut short")
 
@@ -266,15 +266,91 @@ EVENTS = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete",
           records.EXPIRE: "expire", records.RELEASE: "unblock", records.CANCEL: "cancel"}
 
 
-def _ts(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+BATCH_ROWS = 65_536
+_ARROW = None
+FAST_PUSH = -records.PUSH           # a PUSH whose jobs have no parents, as ``records.push_columns``
+
+
+def _decoded(rtype: int, body: bytes) -> tuple:
+    """``(type, records.decode(...))``, but a PUSH of jobs without parents
+    (AFTER) is ``(FAST_PUSH, records.push_columns(...))``: its rows need no
+    JobRecord per job."""
+    if rtype == records.PUSH:
+        cols = records.push_columns(body)
+        if not cols[5]:
+            return FAST_PUSH, cols
+    return rtype, records.decode(rtype, body)
+
+
+def arrow_batches(recs, names: dict, source: str, size: int = BATCH_ROWS):
+    """The rows of ``recs`` (``(type, fields)`` records) as Arrow record
+    batches of ``SCHEMA``: Spark takes them as they are instead of
+    converting row by row.  The columns are filled a record at a time: a
+    record of many jobs (QPUSHMANY, QCLAIM COUNT, QACK of many tokens)
+    extends each column at once; other records go through ``_rows``."""
+    import pyarrow as pa
+
+    global _ARROW
+    if _ARROW is None:
+        _ARROW = ([c.split()[0] for c in SCHEMA.split(", ")],
+                  (pa.string(), pa.string(), pa.int64(), pa.int32(), pa.string(), pa.int32(), pa.int64(),
+                   pa.string()))
+    columns, types = _ARROW
+    cols: list = [[] for _ in range(9)]
+    ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+    for rtype, f in recs:
+        n = 0
+        if rtype == FAST_PUSH:
+            n = len(f[2])
+            ids.extend(f[2])
+            priority.extend(f[3])
+            size_.extend(f[4])
+            for c in (deliveries, consumer, error):
+                c.extend([None] * n)
+            name = "push"
+        elif rtype == records.CLAIM:
+            n = len(f[5])
+            ids.extend(f[5])
+            deliveries.extend(f[6] or [None] * n)
+            consumer.extend([f[4].decode(errors="replace")] * n)
+            for c in (priority, size_, error):
+                c.extend([None] * n)
+            name = "claim"
+        elif rtype in EVENTS:
+            n = len(f[2])
+            ids.extend(f[2])
+            for c in (deliveries, consumer, priority, size_, error):
+                c.extend([None] * n)
+            name = EVENTS[rtype]
+        else:
+            for row in _rows(rtype, f, names):
+                for c, v in zip(cols, row):
+                    c.append(v)
+        if n:
+            qid = f[0]
+            ts.extend([f[1]] * n)
+            queue.extend([names.get(qid, f"#{qid}")] * n)
+            event.extend([name] * n)
+        if len(ts) >= size:
+            yield _batch(pa, cols, columns, types, source)
+            cols = [[] for _ in range(9)]
+            ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+    if ts:
+        yield _batch(pa, cols, columns, types, source)
+
+
+def _batch(pa, cols: list, columns: list, types: tuple, source: str):
+    stamps = pa.array(cols[0], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+    arrays = [stamps] + [pa.array(c, t) for c, t in zip(cols[1:], types)]
+    arrays.append(pa.array([source] * len(cols[0]), pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, names=columns)
 
 
 def _rows(rtype: int, f: tuple, names: dict):
-    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows."""
+    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows; ts in ms."""
     if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE):
         return
-    qid, ts = f[0], _ts(f[1])
+    qid, ts = f[0], f[1]
     queue = names.get(qid, f"#{qid}")
     if rtype == records.PUSH:
         for job in f[2]:

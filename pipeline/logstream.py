@@ -48,7 +48,8 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from leaseq.storage import records, snapshot
 
-from .logsource import LogError, _flatten, _rows, segment_names, segments_of, snapshot_names, sources
+from .logsource import (LogError, _decoded, _flatten, arrow_batches, segment_names, segments_of,
+                        snapshot_names, sources)
 
 VERSION = 1
 START = records.SEGMENT_HEADER_SIZE
@@ -236,6 +237,9 @@ class LogStreamReader(DataSourceStreamReader):
         return names
 
     def read(self, partition: Slice):
+        yield from arrow_batches(self._records(partition), partition.names, partition.source)
+
+    def _records(self, partition: Slice):
         data = _read_file(partition.dirs, partition.name)
         if data is None:
             raise LogError(f"leaseq-log: segment {partition.name} of source {partition.source!r} is gone from "
@@ -249,8 +253,7 @@ class LogStreamReader(DataSourceStreamReader):
         hi = len(data) if partition.end is None else partition.end
         for at, rtype, body in records.iter_frames(data[:hi], partition.start):
             for inner_type, inner_body in _flatten(rtype, body):
-                for row in _rows(inner_type, records.decode(inner_type, inner_body), partition.names):
-                    yield row + (partition.source,)
+                yield _decoded(inner_type, inner_body)
             offset = at + records.FRAME_SIZE + len(body)
         if offset == hi:
             return
