@@ -11,8 +11,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -256,15 +254,16 @@ def doc_example() -> tuple[str, str]:
     """docs/spark.md's dead-letter example: its code and the block after "prints:"."""
     section = SPARK_MD.read_text(encoding="utf-8").split(
         "### Example: dead letters per minute and queue, across pods\n", 1)[1].split("\n### ", 1)[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    printed = re.search(r"prints:\n\n```\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    printed = re.search(r"prints:\n\n```\n(.*?)```", section, re.DOTALL).group(1)
     return code, printed
 
 
-def test_the_dead_letter_example_of_the_docs_prints_what_they_say(tmp_path):
+def test_the_dead_letter_example_of_the_docs_prints_what_they_say(spark, tmp_path, monkeypatch, capsys):
     """Two pods on clocks frozen at 2030-01-01 00:00 UTC: jobs die (QNACK
     DEAD) in minute 0 and minute 1; the example runs in its own Python as
-    written, pointed at them by LEASEQ_PODS."""
+    written (in this process: its getOrCreate finds the tests' session),
+    pointed at them by LEASEQ_PODS."""
     died = {"pod-a": [("orders", 0), ("orders", 0), ("emails", 0), ("orders", 1)],
             "pod-b": [("orders", 0), ("emails", 1), ("emails", 1)]}
     for name, deaths in died.items():
@@ -286,8 +285,12 @@ def test_the_dead_letter_example_of_the_docs_prints_what_they_say(tmp_path):
         finally:
             d.stop()
     code, printed = doc_example()
-    env = dict(os.environ, LEASEQ_PODS=str(tmp_path), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150,
-                          stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == printed.strip()
+    monkeypatch.setenv("LEASEQ_PODS", str(tmp_path))
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    capsys.readouterr()
+    try:
+        exec(compile(code, "docs/spark.md", "exec"), {"__name__": "__main__"})    # noqa: S102 (the docs are the test)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        spark.sparkContext.setLogLevel("OFF")
+    assert capsys.readouterr().out.strip() == printed.strip()
