@@ -34,7 +34,8 @@ How the end of a batch is chosen (``latestOffset``):
   needs that is in none of them (compaction deleted it: no archive-dir) is
   an error naming it; nothing is skipped silently.
 - A glob is matched again at every batch: a new pod's directory joins the
-  stream from its first segment.
+  stream from its first segment; a source the paths no longer give keeps
+  its offset.
 
 Option ``startingOffsets``: ``earliest`` (default: every segment on disk,
 oldest first) or ``latest`` (only what is written after the query starts).
@@ -173,13 +174,13 @@ class LogStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit) -> dict:
         self._refresh()
         begun = _positions(start)
-        out = {}
+        out = dict(begun)           # a source the paths no longer give keeps its place (it may come back)
         for source, dirs in self.sources.items():
             segments = segments_of(dirs)
             at = begun.get(source) or self._first(segments)
             end = self._last(source, segments)
             out[source] = max(end, at)
-        return {"v": VERSION, "sources": out}
+        return {"v": VERSION, "sources": dict(sorted(out.items()))}
 
     # -- batches --------------------------------------------------------------------------------------
 
@@ -187,6 +188,8 @@ class LogStreamReader(DataSourceStreamReader):
         begun, until = _positions(start), _positions(end)
         parts = []
         for source, (last_seg, last_pos) in sorted(until.items()):
+            if begun.get(source) == [last_seg, last_pos]:
+                continue
             dirs = self.sources.get(source)
             if dirs is None:
                 raise LogError(f"leaseq-log: the checkpoint names source {source!r}, which the paths no longer "

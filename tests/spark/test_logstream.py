@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from harness import Daemon, as_map, bgsave, write_torn
+from harness import Daemon, as_map, bgsave, write_segment, write_torn
 
 from leaseq.pipeline.logsource import SCHEMA
 from leaseq.storage import records
@@ -294,3 +294,45 @@ def test_the_dead_letter_example_of_the_docs_prints_what_they_say(spark, tmp_pat
         spark.conf.set("spark.sql.session.timeZone", zone)
         spark.sparkContext.setLogLevel("OFF")
     assert capsys.readouterr().out.strip() == printed.strip()
+
+
+def test_a_damaged_segment_stops_the_stream_naming_it(spark, tmp_path):
+    """Bytes that are not records at the end of a segment two before the
+    newest: not a torn tail, damage; the query fails naming source, file
+    and offset, as the batch read does."""
+    base = tmp_path / "pods" / "pod-a"
+    base.mkdir(parents=True)
+    d = Daemon(str(base / "data")).start()
+    d.client().execute_command("QPUSHMANY", "q", 3, "a", "b", "c")
+    d.stop()
+    first = newest_segment(d.data_dir)
+    size = os.path.getsize(first)
+    with open(first, "ab") as f:
+        f.write(b"\x01\x02\x03 not a record")
+    number = int(os.path.basename(first)[4:24])
+    write_segment(d.data_dir, number + 1, b"")
+    write_segment(d.data_dir, number + 2, b"")
+    q = (spark.readStream.format("leaseq-log").load(str(tmp_path / "pods" / "*" / "data"))
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime=TRIGGER).start())
+    with pytest.raises(Exception) as e:
+        assert not q.awaitTermination(60), "the query still runs"
+    assert f"pod-a: {os.path.basename(first)} at offset {size}: a record fails its checksum" in str(e.value)
+
+
+def test_an_offset_of_something_else_is_refused(tmp_path):
+    """The reader itself (no query): a checkpoint's offset in another shape."""
+    from leaseq.pipeline.logsource import LogError
+    from leaseq.pipeline.logstream import LogStreamReader
+
+    (tmp_path / "pods" / "a" / "data").mkdir(parents=True)
+    reader = LogStreamReader({"path": str(tmp_path / "pods" / "*" / "data")})
+    good = reader.initialOffset()
+    assert good == {"v": 1, "sources": {"a": [0, 0]}}
+    for bad in ({"offset": 5}, {"v": 2, "sources": {}}, [1, 2]):
+        with pytest.raises(LogError, match="not an offset of this source"):
+            reader.partitions(bad, good)
+    # a source the paths no longer give keeps its place, and has nothing to read
+    gone = {"v": 1, "sources": {"a": [0, 0], "old-pod": [4, 100]}}
+    assert reader.latestOffset(gone, None)["sources"]["old-pod"] == [4, 100]
+    assert reader.partitions(gone, gone) == []
