@@ -542,8 +542,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
+    from leaseq.pipeline.logsource import LogError, sources
+
     try:
         bucket = parse_bucket(args.bucket)
+        try:                            # before Spark starts: a typo fails in a moment
+            sources({"path": ",".join(args.dirs), "sourcepattern": args.source_pattern})
+        except LogError as e:
+            raise ReportError(str(e).removeprefix("leaseq-log: ")) from None
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -252,3 +252,15 @@ def test_the_report_command_refuses_a_pattern_that_does_not_name_a_source(tmp_pa
     assert done.returncode == 1
     assert f"error: sourcePattern 'nomatch' does not match {tmp_path / 'a' / 'data'}" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_the_spark_submit_entry_refuses_bad_paths_before_spark_starts(tmp_path, capsys):
+    """pipeline/report.py's main (what spark-submit runs), in this process."""
+    from leaseq.pipeline.report import main
+
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "r")]) == 1
+    assert f"error: {tmp_path / 'nope'} is not a directory" in capsys.readouterr().err
+    (tmp_path / "p" / "data").mkdir(parents=True)
+    assert main([str(tmp_path / "*" / "data"), "--out", str(tmp_path / "r"), "--source-pattern", "(x"]) == 1
+    assert "sourcePattern '(x' is not a regular expression" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
