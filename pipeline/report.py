@@ -348,7 +348,8 @@ def render_html(summary: dict, data: dict) -> str:
              ("events", f"{summary['events']:,}"),
              ("queues", e(", ".join(queues)) or "-")]
     body = [f"<header><h1>leaseq report</h1><div class=\"sub\">{summary['events']:,} events, "
-            f"{len(queues)} queues, {len(summary['sources'])} sources, {_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
+            f"{len(queues)} queues, {len(summary['sources'])} sources, "
+            f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
             "<main>", "<section><h2>Input</h2><dl class=\"facts\">"
             + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl></section>"]
     for section in SECTIONS:
@@ -409,8 +410,8 @@ def _section_sources(summary: dict, data: dict, queues: list, charts: _Charts) -
                      " / ".join(ms(r[f"wait_p{p}_ms"]) for p in (50, 90, 99)),
                      " / ".join(ms(r[f"processing_p{p}_ms"]) for p in (50, 90, 99))] for r in rows], numeric)
     return ("sources", "Sources",
-            f"Each source (pod), and all of them in the row {ALL}: events per second over the source's first "
-            "to last event; errors are nacks and dead jobs.", chart + table)
+            (f"Each source (pod), and all of them in the row {ALL}: events per second over the source's first "
+             "to last event; errors are nacks and dead jobs."), chart + table)
 
 
 def _section_throughput(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
