@@ -36,6 +36,9 @@ How the end of a batch is chosen (``latestOffset``):
 - A glob is matched again at every batch: a new pod's directory joins the
   stream from its first segment; a source the paths no longer give keeps
   its offset.
+- A log that starts over below the offset (a replica's full sync replaces
+  its segments with its primary's snapshot; a new data directory) is an
+  error: it is not the history the offset points into.
 
 Option ``startingOffsets``: ``earliest`` (default: every segment on disk,
 oldest first) or ``latest`` (only what is written after the query starts).
@@ -178,6 +181,11 @@ class LogStreamReader(DataSourceStreamReader):
         for source, dirs in self.sources.items():
             segments = segments_of(dirs)
             at = begun.get(source) or self._first(segments)
+            if segments and at[0] > max(segments):
+                raise LogError(
+                    f"leaseq-log: the log of source {source!r} starts over below the stream's offset (segment "
+                    f"{at[0]}; its newest is {max(segments)}): a replica's full sync or a new data directory "
+                    "replaced it; read it with a new checkpoint")
             end = self._last(source, segments)
             out[source] = max(end, at)
         return {"v": VERSION, "sources": dict(sorted(out.items()))}

@@ -332,7 +332,12 @@ def test_an_offset_of_something_else_is_refused(tmp_path):
     for bad in ({"offset": 5}, {"v": 2, "sources": {}}, [1, 2]):
         with pytest.raises(LogError, match="not an offset of this source"):
             reader.partitions(bad, good)
+    # a log that starts over below the checkpoint's offset (a replica's full sync)
+    write_segment(tmp_path / "pods" / "a" / "data", 5, b"")
+    with pytest.raises(LogError, match="the log of source 'a' starts over below the stream's offset"):
+        reader.latestOffset({"v": 1, "sources": {"a": [9, 24]}}, None)
+    assert reader.latestOffset({"v": 1, "sources": {"a": [5, 24]}}, None)["sources"]["a"] == [5, 24]
     # a source the paths no longer give keeps its place, and has nothing to read
-    gone = {"v": 1, "sources": {"a": [0, 0], "old-pod": [4, 100]}}
+    gone = {"v": 1, "sources": {"a": [5, 24], "old-pod": [4, 100]}}
     assert reader.latestOffset(gone, None)["sources"]["old-pod"] == [4, 100]
     assert reader.partitions(gone, gone) == []
