@@ -1,7 +1,10 @@
 """A realistic log for ``leaseq report`` (docs/report.png was made from it).
 
-    python -m leaseq.bench.report_demo DIR [--seconds 180]
+    python -m leaseq.bench.report_demo DIR [--seconds 180] [--seed 7]
     leaseq report DIR --out /tmp/report
+
+(docs/report-sources.png: three pods, ``/tmp/pods/pod-{1,2,3}/data`` with
+seeds 1, 2 and 3, then ``leaseq report '/tmp/pods/*/data'``.)
 
 Starts a daemon on DIR with the DEBUG clock frozen, and walks it through
 ``--seconds`` of daemon time in 100 ms steps: three queues, a push rate that
@@ -92,8 +95,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir")
     p.add_argument("--seconds", type=int, default=180)
+    p.add_argument("--seed", type=int, default=7, help="another seed: another pod's log")
     a = p.parse_args()
-    run(a.dir, a.seconds)
+    run(a.dir, a.seconds, a.seed)
     print(f"wrote a log of {a.seconds} s of daemon time into {a.dir}")
 
 

@@ -157,19 +157,24 @@ def docs(check, docs_dir) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Output directory: one Parquet table per folder and report.html (overwritten).")
 @click.option("--bucket", default="1m", show_default=True, help="Throughput bucket: 30s, 1m, 1h or seconds.")
-def report(dirs, out, bucket) -> None:
-    """Analytics over data directories / archive dirs: throughput, wait and processing
-    percentiles, retry and dead-letter rates, top errors, schedules (Parquet), and an HTML page with
-    charts.  Runs Spark locally (the spark extra)."""
+@click.option("--source-pattern", default=None,
+              help="Regular expression naming each directory's source (pod) from its path: the first group, "
+                   "else the match (default: the directory's parent's name).")
+def report(dirs, out, bucket, source_pattern) -> None:
+    """Analytics over data directories / archive dirs (globs too, one source per pod): throughput,
+    wait and processing percentiles, retry and dead-letter rates, top errors, schedules, each source
+    and the total (Parquet), and an HTML page with charts.  Runs Spark locally (the spark extra)."""
     try:
+        from leaseq.pipeline.logsource import LogError, sources
         from leaseq.pipeline.report import TABLES, ReportError, build_report, parse_bucket
     except ImportError as e:
         raise click.ClickException(f"{e}: install the spark extra (pip install 'leaseq[spark]')") from None
     try:
         seconds = parse_bucket(bucket)
-        for d in dirs:                  # before Spark starts: a typo fails in a moment
-            if not os.path.isdir(d):
-                raise ReportError(f"{d} is not a directory")
+        try:                            # before Spark starts: a typo fails in a moment
+            found = sources({"path": ",".join(dirs), "sourcepattern": source_pattern})
+        except LogError as e:
+            raise ReportError(str(e).removeprefix("leaseq-log: ")) from None
     except ReportError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -184,14 +189,14 @@ def report(dirs, out, bucket) -> None:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        summary = build_report(spark, list(dirs), out, seconds)
+        summary = build_report(spark, list(dirs), out, seconds, source_pattern)
     except ReportError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     finally:
         spark.stop()
     click.echo(f"wrote {summary['html']}, Parquet tables {', '.join(TABLES)} under {out}: "
-               f"{summary['events']} events, {summary['queues']} queues")
+               f"{summary['events']} events, {summary['queues']} queues, {len(found)} sources")
 
 
 @main.group()
@@ -230,19 +235,30 @@ def bench_storage(jobs, cycles, json_path, quick) -> None:
 
 @bench.command("spark")
 @click.option("--rows", type=click.IntRange(1), help="Rows per write (default 1,000,000).")
+@click.option("--side", type=click.Choice(["write", "read", "both"]), default="both", show_default=True,
+              help="The write side (the leaseq sink), the read side (leaseq-log) or both.")
+@click.option("--sources", type=click.IntRange(1), default=10, show_default=True,
+              help="Read side: sources read together (copies of one daemon's log).")
+@click.option("--jobs", type=click.IntRange(1), help="Read side: jobs in that log (default 200,000; 3 events each).")
+@click.option("--live-seconds", type=click.FloatRange(1), default=20, show_default=True,
+              help="Read side: how long the live daemon is pushed to for the latency.")
 @JSON_OPTION
-@click.option("--quick", is_flag=True, help="100,000 rows, for a fast try.")
-def bench_spark(rows, json_path, quick) -> None:
+@click.option("--quick", is_flag=True, help="100,000 rows and 20,000 jobs, for a fast try.")
+def bench_spark(rows, side, sources, jobs, live_seconds, json_path, quick) -> None:
     """Rows/s from Spark into the daemon (no key, keyed), and duplicate jobs
-    after a forced task retry and a full re-run (needs the spark extra)."""
+    after a forced task retry and a full re-run; events/s of leaseq-log read
+    in batch and as a stream of many sources, a live stream's latency and its
+    restart from the checkpoint (needs the spark extra)."""
     try:
         from leaseq.bench import spark
     except ImportError as e:
         raise click.ClickException(f"{e}: install the spark extra (pip install 'leaseq[spark]')") from None
     if rows is None:
         rows = spark.QUICK_ROWS if quick else spark.DEFAULT_ROWS
+    if jobs is None:
+        jobs = spark.QUICK_READ_JOBS if quick else spark.READ_JOBS
     try:
-        spark.run(rows, json_path)
+        spark.run(rows, json_path, side=side, sources=sources, jobs=jobs, live_seconds=live_seconds)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from None
 

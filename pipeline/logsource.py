@@ -1,15 +1,23 @@
-"""The ``leaseq-log`` data source: a data directory's log as a DataFrame of
-lifecycle events, one row per job per record.
+"""The ``leaseq-log`` data source: data directories' logs as a DataFrame of
+lifecycle events, one row per job per record, in batch
+(``spark.read``) or as a stream (``spark.readStream``: leaseq.pipeline.logstream).
 
-``spark.read.format("leaseq-log").load(path)``: ``path`` is a data
-directory, an ``archive-dir``, or several separated by commas (the segments
-of a daemon's data directory and of its archive together).  One input
-partition per segment file; a segment found in two directories is read
-once.
+``load(paths)``: ``paths`` is one directory or several, separated by
+commas, each a data directory or an ``archive-dir``; an entry with glob
+characters (``/mnt/pods/*/data``) stands for the directories it matches.
+Each directory belongs to a *source* (a pod, a daemon): by default the name
+of its parent directory (``/mnt/pods/pod-a/data`` and
+``/mnt/pods/pod-a/archive`` are both ``pod-a``), or, with the option
+``sourcePattern`` (a regular expression searched in the directory's
+absolute path), its first group, or the whole match when it has none.  The
+directories of one source are read together: a segment found in two of
+them is read once.  Job and queue numbers are a source's own, so the
+``source`` column is part of a job's identity.  One input partition per
+segment file.
 
 Every record is decoded by ``storage.records``, the daemon's own code.
 Records name queues by number; the names come from the QUEUE records of all
-the segments given and from the SNAP_QUEUE records of their snapshots (a
+the source's segments and from the SNAP_QUEUE records of its snapshots (a
 queue created before compaction is named only there), gathered once when
 the read is planned.  A record that fails its checksum ends the segment:
 at the end of the newest segment that is a torn tail, or a record still
@@ -62,8 +70,9 @@ lease had run out (a claim or an inspection looked), not its deadline.
 
 from __future__ import annotations
 
+import glob
 import os
-from datetime import datetime, timezone
+import re
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -71,20 +80,86 @@ from leaseq.storage import records, snapformat, snapshot
 from leaseq.storage.wal import list_segments
 
 SCHEMA = ("ts timestamp, queue string, event string, id long, deliveries int, consumer string, "
-          "priority int, payload_bytes long, error string")
+          "priority int, payload_bytes long, error string, source string")
 
 
 class LogError(ValueError):
     """A path that is not a readable data directory, or a corrupt segment."""
 
 
+def directories(raw: str) -> list[str]:
+    """The directories ``raw`` names: comma-separated, each a directory or
+    a glob (absolute, each once, in the order given; a glob's matches
+    sorted).  A glob may match nothing (a pod's archive-dir appears at its
+    first compaction) as long as the whole list gives a directory."""
+    entries = [p.strip() for p in (raw or "").split(",") if p.strip()]
+    if not entries:
+        raise LogError("leaseq-log needs a path: load('/var/lib/leaseq') (several: comma-separated or a glob)")
+    found: list[str] = []
+    for entry in entries:
+        if glob.has_magic(entry):
+            matches = sorted(m for m in glob.glob(entry) if os.path.isdir(m))
+        elif not os.path.isdir(entry):
+            raise LogError(f"leaseq-log: {entry} is not a directory")
+        else:
+            matches = [entry]
+        for m in matches:
+            m = os.path.abspath(m)
+            if m not in found:
+                found.append(m)
+    if not found:
+        raise LogError(f"leaseq-log: {', '.join(entries)} matches no directory")
+    return found
+
+
+def source_of(directory: str, pattern: re.Pattern | None) -> str:
+    """The source a directory belongs to: its parent's name, or what
+    ``pattern`` finds in its absolute path (the first group, else the match)."""
+    if pattern is None:
+        return os.path.basename(os.path.dirname(directory.rstrip(os.sep))) or os.sep
+    m = pattern.search(directory)
+    if m is None:
+        raise LogError(f"leaseq-log: sourcePattern {pattern.pattern!r} does not match {directory}")
+    name = m.group(1) if pattern.groups else m.group(0)
+    if not name:
+        raise LogError(f"leaseq-log: sourcePattern {pattern.pattern!r} finds an empty name in {directory}")
+    return name
+
+
+def sources(options: dict) -> dict[str, list[str]]:
+    """source -> its directories, from the options' ``path`` and
+    ``sourcePattern`` (Spark lower-cases option names)."""
+    raw_pattern = options.get("sourcepattern")
+    pattern = None
+    if raw_pattern:
+        try:
+            pattern = re.compile(raw_pattern)
+        except re.error as e:
+            raise LogError(f"leaseq-log: sourcePattern {raw_pattern!r} is not a regular expression: {e}") from None
+    grouped: dict[str, list[str]] = {}
+    for d in directories(options.get("path") or options.get("paths") or ""):
+        grouped.setdefault(source_of(d, pattern), []).append(d)
+    return dict(sorted(grouped.items()))
+
+
+def segments_of(dirs: list[str]) -> dict[int, str]:
+    """number -> path of every segment in ``dirs`` (the first directory
+    holding a number wins: a segment in two of them is read once)."""
+    found: dict[int, str] = {}
+    for d in dirs:
+        for number, path in list_segments(d):
+            found.setdefault(number, path)
+    return dict(sorted(found.items()))
+
+
 class Segment(InputPartition):
-    def __init__(self, path: str, newest: bool, names: dict, room_ok: bool) -> None:
+    def __init__(self, path: str, newest: bool, names: dict, room_ok: bool, source: str) -> None:
         super().__init__(path)
         self.path = path
         self.newest = newest
         self.room_ok = room_ok      # may end in the room the daemon reserves (the newest two)
         self.names = names          # qid -> queue name
+        self.source = source
 
 
 class LeaseqLogDataSource(DataSource):
@@ -98,29 +173,27 @@ class LeaseqLogDataSource(DataSource):
     def reader(self, schema) -> "LogReader":
         return LogReader(dict(self.options))
 
+    def streamReader(self, schema):
+        from .logstream import LogStreamReader
+        return LogStreamReader(dict(self.options))
+
 
 class LogReader(DataSourceReader):
     def __init__(self, options: dict) -> None:
-        raw = options.get("path") or options.get("paths") or ""
-        self.directories = [p.strip() for p in raw.split(",") if p.strip()]
-        if not self.directories:
-            raise LogError("leaseq-log needs a path: load('/var/lib/leaseq') (several: comma-separated)")
-        for d in self.directories:
-            if not os.path.isdir(d):
-                raise LogError(f"leaseq-log: {d} is not a directory")
+        self.sources = sources(options)
 
     def partitions(self):
-        by_name: dict[str, tuple[int, str]] = {}
-        for d in self.directories:
-            for number, path in list_segments(d):
-                by_name.setdefault(os.path.basename(path), (number, path))
-        segments = sorted(by_name.values())
-        names = queue_names(self.directories, [p for _n, p in segments])
-        last = len(segments) - 1
-        return [Segment(path, i == last, names, i >= last - 1) for i, (_n, path) in enumerate(segments)]
+        parts = []
+        for source, dirs in self.sources.items():
+            segments = list(segments_of(dirs).values())
+            names = queue_names(dirs, segments)
+            last = len(segments) - 1
+            parts += [Segment(path, i == last, names, i >= last - 1, source) for i, path in enumerate(segments)]
+        return parts
 
     def read(self, partition: Segment):
-        yield from events(partition.path, partition.names, partition.newest, partition.room_ok)
+        yield from arrow_batches(segment_records(partition.path, partition.newest, partition.room_ok),
+                                 partition.names, partition.source)
 
 
 def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, str]:
@@ -129,16 +202,29 @@ def queue_names(directories: list[str], segment_paths: list[str]) -> dict[int, s
     names: dict[int, str] = {}
     for d in directories:
         for _covers, path in snapshot.list_snapshots(d):
-            for rtype, body in _frames(path, snapformat.SNAPSHOT_HEADER_SIZE):
-                if rtype == snapformat.SNAP_QUEUE:
-                    qid, _n, _m, _c, name, _config = snapformat.decode_snap_queue(body)
-                    names[qid] = name.decode(errors="replace")
+            names.update(snapshot_names(path))
     for path in segment_paths:
         for rtype, body in _frames(path, records.SEGMENT_HEADER_SIZE):
-            for inner_type, inner_body in _flatten(rtype, body):
-                if inner_type == records.QUEUE:
-                    qid, _ts, name, _config = records.decode(inner_type, inner_body)
-                    names[qid] = name.decode(errors="replace")
+            names.update(segment_names(rtype, body))
+    return names
+
+
+def snapshot_names(path: str) -> dict[int, str]:
+    names = {}
+    for rtype, body in _frames(path, snapformat.SNAPSHOT_HEADER_SIZE):
+        if rtype == snapformat.SNAP_QUEUE:
+            qid, _n, _m, _c, name, _config = snapformat.decode_snap_queue(body)
+            names[qid] = name.decode(errors="replace")
+    return names
+
+
+def segment_names(rtype: int, body: bytes) -> dict[int, str]:
+    """The queue a log record names (a QUEUE record, alone or in a TXN)."""
+    names = {}
+    for inner_type, inner_body in _flatten(rtype, body):
+        if inner_type == records.QUEUE:
+            qid, _ts, name, _config = records.decode(inner_type, inner_body)
+            names[qid] = name.decode(errors="replace")
     return names
 
 
@@ -156,8 +242,9 @@ def _flatten(rtype: int, body: bytes):
         yield rtype, body
 
 
-def events(path: str, names: dict, newest: bool, room_ok: bool = True):
-    """The event rows of one segment file (see the module docstring)."""
+def segment_records(path: str, newest: bool, room_ok: bool = True):
+    """``(type, fields)`` of every record of one segment file, a TXN's
+    records one by one (see the module docstring for where it may end)."""
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -167,10 +254,10 @@ def events(path: str, names: dict, newest: bool, room_ok: bool = True):
             return                          # created, header not yet (fully) written
         raise LogError(f"{path} at offset 0: {e}") from None
     offset = records.SEGMENT_HEADER_SIZE
-    for offset, rtype, body in records.iter_frames(data, offset):
+    for at, rtype, body in records.iter_frames(data, offset):
         for inner_type, inner_body in _flatten(rtype, body):
-            yield from _rows(inner_type, records.decode(inner_type, inner_body), names)
-        offset += records.FRAME_SIZE + len(body)
+            yield _decoded(inner_type, inner_body)
+        offset = at + records.FRAME_SIZE + len(body)
     if offset < len(data) and not newest and not (room_ok and records.reserved_from(data, offset)):
         raise LogError(f"{path} at offset {offset}: a record fails its checksum or is cut short")
 
@@ -179,15 +266,91 @@ EVENTS = {records.ACK: "ack", records.REDRIVE: "redrive", records.DEL: "delete",
           records.EXPIRE: "expire", records.RELEASE: "unblock", records.CANCEL: "cancel"}
 
 
-def _ts(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+BATCH_ROWS = 65_536
+_ARROW = None
+FAST_PUSH = -records.PUSH           # a PUSH whose jobs have no parents, as ``records.push_columns``
+
+
+def _decoded(rtype: int, body: bytes) -> tuple:
+    """``(type, records.decode(...))``, but a PUSH of jobs without parents
+    (AFTER) is ``(FAST_PUSH, records.push_columns(...))``: its rows need no
+    JobRecord per job."""
+    if rtype == records.PUSH:
+        cols = records.push_columns(body)
+        if not cols[5]:
+            return FAST_PUSH, cols
+    return rtype, records.decode(rtype, body)
+
+
+def arrow_batches(recs, names: dict, source: str, size: int = BATCH_ROWS):
+    """The rows of ``recs`` (``(type, fields)`` records) as Arrow record
+    batches of ``SCHEMA``: Spark takes them as they are instead of
+    converting row by row.  The columns are filled a record at a time: a
+    record of many jobs (QPUSHMANY, QCLAIM COUNT, QACK of many tokens)
+    extends each column at once; other records go through ``_rows``."""
+    import pyarrow as pa
+
+    global _ARROW
+    if _ARROW is None:
+        _ARROW = ([c.split()[0] for c in SCHEMA.split(", ")],
+                  (pa.string(), pa.string(), pa.int64(), pa.int32(), pa.string(), pa.int32(), pa.int64(),
+                   pa.string()))
+    columns, types = _ARROW
+    cols: list = [[] for _ in range(9)]
+    ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+    for rtype, f in recs:
+        n = 0
+        if rtype == FAST_PUSH:
+            n = len(f[2])
+            ids.extend(f[2])
+            priority.extend(f[3])
+            size_.extend(f[4])
+            for c in (deliveries, consumer, error):
+                c.extend([None] * n)
+            name = "push"
+        elif rtype == records.CLAIM:
+            n = len(f[5])
+            ids.extend(f[5])
+            deliveries.extend(f[6] or [None] * n)
+            consumer.extend([f[4].decode(errors="replace")] * n)
+            for c in (priority, size_, error):
+                c.extend([None] * n)
+            name = "claim"
+        elif rtype in EVENTS:
+            n = len(f[2])
+            ids.extend(f[2])
+            for c in (deliveries, consumer, priority, size_, error):
+                c.extend([None] * n)
+            name = EVENTS[rtype]
+        else:
+            for row in _rows(rtype, f, names):
+                for c, v in zip(cols, row):
+                    c.append(v)
+        if n:
+            qid = f[0]
+            ts.extend([f[1]] * n)
+            queue.extend([names.get(qid, f"#{qid}")] * n)
+            event.extend([name] * n)
+        if len(ts) >= size:
+            yield _batch(pa, cols, columns, types, source)
+            cols = [[] for _ in range(9)]
+            ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+    if ts:
+        yield _batch(pa, cols, columns, types, source)
+
+
+def _batch(pa, cols: list, columns: list, types: tuple, source: str):
+    stamps = pa.array(cols[0], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+    arrays = [stamps] + [pa.array(c, t) for c, t in zip(cols[1:], types)]
+    arrays.append(pa.array([source] * len(cols[0]), pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, names=columns)
 
 
 def _rows(rtype: int, f: tuple, names: dict):
-    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows."""
+    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows; ts in ms."""
     if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE):
         return
-    qid, ts = f[0], _ts(f[1])
+    qid, ts = f[0], f[1]
     queue = names.get(qid, f"#{qid}")
     if rtype == records.PUSH:
         for job in f[2]:

@@ -1,9 +1,11 @@
 """``leaseq report``: analytics over a log read by ``leaseq-log``.
 
-``build_report(spark, dirs, out, bucket_seconds)`` reads the events of one
-or more data directories / archive dirs (as ``leaseq-log``'s comma-separated
-paths) and writes, per queue, five Parquet tables under ``out`` and one
-self-contained ``out/report.html`` (plotly charts, the JS inline):
+``build_report(spark, dirs, out, bucket_seconds, source_pattern)`` reads
+the events of one or more data directories / archive dirs (as
+``leaseq-log``'s paths: globs too, grouped into sources, one per pod) and
+writes, per queue (all sources together), five Parquet tables under
+``out``, a sixth per source and for all of them, and one self-contained
+``out/report.html`` (plotly charts, the JS inline):
 
 ``throughput``  queue, bucket_start, push, claim, ack, nack, dead: events
                 per time bucket; every bucket from the first to the last
@@ -19,6 +21,10 @@ self-contained ``out/report.html`` (plotly charts, the JS inline):
                 max_gap_ms: per schedule, the jobs its ticks pushed
                 (``fire`` rows), the ticks skipped (``skip`` rows), when it
                 fired first and last, and the longest time between two fires
+``sources``     source (``(all)`` for the total, last), events, first, last
+                (timestamps), pushed, acked, nacked, dead, errors (nack +
+                dead), push_per_s and ack_per_s (over the source's first to
+                last event), wait and processing p50/p90/p99 in ms
 
 Everything is computed with DataFrame operations on the executors; only the
 aggregated tables come to the driver, for the HTML.
@@ -26,9 +32,10 @@ aggregated tables come to the driver, for the HTML.
 How the measures are derived (the log has no deliveries count and does not
 record a lease that ran out):
 
-- A job is (queue, generation, id); ``generation`` counts the QDROPs
-  (``purge``) of the queue before the event, so a dropped and re-created
-  queue that reuses ids does not mix old and new jobs.  Within a job events
+- A job is (source, queue, generation, id): ids are a pod's own, and
+  ``generation`` counts the QDROPs (``purge``) of the queue before the
+  event, so a dropped and re-created queue that reuses ids does not mix old
+  and new jobs.  Within a job events
   are ordered by ts, then by log position.
 - wait: first ``claim`` - ``push`` of the job (jobs with both).
 - processing: a ``claim`` - the event that ends that lease, when that is an
@@ -55,7 +62,8 @@ import os
 import sys
 from datetime import datetime, timezone
 
-TABLES = ("throughput", "latency", "rates", "errors", "schedules")
+TABLES = ("throughput", "latency", "rates", "errors", "schedules", "sources")
+ALL = "(all)"
 COUNTED = ("push", "claim", "ack", "nack", "dead")
 LEASE_ENDS = ("claim", "ack", "nack", "release", "dead", "expire")
 TOP_ERRORS = 10
@@ -65,38 +73,45 @@ class ReportError(ValueError):
     """A directory that cannot be read, or a bad option."""
 
 
-def build_report(spark, dirs, out: str, bucket_seconds: int = 60) -> dict:
+def build_report(spark, dirs, out: str, bucket_seconds: int = 60, source_pattern: str | None = None) -> dict:
     """Compute the tables from the logs in ``dirs``, write them as Parquet
     under ``out/<table>/`` (overwritten) and ``out/report.html``.  Returns
-    a summary: dirs, events, queues, first, last (datetimes, UTC, or None),
-    html (the page's path)."""
+    a summary: dirs, sources (source -> its directories), events, queues,
+    first, last (datetimes, UTC, or None), html (the page's path)."""
     from pyspark.sql import functions as F
 
     from leaseq.pipeline import register
+    from leaseq.pipeline.logsource import LogError, sources
 
     dirs = [str(d) for d in dirs]
     if not dirs:
         raise ReportError("no directory given")
-    for d in dirs:
-        if not os.path.isdir(d):
-            raise ReportError(f"{d} is not a directory")
+    options = {"path": ",".join(dirs)}
+    if source_pattern:
+        options["sourcepattern"] = source_pattern
+    try:
+        found = sources(options)
+    except LogError as e:
+        raise ReportError(str(e).removeprefix("leaseq-log: ")) from None
     if int(bucket_seconds) < 1:
         raise ReportError("the bucket must be at least 1 second")
     bucket_ms = int(bucket_seconds) * 1000
     register(spark)
 
-    raw = spark.read.format("leaseq-log").load(",".join(dirs))
+    raw = spark.read.format("leaseq-log").options(**options).load()
     # the log's position: partitions are the segments in order, rows in log
     # order within one, so this id orders the whole log (ties of ts broken)
     events = (raw.withColumn("seq", F.monotonically_increasing_id())
                  .withColumn("ms", F.unix_millis("ts"))
                  .persist())
     try:
+        per_job = _per_job_tables(events)
         tables = {
             "throughput": _throughput(events, bucket_ms),
-            **_per_job_tables(events),
+            "latency": per_job["latency"], "rates": per_job["rates"],
             "errors": _errors(events),
             "schedules": _schedules(events),
+            "sources": _sources(events, per_job["measured"]),
         }
         for name in TABLES:
             tables[name].write.mode("overwrite").parquet(os.path.join(out, name))
@@ -104,7 +119,7 @@ def build_report(spark, dirs, out: str, bucket_seconds: int = 60) -> dict:
                        F.countDistinct("queue").alias("queues")).first()
     finally:
         events.unpersist()
-    summary = {"dirs": dirs, "events": s["n"], "queues": s["queues"], "first": _utc(s["first"]),
+    summary = {"dirs": dirs, "sources": found, "events": s["n"], "queues": s["queues"], "first": _utc(s["first"]),
                "last": _utc(s["last"]), "bucket_seconds": int(bucket_seconds)}
     # the small aggregated tables, read back from what was written
     data = {name: [r.asDict() for r in _collectable(spark.read.parquet(os.path.join(out, name)), name).collect()]
@@ -148,11 +163,11 @@ def _per_job_tables(events) -> dict:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    in_queue = Window.partitionBy("queue").orderBy("ms", "seq").rowsBetween(Window.unboundedPreceding, 0)
+    in_queue = Window.partitionBy("source", "queue").orderBy("ms", "seq").rowsBetween(Window.unboundedPreceding, 0)
     dropped = (F.col("event") == "purge") & F.col("id").isNull()          # QDROP: the queue's next life
     jobs = (events.withColumn("generation", F.sum(F.when(dropped, 1).otherwise(0)).over(in_queue))
                   .filter(F.col("id").isNotNull()))
-    key = ["queue", "generation", "id"]
+    key = ["source", "queue", "generation", "id"]
 
     # lease by lease: what ended each claim
     lease = Window.partitionBy(*key).orderBy("ms", "seq")
@@ -161,7 +176,7 @@ def _per_job_tables(events) -> dict:
                 .withColumn("next_ms", F.lead("ms").over(lease))
                 .filter(F.col("event") == "claim"))
     processing = (ends.filter(F.col("next_event") == "ack")
-                      .select("queue", (F.col("next_ms") - F.col("ms")).alias("ms"))
+                      .select("source", "queue", (F.col("next_ms") - F.col("ms")).alias("ms"))
                       .withColumn("measure", F.lit("processing")))
     expired = (ends.filter(F.col("next_event").isin("expire", "claim", "dead"))
                    .groupBy("queue").agg(F.count(F.lit(1)).alias("expired_leases")))
@@ -171,10 +186,11 @@ def _per_job_tables(events) -> dict:
         F.min(F.when(F.col("event") == "claim", F.col("ms"))).alias("claimed_ms"),
         _count("claim").alias("claims"))
     wait = (per_job.filter(F.col("pushed_ms").isNotNull() & F.col("claimed_ms").isNotNull())
-                   .select("queue", (F.col("claimed_ms") - F.col("pushed_ms")).alias("ms"))
+                   .select("source", "queue", (F.col("claimed_ms") - F.col("pushed_ms")).alias("ms"))
                    .withColumn("measure", F.lit("wait")))
     pct = F.percentile_approx("ms", F.array(F.lit(0.5), F.lit(0.9), F.lit(0.99)))
-    latency = (wait.unionByName(processing).groupBy("queue", "measure")
+    measured = wait.unionByName(processing)
+    latency = (measured.groupBy("queue", "measure")
                    .agg(F.count(F.lit(1)).alias("count"), pct.alias("p"), F.max("ms").alias("max_ms"))
                    .select("queue", "measure", "count", F.col("p")[0].alias("p50_ms"), F.col("p")[1].alias("p90_ms"),
                            F.col("p")[2].alias("p99_ms"), "max_ms")
@@ -195,7 +211,35 @@ def _per_job_tables(events) -> dict:
                    .select("queue", "pushed", "claims", "acked", "nacked", "dead", "jobs_claimed", "jobs_retried",
                            "redelivered", "expired_leases", "retry_rate", "dead_letter_rate")
                    .orderBy("queue"))
-    return {"latency": latency, "rates": rates}
+    return {"latency": latency, "rates": rates, "measured": measured}
+
+
+def _sources(events, measured):
+    """One row per source and one for all of them (``ALL``, last): counts,
+    rates over the source's span, wait and processing percentiles."""
+    from pyspark.sql import functions as F
+
+    counts = [F.count(F.lit(1)).alias("events"), F.min("ts").alias("first"), F.max("ts").alias("last"),
+              F.min("ms").alias("lo"), F.max("ms").alias("hi"),
+              _count("push").alias("pushed"), _count("ack").alias("acked"), _count("nack").alias("nacked"),
+              _count("dead").alias("dead")]
+
+    percentiles = [F.percentile_approx(F.when(F.col("measure") == m, F.col("ms")),
+                                       F.array(F.lit(0.5), F.lit(0.9), F.lit(0.99))).alias(m)
+                   for m in ("wait", "processing")]
+    per = events.groupBy("source").agg(*counts)
+    total = events.agg(*counts).withColumn("source", F.lit(ALL))
+    lat = measured.groupBy("source").agg(*percentiles)
+    lat_total = measured.agg(*percentiles)
+    both = (per.join(lat, "source", "left").withColumn("order", F.lit(0))
+            .unionByName(total.crossJoin(lat_total.drop("source")).withColumn("order", F.lit(1))))
+    span = F.greatest((F.col("hi") - F.col("lo")) / 1000.0, F.lit(1.0))    # at least a second
+    return (both.select("source", "events", "first", "last", "pushed", "acked", "nacked", "dead",
+                        (F.col("nacked") + F.col("dead")).alias("errors"),
+                        (F.col("pushed") / span).alias("push_per_s"), (F.col("acked") / span).alias("ack_per_s"),
+                        *[F.col(m)[i].alias(f"{m}_p{p}_ms") for m in ("wait", "processing")
+                          for i, p in enumerate((50, 90, 99))], "order")
+                .orderBy("order", "source").drop("order"))
 
 
 def _errors(events):
@@ -216,7 +260,7 @@ def _schedules(events):
     from pyspark.sql import functions as F
 
     fires = events.filter(F.col("event").isin("fire", "skip")).withColumnRenamed("consumer", "schedule")
-    by_schedule = Window.partitionBy("queue", "schedule").orderBy("ms", "seq")
+    by_schedule = Window.partitionBy("source", "queue", "schedule").orderBy("ms", "seq")
     gaps = (fires.filter(F.col("event") == "fire")
                  .withColumn("gap", F.col("ms") - F.lag("ms").over(by_schedule)))
     fired = gaps.groupBy("queue", "schedule").agg(F.count(F.lit(1)).alias("fired"),
@@ -236,8 +280,11 @@ def _collectable(df, name: str):
     if name == "schedules":
         df = df.withColumn("first_fire", F.unix_millis("first_fire")).withColumn("last_fire",
                                                                                  F.unix_millis("last_fire"))
+    if name == "sources":
+        df = df.withColumn("first", F.unix_millis("first")).withColumn("last", F.unix_millis("last"))
     order = {"throughput": ["queue", "bucket_start"], "latency": ["queue", "measure"], "rates": ["queue"],
-             "errors": ["queue", "rank"], "schedules": ["queue", "schedule"]}[name]
+             "errors": ["queue", "rank"], "schedules": ["queue", "schedule"],
+             "sources": [F.col("source") == ALL, "source"]}[name]
     return df.orderBy(*order)
 
 
@@ -293,14 +340,16 @@ def render_html(summary: dict, data: dict) -> str:
     """The page: header facts, then a section each (``SECTIONS``):
     throughput, latency, rates, errors and schedules."""
     e = html.escape
-    queues = sorted({r["queue"] for name in TABLES for r in data[name]})
+    queues = sorted({r["queue"] for name in TABLES if name != "sources" for r in data[name]})
     charts = _Charts()
-    facts = [("directories", "<br>".join(e(d) for d in summary["dirs"])),
+    facts = [("sources", "<br>".join(f"{e(source)}: {e(', '.join(dirs))}"
+                                     for source, dirs in summary["sources"].items())),
              ("time range", f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}"),
              ("events", f"{summary['events']:,}"),
              ("queues", e(", ".join(queues)) or "-")]
     body = [f"<header><h1>leaseq report</h1><div class=\"sub\">{summary['events']:,} events, "
-            f"{len(queues)} queues, {_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
+            f"{len(queues)} queues, {len(summary['sources'])} sources, "
+            f"{_fmt_time(summary['first'])} → {_fmt_time(summary['last'])}</div></header>",
             "<main>", "<section><h2>Input</h2><dl class=\"facts\">"
             + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl></section>"]
     for section in SECTIONS:
@@ -326,6 +375,43 @@ class _Charts:
                                       x=1), **layout)
         self.count += 1
         return fig.to_html(full_html=False, include_plotlyjs=self.count == 1, config=self.CONFIG)
+
+
+def _section_sources(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
+    """Each source and the total: rates and latency side by side, and the table."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = data["sources"]
+    if not rows:
+        return ("sources", "Sources", "Each source (pod) and all of them.", "<p>No events.</p>")
+    names = [r["source"] for r in rows]
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
+                        subplot_titles=("Throughput (events/s)", "Wait p50 / p90 / p99 (ms)",
+                                        "Processing p50 / p90 / p99 (ms)"))
+    for field, label, color in (("push_per_s", "push/s", "#B279A2"), ("ack_per_s", "ack/s", COLORS["ack"])):
+        fig.add_trace(go.Bar(x=names, y=[r[field] for r in rows], name=label, marker_color=color), row=1, col=1)
+    for col, measure in ((2, "wait"), (3, "processing")):
+        for (_f, label, color), p in zip(PCTS[:3], (50, 90, 99)):
+            fig.add_trace(go.Bar(x=names, y=[r[f"{measure}_p{p}_ms"] for r in rows], name=label,
+                                 legendgroup=label, showlegend=col == 2, marker_color=color), row=1, col=col)
+    chart = charts.html(fig, 400, barmode="group")
+
+    def ms(v):
+        return "-" if v is None else f"{v:,}"
+
+    numeric = {"events", "pushed", "acked", "errors", "push/s", "ack/s", "wait p50 / p90 / p99 ms",
+               "processing p50 / p90 / p99 ms"}
+    table = _table(["source", "events", "first", "last", "pushed", "acked", "errors", "push/s", "ack/s",
+                    "wait p50 / p90 / p99 ms", "processing p50 / p90 / p99 ms"],
+                   [[r["source"], f"{r['events']:,}", _fmt_time(_utc(r["first"])), _fmt_time(_utc(r["last"])),
+                     f"{r['pushed']:,}", f"{r['acked']:,}", f"{r['errors']:,}", f"{r['push_per_s']:,.1f}",
+                     f"{r['ack_per_s']:,.1f}",
+                     " / ".join(ms(r[f"wait_p{p}_ms"]) for p in (50, 90, 99)),
+                     " / ".join(ms(r[f"processing_p{p}_ms"]) for p in (50, 90, 99))] for r in rows], numeric)
+    return ("sources", "Sources",
+            (f"Each source (pod), and all of them in the row {ALL}: events per second over the source's first "
+             "to last event; errors are nacks and dead jobs."), chart + table)
 
 
 def _section_throughput(summary: dict, data: dict, queues: list, charts: _Charts) -> tuple:
@@ -429,7 +515,8 @@ def _section_schedules(summary: dict, data: dict, queues: list, charts: _Charts)
 
 
 # the page's sections, in order: each (summary, data, queues, charts) -> (anchor, title, note, HTML)
-SECTIONS = (_section_throughput, _section_latency, _section_rates, _section_errors, _section_schedules)
+SECTIONS = (_section_sources, _section_throughput, _section_latency, _section_rates, _section_errors,
+            _section_schedules)
 
 
 # -- spark-submit ------------------------------------------------------------------------------------
@@ -452,20 +539,24 @@ def main(argv=None) -> int:
     parser.add_argument("dirs", nargs="+", help="data directories and archive dirs")
     parser.add_argument("--out", required=True, help="output directory (Parquet tables and report.html)")
     parser.add_argument("--bucket", default="1m", help="throughput bucket: 30s, 1m, 1h ... (default 1m)")
+    parser.add_argument("--source-pattern", default=None, help="regular expression naming each directory's source")
     args = parser.parse_args(argv)
     from pyspark.sql import SparkSession
 
+    from leaseq.pipeline.logsource import LogError, sources
+
     try:
         bucket = parse_bucket(args.bucket)
-        for d in args.dirs:
-            if not os.path.isdir(d):
-                raise ReportError(f"{d} is not a directory")
+        try:                            # before Spark starts: a typo fails in a moment
+            sources({"path": ",".join(args.dirs), "sourcepattern": args.source_pattern})
+        except LogError as e:
+            raise ReportError(str(e).removeprefix("leaseq-log: ")) from None
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     spark = SparkSession.builder.appName("leaseq-report").getOrCreate()
     try:
-        s = build_report(spark, args.dirs, args.out, bucket)
+        s = build_report(spark, args.dirs, args.out, bucket, args.source_pattern)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

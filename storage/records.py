@@ -436,6 +436,35 @@ def _d_push(b):
     return qid, ts, jobs
 
 
+def push_columns(b) -> tuple:
+    """A PUSH body as columns, for readers that want numbers, not jobs (the
+    ``leaseq-log`` Spark source): ``(qid, ts, ids, priorities,
+    payload_lengths, waits)``; ``waits`` is True when a job has parents
+    (AFTER).  The same walk as ``_d_push`` without making a JobRecord or
+    slicing a payload."""
+    qid, ts, count = _PUSH.unpack_from(b)
+    off = _PUSH.size
+    unpack = _JOB.unpack_from
+    size = _JOB.size
+    ids, priorities, lengths = [], [], []
+    waits = False
+    for _ in range(count):
+        jid, _visible, prio, flags, _maxd, _expire, klen, plen = unpack(b, off)
+        off += size + klen
+        if flags & PUSH_GROUP:
+            off += 2 + _U16.unpack_from(b, off)[0]
+        if flags & PUSH_AFTER:
+            waits = True
+            _after, off = read_parents(b, off)
+        off += plen
+        ids.append(jid)
+        priorities.append(prio)
+        lengths.append(plen)
+    if off != len(b):
+        raise FormatError("PUSH record length does not match its jobs")
+    return qid, ts, ids, priorities, lengths, waits
+
+
 def _d_claim(b):
     """``(qid, ts, deadline, first_seq, consumer, ids, deliveries)``;
     ``deliveries`` None in a record from before they were written."""

@@ -1,7 +1,8 @@
 """The ``leaseq-log`` data source (leaseq.pipeline.logsource): a log the
 test wrote through a real daemon reads back as the events the test caused,
 in order; archive-dir and the data directory read together; a torn tail is
-skipped and corruption elsewhere is named."""
+skipped and corruption elsewhere is named; many pods' directories (a glob,
+commas, sourcePattern) read as one dataset with a source column."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_the_log_reads_back_as_the_events_the_test_caused(spark, tmp_path):
         events = read(spark, d.data_dir)
         assert events.schema.simpleString() == (
             "struct<ts:timestamp,queue:string,event:string,id:bigint,deliveries:int,consumer:string,"
-            "priority:int,payload_bytes:bigint,error:string>")
+            "priority:int,payload_bytes:bigint,error:string,source:string>")
         got = rows(events)
         new_in_q = max(a, b, cc) + 1          # ids are per queue: QREDRIVE's new job in q
         assert got == [
@@ -201,3 +202,64 @@ def test_schedules_parents_replacements_results_and_cancels_are_events(spark, tm
         ]
     finally:
         d.stop()
+
+
+def pods(tmp_path, work: dict) -> dict:
+    """One real daemon per pod under ``tmp_path/pods/<pod>/data``, each
+    doing its own ``work(client)``; all stopped after.  Returns pod -> the
+    ids it pushed (they collide across pods: every daemon counts from 1)."""
+    pushed = {}
+    for pod, job in work.items():
+        (tmp_path / "pods" / pod).mkdir(parents=True)
+        d = Daemon(str(tmp_path / "pods" / pod / "data"), "--segment-size", "4096")
+        d.start()
+        try:
+            pushed[pod] = job(d.client())
+        finally:
+            d.stop()
+    return pushed
+
+
+def work(n: int, claimed: int):
+    def run(c) -> list:
+        ids = list(c.execute_command("QPUSHMANY", "jobs", n, *[b"p" * 200] * n))
+        for _ in range(claimed):
+            c.execute_command("QACK", "jobs", token(c.execute_command("QCLAIM", "jobs", "w", "LEASE", 60_000)))
+        return ids
+    return run
+
+
+def test_many_pods_read_as_one_dataset_with_a_source_column(spark, tmp_path):
+    pushed = pods(tmp_path, {"pod-a": work(40, 10), "pod-b": work(25, 5), "pod-c": work(7, 7)})
+    assert pushed["pod-a"][:7] == pushed["pod-c"]                      # the same ids in two pods
+    by_glob = read(spark, tmp_path / "pods" / "*" / "data")
+    by_commas = read(spark, *[tmp_path / "pods" / p / "data" for p in ("pod-c", "pod-a", "pod-b")])
+    for events in (by_glob, by_commas):
+        got = {(r.source, r.event): r["count"] for r in events.groupBy("source", "event").count().collect()}
+        assert got == {("pod-a", "push"): 40, ("pod-a", "claim"): 10, ("pod-a", "ack"): 10,
+                       ("pod-b", "push"): 25, ("pod-b", "claim"): 5, ("pod-b", "ack"): 5,
+                       ("pod-c", "push"): 7, ("pod-c", "claim"): 7, ("pod-c", "ack"): 7}
+        jobs = events.filter("event = 'push'").select("source", "queue", "id")
+        assert jobs.distinct().count() == 72 and jobs.select("id").distinct().count() == 40
+        segments = sum(len([n for n in os.listdir(tmp_path / "pods" / p / "data") if n.endswith(".wal")])
+                       for p in pushed)
+        assert segments > 3 and events.rdd.getNumPartitions() == segments          # one per segment
+    named = (spark.read.format("leaseq-log").option("sourcePattern", r"pod-(\w)/data")
+             .load(str(tmp_path / "pods" / "*" / "data")))
+    assert sorted(r.source for r in named.select("source").distinct().collect()) == ["a", "b", "c"]
+    whole = (spark.read.format("leaseq-log").option("sourcePattern", "pods")
+             .load(str(tmp_path / "pods" / "*" / "data")))                         # no group: the match
+    assert [r.source for r in whole.select("source").distinct().collect()] == ["pods"]
+
+
+def test_bad_paths_and_patterns_are_named(spark, tmp_path):
+    (tmp_path / "pods" / "a" / "data").mkdir(parents=True)
+    with pytest.raises(Exception) as e:
+        read(spark, tmp_path / "nowhere" / "*" / "data").count()
+    assert "matches no directory" in str(e.value)
+    for pattern, says in (("zzz(", "is not a regular expression"), ("nomatch", "does not match"),
+                          ("()", "finds an empty name")):
+        with pytest.raises(Exception) as e:
+            (spark.read.format("leaseq-log").option("sourcePattern", pattern)
+             .load(str(tmp_path / "pods" / "*" / "data")).count())
+        assert says in str(e.value), pattern

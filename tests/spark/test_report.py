@@ -144,9 +144,9 @@ def test_the_html_page_is_self_contained_and_names_the_queues(report, known_log)
     with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
         page = f.read()
     assert not re.search(r"<script[^>]*\bsrc=", page)            # no CDN, no file: the JS is inline
-    assert page.count("Plotly.newPlot") == 3
+    assert page.count("Plotly.newPlot") == 4
     assert len(re.findall(r"plotly\.js v\d", page)) == 1         # the library once
-    for q in ("orders", "orders-dl", "emails", "boom", known_log[0]):
+    for q in ("orders", "orders-dl", "emails", "boom", known_log[0], "<h2>Sources</h2>"):
         assert q in page
 
 
@@ -160,7 +160,7 @@ def test_the_report_command(known_log, tmp_path):
     out = tmp_path / "r"
     done = _cli(known_log[0], "--out", str(out), "--bucket", "30s")
     assert done.returncode == 0, done.stderr
-    assert "26 events, 3 queues" in done.stdout
+    assert "26 events, 3 queues, 1 sources" in done.stdout
     for name in ("throughput", "latency", "rates", "errors"):
         assert any(n.endswith(".parquet") for n in os.listdir(out / name)), name
     assert (out / "report.html").stat().st_size > 1_000_000
@@ -198,3 +198,69 @@ def test_the_schedules_table_counts_fires_skips_and_the_longest_gap(spark, tmp_p
     with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
         page = f.read()
     assert "<h2>Schedules</h2>" in page and "beat" in page
+
+
+def test_many_sources_each_and_the_total(spark, tmp_path):
+    """Three pods on frozen clocks, each with job 1 (ids collide): pod k
+    pushes k+1 jobs, claims them all k seconds after, acks the first 250 ms
+    later and nacks the rest.  Each source's wait is its own k seconds (a
+    job keyed without its source would mix them); the total has them all."""
+    dirs = []
+    for k, pod in enumerate(("pod-a", "pod-b", "pod-c"), 1):
+        (tmp_path / pod).mkdir()
+        d = Daemon(str(tmp_path / pod / "data"), env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}).start()
+        try:
+            c = d.client()
+            c.execute_command("DEBUG", "CLOCK", "FREEZE")
+            assert c.execute_command("QPUSHMANY", "jobs", k + 1, *[b"x"] * (k + 1))[0] == 1
+            c.execute_command("DEBUG", "CLOCK", "ADVANCE", 1000 * k)
+            leases = _tokens(c.execute_command("QCLAIM", "jobs", "w", "COUNT", k + 1, "LEASE", 60_000))
+            c.execute_command("DEBUG", "CLOCK", "ADVANCE", 250)
+            c.execute_command("QACK", "jobs", leases[0])
+            for t in leases[1:]:
+                c.execute_command("QNACK", "jobs", t, "ERROR", f"pod {k}")
+        finally:
+            d.stop()
+        dirs.append(d.data_dir)
+    out = str(tmp_path / "out")
+    summary = build_report(spark, [str(tmp_path / "*" / "data")], out, 60)
+    assert sorted(summary["sources"]) == ["pod-a", "pod-b", "pod-c"]
+    got = {r["source"]: r for r in table(spark, out, "sources")}
+    assert sorted(got) == ["(all)", "pod-a", "pod-b", "pod-c"]
+    for k, pod in enumerate(("pod-a", "pod-b", "pod-c"), 1):
+        r = got[pod]
+        assert (r["events"], r["pushed"], r["acked"], r["nacked"], r["errors"]) == (
+            3 * (k + 1), k + 1, 1, k, k)                       # push and claim each, an ack, k nacks
+        assert (r["wait_p50_ms"], r["wait_p99_ms"], r["processing_p50_ms"]) == (1000 * k, 1000 * k, 250)
+        assert r["push_per_s"] == pytest.approx((k + 1) / ((1000 * k + 250) / 1000))
+    total = got["(all)"]
+    assert (total["events"], total["pushed"], total["acked"], total["errors"]) == (
+        sum(r["events"] for s, r in got.items() if s != "(all)"), 9, 3, 6)
+    assert (total["wait_p50_ms"], total["wait_p99_ms"], total["processing_p99_ms"]) == (2000, 3000, 250)
+    (rates,) = table(spark, out, "rates")                     # per queue, all pods: jobs are per source
+    assert (rates["jobs_claimed"], rates["pushed"], rates["nacked"]) == (9, 9, 6)
+    errors = {r["error"]: r["count"] for r in table(spark, out, "errors")}
+    assert errors == {"pod 1": 1, "pod 2": 2, "pod 3": 3}
+    with open(os.path.join(out, "report.html"), encoding="utf-8") as f:
+        page = f.read()
+    assert "3 sources" in page and all(f"{p}: {d}" in page for p, d in zip(("pod-a", "pod-b", "pod-c"), dirs))
+
+
+def test_the_report_command_refuses_a_pattern_that_does_not_name_a_source(tmp_path):
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    done = _cli(str(tmp_path / "*" / "data"), "--out", str(tmp_path / "r"), "--source-pattern", "nomatch")
+    assert done.returncode == 1
+    assert f"error: sourcePattern 'nomatch' does not match {tmp_path / 'a' / 'data'}" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_spark_submit_entry_refuses_bad_paths_before_spark_starts(tmp_path, capsys):
+    """pipeline/report.py's main (what spark-submit runs), in this process."""
+    from leaseq.pipeline.report import main
+
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "r")]) == 1
+    assert f"error: {tmp_path / 'nope'} is not a directory" in capsys.readouterr().err
+    (tmp_path / "p" / "data").mkdir(parents=True)
+    assert main([str(tmp_path / "*" / "data"), "--out", str(tmp_path / "r"), "--source-pattern", "(x"]) == 1
+    assert "sourcePattern '(x' is not a regular expression" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

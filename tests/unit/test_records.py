@@ -416,3 +416,20 @@ def test_every_record_type_has_one_replay_step():
             recovery.Replayer(Store()).apply(unknown, b"")
     finally:
         del records._DECODERS[unknown]
+
+
+def test_push_columns_are_the_push_records_jobs_without_their_payloads():
+    """``push_columns`` (the Spark reader's) walks keys, groups and parents
+    as ``decode`` does and gives ids, priorities and payload sizes."""
+    grouped = J(7, b"group me", priority=2, key=b"k")
+    grouped.group = b"tenant"
+    child = J(8, b"c" * 300, priority=9)
+    child.waiting_for = {(1, 7), (2, 3)}
+    jobs = [J(1, b"payload"), grouped, child, J(U64, b"", key=b"\x00" * 300)]
+    body = records.push(3, 999, jobs)
+    decoded = records.decode(records.PUSH, body)[2]
+    assert records.push_columns(body) == (3, 999, [d.id for d in decoded], [d.priority for d in decoded],
+                                          [len(d.payload) for d in decoded], True)
+    assert records.push_columns(records.push(1, 2, jobs[:2]))[5] is False
+    with pytest.raises(FormatError):
+        records.push_columns(body + b"x")
