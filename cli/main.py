@@ -256,6 +256,20 @@ def _bench(name: str, *args) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("claims")
+@click.option("--jobs", type=click.IntRange(800), default=100_000, show_default=True,
+              help="Jobs preloaded and claimed in each run.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
+              help="The redis-server XREADGROUP runs on; when it is missing, leaseq's forms run alone.")
+@JSON_OPTION
+def bench_claims(jobs, reps, redis_server, json_path) -> None:
+    """A Python consumer's CPU per claimed job: QCLAIM's maps, QCLAIM ... COMPACT,
+    leaseq.client, and XREADGROUP on redis-server (claim 100 -> ack, 8 connections, memory class)."""
+    _bench("claims", jobs, reps, redis_server, json_path)
+
+
 @bench.command("fsync")
 @click.option("--count", type=click.IntRange(10), default=2000, show_default=True,
               help="Writes, each followed by an fdatasync, per way and round.")

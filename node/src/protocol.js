@@ -107,10 +107,12 @@ function oneEach(values, payloads, name) {
 }
 
 /** QCLAIM's arguments. */
-export function claimCommand(queue, consumer, { count = 1, leaseMs, blockMs } = {}) {
+/** QCLAIM's arguments; `compact` asks for each job as an array of values (parseJobs reads either). */
+export function claimCommand(queue, consumer, { count = 1, leaseMs, blockMs, compact = false } = {}) {
   const args = ["QCLAIM", queue, consumer, "COUNT", count];
   if (leaseMs !== undefined) args.push("LEASE", leaseMs);
   if (blockMs !== undefined) args.push("BLOCK", blockMs);
+  if (compact) args.push("COMPACT");
   return args;
 }
 
@@ -207,11 +209,28 @@ export class Job {
     this.lastError = null;
     this.group = null;
     this.extra = {};
-    for (const [name, value] of fields) {
-      const known = JOB_FIELDS[name];
-      if (known) this[known[0]] = value === null ? null : known[1](value);
-      else this.extra[name] = value;
-    }
+    for (const [name, value] of fields) this._set(name, value);
+  }
+
+  /** A job of QCLAIM ... COMPACT: [id, payload, lease, deadline, deliveries, priority, enqueued_at],
+   * then a map of its other fields when it has any (docs/semantics.md §2.1). */
+  static fromCompact(queue, item) {
+    const job = new Job(queue, []);
+    job.id = int(item[0]);
+    job.payload = bytes(item[1]);
+    job.lease = text(item[2]);
+    job.deadline = int(item[3]);
+    job.deliveries = int(item[4]);
+    job.priority = int(item[5]);
+    job.enqueuedAt = int(item[6]);
+    if (item.length > 7) for (const [name, value] of asMap(item[7])) job._set(name, value);
+    return job;
+  }
+
+  _set(name, value) {
+    const known = JOB_FIELDS[name];
+    if (known) this[known[0]] = value === null ? null : known[1](value);
+    else this.extra[name] = value;
   }
 
   /** The payload as UTF-8 text. */
@@ -232,10 +251,10 @@ export class Job {
   }
 }
 
-/** QCLAIM's reply: a list of job maps (empty when nothing was claimed). */
-export function parseJobs(queue, reply, owner) {
+/** QCLAIM's reply: a list of job maps, or with `compact` of job arrays (empty when nothing was claimed). */
+export function parseJobs(queue, reply, owner, compact = false) {
   return (reply || []).map((item) => {
-    const job = new Job(queue, asMap(item));
+    const job = compact ? Job.fromCompact(queue, item) : new Job(queue, asMap(item));
     if (owner) Object.defineProperty(job, "_owner", { value: owner, enumerable: false });
     return job;
   });

@@ -49,11 +49,12 @@ export class Queue {
 
   // -- consuming ---------------------------------------------------------------------------
 
-  /** Lease up to `count` jobs to `consumer`; with blockMs, wait that long when none is ready. */
+  /** Lease up to `count` jobs to `consumer`; with blockMs, wait that long when none is ready.  The
+   * jobs travel in QCLAIM's compact form (docs/semantics.md §2.1). */
   async claim(consumer, { count = 1, leaseMs, blockMs } = {}) {
-    const command = protocol.claimCommand(this.name, consumer, { count, leaseMs, blockMs });
+    const command = protocol.claimCommand(this.name, consumer, { count, leaseMs, blockMs, compact: true });
     const reply = blockMs === undefined ? await this._call(command) : await this._blocking(command);
-    return protocol.parseJobs(this.name, reply, this);
+    return protocol.parseJobs(this.name, reply, this, true);
   }
 
   /** Complete a job (a Job or its lease token), with `result` kept as its result; false: the token is stale. */

@@ -60,6 +60,20 @@ test("a claimed job is read from RESP2's flat list, unknown fields kept aside", 
   assert.deepEqual(protocol.parseJobs("q", []), []);
 });
 
+test("a compact job (QCLAIM ... COMPACT) reads as the same job as its map", () => {
+  const b = (t) => Buffer.from(t);
+  const first = [7, b("hi"), b("7.1.2"), 100, 2, 5, 50];
+  const rest = [b("key"), b("k"), b("last_error"), b("Error: x"), b("new_field"), 1];
+  const full = protocol.parseJobs("q", [[b("id"), 7, b("payload"), b("hi"), b("lease"), b("7.1.2"), b("deadline"), 100,
+    b("deliveries"), 2, b("priority"), 5, b("enqueued_at"), 50, ...rest]])[0];
+  const [compact] = protocol.parseJobs("q", [[...first, rest]], undefined, true);
+  assert.deepEqual(compact, full);
+  assert.deepEqual(compact.key, b("k"));
+  const [plain] = protocol.parseJobs("q", [first], undefined, true);
+  assert.deepEqual([plain.id, plain.lease, plain.deliveries, plain.enqueuedAt, plain.lastError], [7, "7.1.2", 2, 50, null]);
+  assert.deepEqual(protocol.claimCommand("q", "w", { count: 3, compact: true }), ["QCLAIM", "q", "w", "COUNT", 3, "COMPACT"]);
+});
+
 test("error replies get their code; passing faults are told apart", () => {
   const reply = (message) => Object.assign(new Error(message), { name: "ReplyError" });
   const full = protocol.fromReplyError(reply("FULL queue 'q' holds 1 jobs"));
