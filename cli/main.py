@@ -270,6 +270,21 @@ def bench_claims(jobs, reps, redis_server, json_path) -> None:
     _bench("claims", jobs, reps, redis_server, json_path)
 
 
+@bench.command("workers")
+@click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True, help="Jobs drained in each run.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--node-concurrency", type=click.IntRange(1), default=50, show_default=True,
+              help="The Node worker's concurrency.")
+@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="memory", show_default=True,
+              help="The queues' durability.")
+@JSON_OPTION
+def bench_workers(jobs, reps, node_concurrency, durability, json_path) -> None:
+    """Jobs/s through a worker with an empty handler: the Node package's Worker beside leaseq.client's
+    (threads and asyncio, at several concurrencies)."""
+    _bench("workers", jobs, reps, node_concurrency, durability, json_path)
+
+
 @bench.command("fsync")
 @click.option("--count", type=click.IntRange(10), default=2000, show_default=True,
               help="Writes, each followed by an fdatasync, per way and round.")

@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,28 @@ def test_a_node_worker_rides_out_a_kill_and_restart(tmp_path, node_modules):
             worker.kill()
             worker.wait(10)
         d.kill()
+
+
+def test_bench_workers_reports_node_beside_python(node_modules, tmp_path):
+    """``leaseq bench workers`` at its smallest: every setting's jobs/s and
+    the ratio to the best Python one, printed and in JSON (figures never
+    checked: a benchmark on a shared machine)."""
+    out = tmp_path / "workers.json"
+    done = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "workers", "--jobs", "200", "--reps", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node at 50" in done.stdout and "python threads at 16" in done.stdout
+    assert "/ the best Python setting" in done.stdout
+    data = json.loads(out.read_text())
+    assert set(data["settings"]) == {"python threads 1", "python threads 4", "python threads 16",
+                                     "python threads 50", "python asyncio 50", "node 50"}
+    assert data["node_vs_python_best"] > 0 and data["python_best"].startswith("python")
+
+
+def test_bench_workers_says_when_the_node_package_is_not_installed(monkeypatch, tmp_path):
+    from leaseq.bench import workers
+
+    monkeypatch.setattr(workers, "NODE", tmp_path)
+    with pytest.raises(RuntimeError, match=r"dependencies are not installed: run `npm ci` in"):
+        workers.run(200, 1, 50, "memory", None)
+
