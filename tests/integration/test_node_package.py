@@ -1,7 +1,9 @@
 """The npm package in node/ (docs/node.md) against the real daemon: its own
 ``node --test`` files (node/test/*.test.js, the shared worker scenarios
-among them) run here with the module's daemon's port in LEASEQ_PORT, and a
-Node worker rides out a kill -9 and restart of the daemon.
+among them) run here with the module's daemon's port in LEASEQ_PORT; a
+Node worker rides out a kill -9 and restart of the daemon and a LOADING
+daemon; docs/node.md's example prints what the page says; and ``leaseq
+bench workers`` runs.
 
 The package's dependencies are installed with ``npm ci`` from the committed
 node/package-lock.json into node/node_modules (ignored by git), once per
@@ -105,6 +107,43 @@ def test_a_node_worker_rides_out_a_kill_and_restart(tmp_path, node_modules):
         assert worker.wait(20) == 0, worker.stderr.read()
         reader.join(10)
         assert json.loads(lines[-1]) == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        d.kill()
+
+
+def test_a_node_worker_waits_out_loading(tmp_path, node_modules):
+    """A restart with 600,000 jobs to recover: the daemon answers -LOADING
+    meanwhile.  With ioredis's own ready check off, the Worker's claims get
+    -LOADING themselves: it says so, backs off, and works once the daemon is
+    ready."""
+    d = Daemon(tmp_path / "data").start()
+    worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "counting-worker.js"), str(d.port), "work",
+                               "no-ready-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
+    reader.start()
+    try:
+        client = d.client()
+        for _ in range(60):
+            client.execute_command("QPUSHMANY", "filler", 10_000, *[b"x" * 64] * 10_000)
+        client.execute_command("QPUSH", "work", "before")
+        wait_for(lambda: "acked before" in lines, 20, "the first job acked")
+        wait_for(lambda: qinfo(client, "work", str_keys=True)["acked"] == 1, 10, "its ack on the daemon")
+        client.close()
+        d.kill()
+        d.start(ready=False)
+        d.wait_ready(60)
+        client = d.client()
+        client.execute_command("QPUSH", "work", "after")
+        wait_for(lambda: "acked after" in lines, 30, "the job pushed after the restart")
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+        err = worker.stderr.read()
+        assert "cannot claim from work (leaseq is loading the dataset in memory); retrying in" in err, err
     finally:
         if worker.poll() is None:
             worker.kill()
