@@ -110,6 +110,26 @@ test("close() waits closeTimeoutMs, then aborts the handler and nacks its job, r
   assert.equal(info.last_error, "WorkerClosed: the worker closed before the handler finished (closeTimeoutMs 200)");
 });
 
+test("close() during a blocked claim returns at once; a job that claim brings later is handed back", async () => {
+  const q = fresh();
+  await q.client.call("QCREATE", q.name);
+  const worker = new Worker(q, () => "ran", { ...quiet, blockMs: 3000 });
+  const run = worker.run();
+  const blocked = async () => Number((await q.info()).consumers_blocked);
+  while (await blocked() < 1) await new Promise((resolve) => setTimeout(resolve, 10));
+  const t0 = Date.now();
+  await worker.close();
+  assert.ok(Date.now() - t0 < 1000, `close took ${Date.now() - t0} ms`);
+  assert.deepEqual(await run, { acked: 0, failed: 0, lost: 0, abandoned: 0 });
+  const id = await q.push("late");                       // the claim still parked takes it, and the worker nacks it
+  let info = await q.get(id);
+  for (let i = 0; i < 500 && !(info.state === "ready" && info.deliveries === 1); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    info = await q.get(id);
+  }
+  assert.deepEqual([info.state, info.deliveries], ["ready", 1]);
+});
+
 test("SIGTERM with handleSignals: the held jobs finish, then the process ends", async () => {
   const q = fresh();
   await q.client.call("QCREATE", q.name, "RETAIN-COMPLETED", 60000);
