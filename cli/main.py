@@ -272,6 +272,35 @@ def _bench(name: str, *args) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@bench.command("claims")
+@click.option("--jobs", type=click.IntRange(800), default=100_000, show_default=True,
+              help="Jobs preloaded and claimed in each run.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--redis-server", "redis_server", default="redis-server", show_default=True,
+              help="The redis-server XREADGROUP runs on; when it is missing, leaseq's forms run alone.")
+@JSON_OPTION
+def bench_claims(jobs, reps, redis_server, json_path) -> None:
+    """A Python consumer's CPU per claimed job: QCLAIM's maps, QCLAIM ... COMPACT,
+    leaseq.client, and XREADGROUP on redis-server (claim 100 -> ack, 8 connections, memory class)."""
+    _bench("claims", jobs, reps, redis_server, json_path)
+
+
+@bench.command("workers")
+@click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True, help="Jobs drained in each run.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Interleaved repetitions; the table shows medians.")
+@click.option("--node-concurrency", type=click.IntRange(1), default=50, show_default=True,
+              help="The Node worker's concurrency.")
+@click.option("--durability", type=click.Choice(["memory", "async", "fsync"]), default="memory", show_default=True,
+              help="The queues' durability.")
+@JSON_OPTION
+def bench_workers(jobs, reps, node_concurrency, durability, json_path) -> None:
+    """Jobs/s through a worker with an empty handler: the Node package's Worker beside leaseq.client's
+    (threads and asyncio, at several concurrencies)."""
+    _bench("workers", jobs, reps, node_concurrency, durability, json_path)
+
+
 @bench.command("fsync")
 @click.option("--count", type=click.IntRange(10), default=2000, show_default=True,
               help="Writes, each followed by an fdatasync, per way and round.")

@@ -85,9 +85,9 @@ class Queue:
 
     async def claim(self, consumer: str, count: int = 1, lease_ms: int | None = None,
                     block_ms: int | None = None) -> list[Job]:
-        command = protocol.claim_command(self.name, consumer, count, lease_ms, block_ms)
+        command = protocol.claim_command(self.name, consumer, count, lease_ms, block_ms, compact=True)
         client = self.client if block_ms is None else self._claimer(block_ms)
-        return protocol.parse_jobs(self.name, await self._execute(command, client))
+        return protocol.parse_jobs(self.name, await self._execute(command, client), compact=True)
 
     async def ack(self, job: Job | str, result: Any = None) -> bool:
         return await self._execute(protocol.ack_command(self.name, job, result)) == 1

@@ -223,12 +223,16 @@ def parse_schedules(reply: list) -> list[dict[str, Any]]:
 
 
 def claim_command(queue: str, consumer: str, count: int = 1, lease_ms: int | None = None,
-                  block_ms: int | None = None) -> list:
+                  block_ms: int | None = None, compact: bool = False) -> list:
+    """QCLAIM's arguments; ``compact`` asks for each job as an array of
+    values (``parse_jobs(..., compact=True)`` reads it)."""
     args = ["QCLAIM", queue, consumer, "COUNT", count]
     if lease_ms is not None:
         args += ["LEASE", lease_ms]
     if block_ms is not None:
         args += ["BLOCK", block_ms]
+    if compact:
+        args.append("COMPACT")
     return args
 
 
@@ -304,9 +308,25 @@ def as_map(reply: Any) -> dict[str, Any]:
     return {_text(k): v for k, v in reply.items()}
 
 
-def parse_jobs(queue: str, reply: list) -> list[Job]:
-    """QCLAIM's reply: a list of job maps (empty when nothing was claimed)."""
+def parse_jobs(queue: str, reply: list, compact: bool = False) -> list[Job]:
+    """QCLAIM's reply: a list of job maps (empty when nothing was claimed),
+    or with ``compact`` (QCLAIM ... COMPACT) of job arrays."""
+    if compact:
+        return [parse_compact_job(queue, item) for item in reply]
     return [parse_job(queue, item) for item in reply]
+
+
+def parse_compact_job(queue: str, item: list) -> Job:
+    """A job of QCLAIM ... COMPACT: ``[id, payload, lease, deadline,
+    deliveries, priority, enqueued_at]``, then a map of its other fields
+    when it has any (docs/semantics.md §2.1)."""
+    if len(item) == 7:
+        return Job(queue, item[0], item[1], item[2].decode(), item[3], item[4], item[5], item[6])
+    fields = as_map(item[7])
+    known = {name: convert(fields.pop(name)) for name, convert in _JOB_FIELDS.items()
+             if fields.get(name) is not None}
+    return Job(queue, item[0], item[1], item[2].decode(), item[3], item[4], item[5], item[6], **known,
+               extra=fields)
 
 
 def parse_job(queue: str, reply: Any) -> Job:

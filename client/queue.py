@@ -102,9 +102,9 @@ class Queue:
         queue's LEASE by default).  With ``block_ms``, wait that long for a
         job when none is ready (``0``: for ever).  An empty list means none
         came."""
-        command = protocol.claim_command(self.name, consumer, count, lease_ms, block_ms)
+        command = protocol.claim_command(self.name, consumer, count, lease_ms, block_ms, compact=True)
         client = self.client if block_ms is None else self._claimer(block_ms)
-        return protocol.parse_jobs(self.name, self._execute(command, client))
+        return protocol.parse_jobs(self.name, self._execute(command, client), compact=True)
 
     def ack(self, job: Job | str, result: Any = None) -> bool:
         """Complete a job (a ``Job`` or its lease token), with ``result``

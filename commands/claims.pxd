@@ -9,4 +9,4 @@ cdef class ClaimWait:
     cdef public object server, consumer, timeout_ms, holder
     cdef public Queue queue
     cdef public long long count, lease_ms
-    cdef public bint cohort
+    cdef public bint cohort, compact

@@ -1,5 +1,6 @@
 """What a claim hands out: the reply of a claimed job (``job_reply``, and
-``job_replies`` for many, made in C when ``storage/_job.pyx`` is built),
+``job_replies`` for many, made in C when ``storage/_job.pyx`` is built; with
+COMPACT, ``compact_replies``),
 ``claim_now``, a claim served at once, and ``ClaimWait``, a QCLAIM parked
 until jobs come or its BLOCK runs out.  ``ClaimWait`` is a C type in the
 compiled flavour (commands/claims.pxd), read as C by the daemon's waits
@@ -59,6 +60,24 @@ if _twin is not None:
     job_replies = functools.partial(_twin.job_replies, Record, PLAIN_JOB, job_reply)   # noqa: F811
 
 
+def compact_replies(jobs: list[Job]) -> list:
+    """QCLAIM ... COMPACT: each job as an array of the values of the seven
+    fields every claimed job has, in the map's order and without its keys
+    (id, payload, lease, deadline, deliveries, priority, enqueued_at),
+    followed, only for a job that has any, by a map of its other fields
+    (``optional_items``).  A client reads a job by position, without
+    building a map of fourteen elements (docs/semantics.md §2.1)."""
+    out = []
+    for job in jobs:
+        values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
+        if job.extra is not None:
+            rare = optional_items(job)
+            if rare:
+                values += (Map(rare),)
+        out.append(values)
+    return out
+
+
 def optional_items(job: Job) -> list:
     items = []
     if job.group:
@@ -78,9 +97,11 @@ def optional_items(job: Job) -> list:
     return items
 
 
-def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None) -> list:
+def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, holder=None,
+              compact: bool = False) -> list:
     """Lease up to ``count`` jobs now (dead-lettering any that must not be
-    delivered again); ``holder`` gets the leases (SESSION, QWORK)."""
+    delivered again); ``holder`` gets the leases (SESSION, QWORK);
+    ``compact``: the jobs as ``compact_replies`` makes them."""
     now = server.now_ms()
     jobs = plain.claim_next(server.store, q, now, count, now + lease_ms, consumer)
     if not jobs:
@@ -88,7 +109,7 @@ def claim_now(server, q: Queue, consumer: bytes, count: int, lease_ms: int, hold
     if holder is not None:
         for job in jobs:
             holder.hold(q, job)
-    return job_replies(jobs)
+    return compact_replies(jobs) if compact else job_replies(jobs)
 
 
 class ClaimWait:
@@ -97,12 +118,12 @@ class ClaimWait:
     which waits for the window to close and then gets its share.  The daemon
     calls ``take`` when jobs may be claimable and ``expired`` at its timeout.
     ``timeout_ms`` None: not blocking (a cohort claim that gets nothing
-    answers an empty array)."""
+    answers an empty array).  ``compact``: QCLAIM ... COMPACT."""
 
-    __slots__ = ("server", "queue", "consumer", "count", "lease_ms", "timeout_ms", "holder", "cohort")
+    __slots__ = ("server", "queue", "consumer", "count", "lease_ms", "timeout_ms", "holder", "cohort", "compact")
 
     def __init__(self, server, queue: Queue, consumer: bytes, count: int, lease_ms: int, timeout_ms,
-                 holder=None, cohort: bool = False):
+                 holder=None, cohort: bool = False, compact: bool = False):
         self.server = server
         self.queue = queue
         self.consumer = consumer
@@ -111,11 +132,12 @@ class ClaimWait:
         self.timeout_ms = timeout_ms
         self.holder = holder
         self.cohort = cohort
+        self.compact = compact
 
     def take(self, limit: int) -> list:
         """Claim up to ``min(limit, count)`` jobs; an empty list means none."""
         return claim_now(self.server, self.queue, self.consumer, min(limit, self.count), self.lease_ms,
-                         self.holder)
+                         self.holder, self.compact)
 
     def expired(self) -> list:
         return []

@@ -257,8 +257,8 @@ def _has_claimable(server, q) -> bool:
 
 
 @remembered
-def _claim_options(args: list, start: int) -> tuple[int, int | None, int | None, bool]:
-    count, lease_ms, block, session = 1, None, None, False
+def _claim_options(args: list, start: int) -> tuple[int, int | None, int | None, bool, bool]:
+    count, lease_ms, block, session, compact = 1, None, None, False, False
     r = OptionReader(args, start)
     for kw in r:
         r.once(kw)
@@ -270,9 +270,11 @@ def _claim_options(args: list, start: int) -> tuple[int, int | None, int | None,
             block = r.int_in("BLOCK", 0, MS_MAX)
         elif kw == b"SESSION":
             session = True
+        elif kw == b"COMPACT":
+            compact = True
         else:
             r.unknown()
-    return count, lease_ms, block, session
+    return count, lease_ms, block, session, compact
 
 
 def _consumer(value: bytes) -> bytes:
@@ -285,18 +287,18 @@ def qclaim(client, args):
     server = client.server
     name = queue_name(args[1])
     consumer = _consumer(args[2])
-    count, lease_ms, block, session = _claim_options(args, 3)
+    count, lease_ms, block, session, compact = _claim_options(args, 3)
     q = get_or_create(server, name)
     if lease_ms is None:
         lease_ms = q.config.lease
     holder = client.holdings.session() if session else None
     if q.config.window and not client.in_exec and _has_claimable(server, q):
         # jobs are waiting: gather a cohort for WINDOW ms, then divide evenly
-        return ClaimWait(server, q, consumer, count, lease_ms, block, holder, cohort=True)
-    jobs = claim_now(server, q, consumer, count, lease_ms, holder)
+        return ClaimWait(server, q, consumer, count, lease_ms, block, holder, cohort=True, compact=compact)
+    jobs = claim_now(server, q, consumer, count, lease_ms, holder, compact)
     if jobs or block is None or client.in_exec:
         return jobs
-    return ClaimWait(server, q, consumer, count, lease_ms, block, holder)
+    return ClaimWait(server, q, consumer, count, lease_ms, block, holder, compact=compact)
 
 
 class WorkRequest:

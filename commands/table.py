@@ -263,11 +263,14 @@ _COMMANDS = [
        reply="array of job ids, one per payload (existing ids for dedupe keys already held)",
        notes="KEYS takes exactly count keys, one per payload."),
     _c("qclaim", jobs.qclaim, -3, "write blocking", "job", "Claim jobs under a lease, optionally waiting",
-       (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms"), opt("SESSION")),
+       (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms"), opt("SESSION"),
+        opt("COMPACT")),
        "O(M log N)",
        reply="array of job maps (id, payload, lease, deadline, deliveries, priority, enqueued_at, "
              "key, last_error, dead_letter_* provenance, and dead_letter_parent, [queue, id], for a job that died "
-             "with its parent); empty when nothing was claimable",
+             "with its parent); empty when nothing was claimable. With COMPACT, each job is an array of the "
+             "values of its first seven fields, in that order, without their names, followed by a map of its "
+             "other fields only when it has any",
        notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "
              "With a queue WINDOW, a claim that finds jobs waits up to WINDOW ms to share them with the "
              "claims that arrive meanwhile. Creates the queue when auto-create is yes.", access="RW",

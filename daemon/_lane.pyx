@@ -51,7 +51,7 @@ from heapq import heappush
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from leaseq.commands import errors
-from leaseq.commands.claims import claim_now, job_replies
+from leaseq.commands.claims import claim_now, compact_replies, job_replies
 from leaseq.commands.claims cimport ClaimWait
 from leaseq.commands.jobs import MAX_CONSUMER, _claim_options
 from leaseq.commands.replies import Error
@@ -281,7 +281,7 @@ cdef object _run(client, list args):
             return None
         try:
             found = (<dict>_CLAIM_OPTIONS_SEEN).get(tuple(args[3:]))    # _claim_options, remembered
-            count, lease_ms, block, session = _claim_options(args, 3) if found is None else found
+            count, lease_ms, block, session, compact = _claim_options(args, 3) if found is None else found
         except Error:
             return None
         if session or get(CONFIG, config, K_WINDOW):
@@ -315,11 +315,13 @@ cdef object _run(client, list args):
             now = _now(server)          # claim_now's work, without holder
             jobs = None if plain is None else cplain.c_claim_next(store, q, now, count, now + lease_ms, consumer)
             if jobs is None:
-                reply = claim_now(server, q, consumer, count, lease_ms, None)
+                reply = claim_now(server, q, consumer, count, lease_ms, None, compact)
+            elif not jobs:
+                reply = []
             else:
-                reply = _job_replies(jobs) if jobs else []
+                reply = compact_replies(jobs) if compact else _job_replies(jobs)
             if not reply and block is not None and not client.in_exec:
-                reply = ClaimWait(server, q, consumer, count, lease_ms, block)
+                reply = ClaimWait(server, q, consumer, count, lease_ms, block, None, False, compact)
         else:
             now = _now(server)
             reply = None if plain is None else cplain.c_ack_tokens(store, q, args[2:], now)
@@ -399,7 +401,7 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
                 return False            # (at most a fold changed, which the ordinary serve repeats)
             replies = wait.take(share)
         else:
-            replies = _job_replies(jobs) if jobs else jobs
+            replies = (compact_replies(jobs) if wait.compact else _job_replies(jobs)) if jobs else jobs
         if not replies:
             break
         ticket = _settled_since(journal, mark, _now(server))

@@ -1,4 +1,4 @@
-"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle`, `fullsync`, `path` and `floor` at their smallest: they run
+"""`leaseq bench storage`, `http`, `queue`, `flow`, `workflows`, `lifecycle`, `fullsync`, `path`, `floor` and `claims` at their smallest: they run
 through, print their figures and write JSON.  The figures themselves are
 never checked (a benchmark; the machines are shared and noisy)."""
 
@@ -150,6 +150,20 @@ def test_bench_queue_side_by_side_or_leaseq_only(tmp_path):
         assert "note: redis-server not found" in stdout
     check_queue_json(data, ("w1", "w2", "w2g", "w3max", "w3rate"), ("fsync", "memory"), with_redis)
     assert "W2g vs W2, leaseq fsync: " in stdout and "W2g vs W2, leaseq memory: " in stdout
+
+
+@pytest.mark.timeout(120)
+def test_bench_claims_reports_each_form(tmp_path):
+    """Each form's consumer CPU per job, and its ratio to XREADGROUP when
+    redis-server is there; without it, leaseq's forms alone, saying so."""
+    with_redis = shutil.which("redis-server") is not None
+    data = run_bench(tmp_path, "claims", "--jobs", "1000", "--reps", "1",
+                     figures=("leaseq bench claims: 1,000 jobs", "consumer CPU us/job", "maps", "compact", "client"))
+    assert set(data["forms"]) == {"maps", "compact", "client"} | ({"xreadgroup"} if with_redis else set())
+    assert all(f["cpu_us_per_job"] > 0 and f["jobs_per_s"] > 0 for f in data["forms"].values())
+    alone = run_bench(tmp_path, "claims", "--jobs", "1000", "--reps", "1", "--redis-server",
+                      str(tmp_path / "no-redis-server"), figures=("no redis-server (leaseq alone)",))
+    assert set(alone["forms"]) == {"maps", "compact", "client"}
 
 
 @pytest.mark.timeout(60)

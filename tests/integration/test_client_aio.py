@@ -290,3 +290,50 @@ def test_sigterm_drains_the_jobs_in_flight(daemon, q, r, pushed, running):
     info = qinfo(r, q, str_keys=True)
     assert (info["acked"], info["in_flight"], info["ready"]) == (running, 0, pushed - running)
     assert f"stopping after {running} jobs in flight" in err
+
+
+def test_a_thousand_held_leases_cost_one_qextend_a_beat(daemon, q, r):
+    """Every beat extends every held lease in one QEXTEND: the daemon counts
+    one command a beat (its total_commands_processed), each naming the
+    1,000 tokens.  ``extend_many`` is wrapped only to count the beats it
+    sends; it still sends them.  (redis-py's pool holds 100 connections by
+    default; 1,000 acks at once need more.)"""
+    r.execute_command("QPUSHMANY", q, 1000, *[b"j"] * 1000)
+    beats: list[int] = []
+
+    def commands() -> int:
+        return r.info("stats")["total_commands_processed"]
+
+    async def scenario(queue):
+        extend_many = queue.extend_many
+
+        async def counted(jobs, lease_ms=None):
+            jobs = list(jobs)
+            beats.append(len(jobs))
+            return await extend_many(jobs, lease_ms)
+
+        queue.extend_many = counted
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def handler(job):
+            started.append(job.id)
+            await release.wait()
+
+        worker = aio.Worker(queue, handler, concurrency=1000, lease_ms=3000, heartbeat_ms=100, block_ms=100)
+        run_task = asyncio.ensure_future(worker.run(stop_signals=()))
+        while len(started) < 1000 or len(beats) < 2:
+            await asyncio.sleep(0.01)
+        before, sent = await asyncio.to_thread(commands), len(beats)
+        while len(beats) < sent + 5:
+            await asyncio.sleep(0.01)
+        during, sent = await asyncio.to_thread(commands) - before, len(beats) - sent
+        release.set()
+        worker.stop()
+        return during, sent, await run_task
+
+    during, sent, stats = run(scenario, daemon, q, max_connections=2000)
+    # the beats sent between the two INFOs (one may have been on its way at either end), and the second INFO
+    assert sent - 1 <= during - 1 <= sent + 1, (during, sent)
+    assert set(beats[1:]) == {1000}
+    assert stats == WorkerStats(acked=1000)

@@ -64,6 +64,22 @@ def test_claim_reply_empty_and_many():
     assert [j.id for j in protocol.parse_jobs("q", [RESP3_JOB, flat({**RESP3_JOB, b"id": 8})])] == [7, 8]
 
 
+def test_a_compact_job_reads_as_the_same_job_as_its_map():
+    """QCLAIM ... COMPACT: the seven values in the map's order, then the
+    other fields as a map (RESP3) or a flat list (RESP2)."""
+    first = [RESP3_JOB[k] for k in (b"id", b"payload", b"lease", b"deadline", b"deliveries", b"priority",
+                                     b"enqueued_at")]
+    rest = {b"key": RESP3_JOB[b"key"], b"last_error": RESP3_JOB[b"last_error"], b"future_field": 1}
+    full = protocol.parse_job("emails", RESP3_JOB)
+    for compact in (first + [rest], first + [flat(rest)]):
+        job = protocol.parse_jobs("emails", [compact], compact=True)[0]
+        assert job == full and job.extra == {"future_field": 1}
+    plain = protocol.parse_jobs("emails", [first], compact=True)[0]
+    assert (plain.id, plain.lease, plain.key, plain.last_error) == (7, "7.1.3", None, None)
+    assert protocol.parse_jobs("emails", [], compact=True) == []
+    assert protocol.claim_command("q", "w1", 2, compact=True) == ["QCLAIM", "q", "w1", "COUNT", 2, "COMPACT"]
+
+
 def test_push_options_become_qpush_arguments():
     assert protocol.push_command("q", "p") == ["QPUSH", "q", "p"]
     assert protocol.push_command("q", b"p", priority=9, delay_ms=500, key="k", key_scope="active",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import shutil
 
 import pytest
@@ -51,7 +52,9 @@ case = st.sampled_from([bytes.upper, bytes.lower, lambda b: b[:2].lower() + b[2:
 payload = st.sampled_from([b"x", b"", b"y" * 40, b"z" * 300])       # 300: over proto-max-payload below
 claim_options = st.sampled_from([
     [], [b"COUNT", b"3"], [b"count", b"2", b"BLOCK", b"100"], [b"BLOCK", b"0"], [b"LEASE", b"20"],
-    [b"COUNT", b"0"], [b"COUNT"], [b"BLOCK", b"-1"], [b"SESSION"], [b"COUNT", b"2", b"COUNT", b"2"], [b"NOPE"]])
+    [b"COUNT", b"0"], [b"COUNT"], [b"BLOCK", b"-1"], [b"SESSION"], [b"COUNT", b"2", b"COUNT", b"2"], [b"NOPE"],
+    [b"COMPACT"], [b"count", b"3", b"compact"], [b"COMPACT", b"BLOCK", b"100"], [b"SESSION", b"COMPACT"],
+    [b"COMPACT", b"COMPACT"]])
 consumer = st.sampled_from([b"w1", b"w2", b"", b"c" * 300])
 token_pick = st.one_of(st.integers(0, 40), st.sampled_from([b"garbage", b"", b"1.1.999", b"RESULT", b"result",
                                                                   b"rEsUlT", b"a.1.1", b"results"]))
@@ -106,7 +109,7 @@ class Side:
             dispatch.lane, plain_module.twin = saved
         if isinstance(reply, ClaimWait):
             shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
-                     reply.cohort)
+                     reply.cohort, reply.compact)
         else:
             shown = encode(reply, False)
         woken = sorted(q.name for q in self.core.store.take_woken())     # the queues blocked claimers would be served from
@@ -169,6 +172,9 @@ SCENARIOS = {
     "a kept result runs out at a claim": _life(b"sync") + _claim(b"sync")
         + [("ack", bytes.upper, b"sync", [0], True), ("clock", 150)] + _life(b"sync") + _claim(b"sync"),
     "a job with a dedupe key": _life(b"mem", b"KEY", b"k") + _claim(b"mem") + [("ack", bytes.upper, b"mem", [0], False)],
+    "compact claims of plain jobs and of jobs with rare fields": _life(b"mem") + _life(b"mem", b"KEY", b"k")
+        + _life(b"mem", b"GROUP", b"g") + _claim(b"mem", b"COUNT", b"3", b"COMPACT")
+        + [("ack", bytes.upper, b"mem", [0, 1, 2], False)],
 }
 
 
@@ -220,9 +226,13 @@ def _spread(sequence):
 
 
 def _tokens(reply: bytes) -> list[bytes]:
-    """The lease tokens in an encoded claim reply (RESP2: each after "lease")."""
+    """The lease tokens in an encoded claim reply (RESP2: each after "lease";
+    with COMPACT, a job's third value, the one of its values shaped as a token)."""
     parts = reply.split(b"\r\n")
-    return [parts[i + 2] for i, part in enumerate(parts[:-2]) if part == b"lease"]
+    return [part for part in parts if TOKEN.fullmatch(part)]
+
+
+TOKEN = re.compile(rb"[0-9a-f]+\.[0-9a-f]+\.[0-9a-f]+")
 
 
 def test_plain_commands_take_the_lane_and_others_do_not():

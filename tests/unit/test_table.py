@@ -84,7 +84,7 @@ def test_qpush_syntax_reads_like_the_spec():
     assert TABLE[b"qpushmany"].syntax().startswith("QPUSHMANY queue count payload [payload ...] ")
     assert "[KEYS key [key ...] [WHILE queued | active | exists] [REPLACE]]" in TABLE[b"qpushmany"].syntax()
     assert TABLE[b"qpushmany"].syntax().endswith("[GROUP group | GROUPS group [group ...]]")
-    assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms] [SESSION]"
+    assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms] [SESSION] [COMPACT]"
     assert TABLE[b"qnack"].syntax() == "QNACK queue token [token ...] [DELAY ms] [ERROR message] [DEAD]"
 
 

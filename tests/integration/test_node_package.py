@@ -1,0 +1,176 @@
+"""The npm package in node/ (docs/node.md) against the real daemon: its own
+``node --test`` files (node/test/*.test.js, the shared worker scenarios
+among them) run here with the module's daemon's port in LEASEQ_PORT; a
+Node worker rides out a kill -9 and restart of the daemon and a LOADING
+daemon; docs/node.md's example prints what the page says; and ``leaseq
+bench workers`` runs.
+
+The package's dependencies are installed with ``npm ci`` from the committed
+node/package-lock.json into node/node_modules (ignored by git), once per
+lock file: a fresh machine needs only ``node`` (18 or newer) and ``npm``."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import CheckedThread, Daemon, qinfo, wait_for
+
+NODE = Path(__file__).resolve().parents[2] / "node"
+TEST_FILES = sorted(p.name for p in (NODE / "test").glob("*.test.js"))
+SCENARIOS = json.loads((NODE.parent / "tests" / "scenarios" / "worker.json").read_text(encoding="utf-8"))["scenarios"]
+
+
+@pytest.fixture(scope="module")
+def node_modules() -> Path:
+    """node/node_modules as node/package-lock.json says, installed by ``npm ci`` when it is not."""
+    for tool in ("node", "npm"):
+        assert shutil.which(tool), f"{tool} is needed for the Node package's tests (Node.js 18 or newer)"
+    lock = (NODE / "package-lock.json").read_bytes()
+    stamp = NODE / "node_modules" / ".leaseq-lock-sha256"
+    want = hashlib.sha256(lock).hexdigest()
+    with open(NODE / ".npm-ci.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)          # two test processes never install at once
+        if not stamp.exists() or stamp.read_text() != want:
+            done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE,
+                                  capture_output=True, text=True, timeout=600, check=False)
+            assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
+            stamp.write_text(want)
+    return NODE / "node_modules"
+
+
+def _tests_in(name: str) -> int:
+    return len(re.findall(r"^\s*test\(", (NODE / "test" / name).read_text(encoding="utf-8"), re.MULTILINE)) or len(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", TEST_FILES)
+def test_node_tests_pass(daemon, node_modules, name):
+    done = subprocess.run(["node", "--test", f"test/{name}"], cwd=NODE, capture_output=True, text=True,
+                          env=dict(os.environ, LEASEQ_PORT=str(daemon.port)), timeout=300, check=False)
+    failures = "\n".join(re.findall(r"^not ok .*$", done.stdout, re.MULTILINE))
+    assert done.returncode == 0, f"{failures}\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+    counts = dict(re.findall(r"^# (pass|fail|skipped|todo|cancelled) (\d+)$", done.stdout, re.MULTILINE))
+    expected = len(SCENARIOS) if name == "scenarios.test.js" else _tests_in(name)
+    assert counts == {"pass": str(expected), "fail": "0", "skipped": "0", "todo": "0", "cancelled": "0"}, \
+        done.stdout[-2000:]
+
+
+def test_the_docs_example_prints_what_docs_node_md_says(daemon, node_modules, tmp_path):
+    """docs/node.md's example, as written, in a project of its own that
+    imports "leaseq" (node_modules/leaseq linked to node/), against the
+    module's daemon, where no other test uses the queue ``thumbnails``."""
+    page = (NODE.parent / "docs" / "node.md").read_text(encoding="utf-8").split("## A worker\n", 1)[1]
+    code = re.search(r"```js\n(.*?)```", page, re.DOTALL).group(1)
+    printed = re.search(r"prints:\n\n```\n(.*?)```", page, re.DOTALL).group(1)
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "leaseq").symlink_to(NODE)
+    (tmp_path / "example.mjs").write_text(code)
+    done = subprocess.run(["node", "example.mjs"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, LEASEQ_URL=daemon.url), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == printed
+    assert done.stderr == "leaseq: job 3 of thumbnails failed: RangeError: corrupt header\n"
+
+
+def test_a_node_worker_rides_out_a_kill_and_restart(tmp_path, node_modules):
+    """kill -9 of the daemon under a running Node worker: ioredis reconnects
+    (the worker backing off meanwhile if a command fails), and jobs pushed
+    after the restart are worked; SIGTERM then ends the worker cleanly."""
+    d = Daemon(tmp_path / "data").start()
+    worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "counting-worker.js"), str(d.port), "restart"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
+    reader.start()
+    try:
+        client = d.client()
+        client.execute_command("QPUSHMANY", "restart", 2, "before-1", "before-2")
+        wait_for(lambda: {"acked before-1", "acked before-2"} <= set(lines), 20, "the first jobs acked")
+        wait_for(lambda: qinfo(client, "restart", str_keys=True)["acked"] == 2, 10, "both acks on the daemon")
+        client.close()
+        d.kill()
+        d.restart()
+        client = d.client()
+        client.execute_command("QPUSHMANY", "restart", 2, "after-1", "after-2")
+        wait_for(lambda: {"acked after-1", "acked after-2"} <= set(lines), 30, "the jobs pushed after the restart")
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.stderr.read()
+        reader.join(10)
+        assert json.loads(lines[-1]) == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        d.kill()
+
+
+def test_a_node_worker_waits_out_loading(tmp_path, node_modules):
+    """A restart with 600,000 jobs to recover: the daemon answers -LOADING
+    meanwhile.  With ioredis's own ready check off, the Worker's claims get
+    -LOADING themselves: it says so, backs off, and works once the daemon is
+    ready."""
+    d = Daemon(tmp_path / "data").start()
+    worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "counting-worker.js"), str(d.port), "work",
+                               "no-ready-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
+    reader.start()
+    try:
+        client = d.client()
+        for _ in range(60):
+            client.execute_command("QPUSHMANY", "filler", 10_000, *[b"x" * 64] * 10_000)
+        client.execute_command("QPUSH", "work", "before")
+        wait_for(lambda: "acked before" in lines, 20, "the first job acked")
+        wait_for(lambda: qinfo(client, "work", str_keys=True)["acked"] == 1, 10, "its ack on the daemon")
+        client.close()
+        d.kill()
+        d.start(ready=False)
+        d.wait_ready(60)
+        client = d.client()
+        client.execute_command("QPUSH", "work", "after")
+        wait_for(lambda: "acked after" in lines, 30, "the job pushed after the restart")
+        client.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+        err = worker.stderr.read()
+        assert "cannot claim from work (leaseq is loading the dataset in memory); retrying in" in err, err
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        d.kill()
+
+
+def test_bench_workers_reports_node_beside_python(node_modules, tmp_path):
+    """``leaseq bench workers`` at its smallest: every setting's jobs/s and
+    the ratio to the best Python one, printed and in JSON (figures never
+    checked: a benchmark on a shared machine)."""
+    out = tmp_path / "workers.json"
+    done = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "workers", "--jobs", "200", "--reps", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node at 50" in done.stdout and "python threads at 16" in done.stdout
+    assert "/ the best Python setting" in done.stdout
+    data = json.loads(out.read_text())
+    assert set(data["settings"]) == {"python threads 1", "python threads 4", "python threads 16",
+                                     "python threads 50", "python asyncio 50", "node 50"}
+    assert data["node_vs_python_best"] > 0 and data["python_best"].startswith("python")
+
+
+def test_bench_workers_says_when_the_node_package_is_not_installed(monkeypatch, tmp_path):
+    from leaseq.bench import workers
+
+    monkeypatch.setattr(workers, "NODE", tmp_path)
+    with pytest.raises(RuntimeError, match=r"dependencies are not installed: run `npm ci` in"):
+        workers.run(200, 1, 50, "memory", None)
+
