@@ -77,6 +77,7 @@ class WorkerBase:
         self.block_ms = block_ms
         self.consumer = consumer or default_consumer()
         self._stop_requests = self._new_stop_requests()
+        make_room(getattr(queue, "client", None), concurrency)
 
     def _new_stop_requests(self) -> Any:
         raise NotImplementedError
@@ -102,6 +103,25 @@ class WorkerBase:
     def _log_done(self, stats: "WorkerStats") -> "WorkerStats":
         logger.info("worker %s: done, %s", self.consumer, stats)
         return stats
+
+
+# connections a worker may use at once beyond one per handler: the heartbeat's QEXTEND and its QGET
+WORKER_CONNECTIONS = 2
+
+
+def make_room(client: Any, concurrency: int) -> None:
+    """Let ``client``'s connection pool open a connection for every
+    handler's ack at once, and the heartbeat's: redis-py 8 caps a pool at
+    100 connections unless told otherwise, and past the cap a command fails
+    with "Too many connections" (acks would be tried again, and leases run
+    out, at concurrency above about 100).  A larger cap the pool already
+    has is kept."""
+    pool = getattr(client, "connection_pool", None)
+    need = concurrency + WORKER_CONNECTIONS
+    if pool is not None and isinstance(getattr(pool, "max_connections", None), int) and pool.max_connections < need:
+        logger.info("raising the connection pool's max_connections from %d to %d for %d handlers at once",
+                    pool.max_connections, need, concurrency)
+        pool.max_connections = need
 
 
 def check_settings(concurrency: int, lease_ms: int, block_ms: int) -> None:

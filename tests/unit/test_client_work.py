@@ -99,3 +99,21 @@ def test_a_lease_released_before_the_extend_answered_is_not_lost():
     sent = leases.held()
     assert leases.release(a) is True
     assert leases.extended(sent, [None]) == []
+
+
+def test_a_worker_makes_its_pool_room_for_every_handlers_ack_at_once():
+    import redis.asyncio
+
+    from leaseq.client import Queue, Worker, aio
+    queue = Queue("redis://127.0.0.1:1", "q")
+    assert queue.client.connection_pool.max_connections == 100              # redis-py 8's default cap
+    Worker(queue, lambda job: None, concurrency=150)
+    assert queue.client.connection_pool.max_connections == 152
+    Worker(queue, lambda job: None, concurrency=10)                         # a larger cap stays
+    assert queue.client.connection_pool.max_connections == 152
+    roomy = aio.Queue.from_client(redis.asyncio.Redis(max_connections=5000), "q")
+    aio.Worker(roomy, lambda job: None, concurrency=1000)
+    assert roomy.client.connection_pool.max_connections == 5000
+    tight = aio.Queue.from_client(redis.asyncio.Redis(), "q")
+    aio.Worker(tight, lambda job: None, concurrency=1000)
+    assert tight.client.connection_pool.max_connections == 1002
