@@ -94,7 +94,9 @@ export declare class Queue {
   readonly name: string;
   /** The ioredis connection of ordinary commands (for commands this class does not wrap). */
   readonly client: Redis;
-  constructor(url: string, name: string, options?: RedisOptions);
+  /** `url`: redis://..., rediss://..., or sentinel://host:26379,host2:26379/service (the primary Redis
+   * Sentinel names for it); null with ioredis's `sentinels` and `name` in `options`. */
+  constructor(url: string | null, name: string, options?: RedisOptions);
   push(payload: Payload, options?: PushOptions): Promise<number>;
   pushMany(payloads: Iterable<Payload>, options?: PushManyOptions): Promise<number[]>;
   claim(consumer: string, options?: { count?: number; leaseMs?: number; blockMs?: number }): Promise<Job[]>;

@@ -321,3 +321,60 @@ export function heartbeatMs(leaseMs, heartbeatMs) {
   const third = Math.floor(leaseMs / 3);
   return heartbeatMs === undefined ? third : Math.min(third, heartbeatMs);
 }
+
+// -- where a Queue connects ------------------------------------------------------------------
+
+const SENTINEL_PORT = 26379;
+
+/** ioredis's options for a `sentinel://[[user]:password@]host[:port][,host[:port]...]/service[?option=value...]`
+ * URL (the form leaseq.client takes too): the sentinels, the service they monitor (ioredis's `name`),
+ * the leaseq nodes' user and password, and the sentinels' own (`sentinelUsername`, `sentinelPassword`
+ * options).  A connection answered -READONLY (a node that was the primary and is now a replica) is
+ * dropped and made again, which asks the sentinels for the primary anew.  Throws a TypeError saying
+ * what is wrong with a bad URL. */
+export function sentinelOptions(url) {
+  let parsed;
+  const hostsAt = url.indexOf("://") + 3;
+  const slash = url.indexOf("/", hostsAt);
+  const authority = url.slice(hostsAt, slash < 0 ? undefined : slash);
+  const at = authority.lastIndexOf("@");
+  const hosts = authority.slice(at + 1);
+  try {
+    // (URL cannot read a comma-separated host list: read the rest with a stand-in host)
+    parsed = new URL(`redis://${at >= 0 ? authority.slice(0, at + 1) : ""}localhost${slash < 0 ? "" : url.slice(slash)}`);
+  } catch {
+    throw new TypeError(`not a sentinel:// URL: ${url}`);
+  }
+  if (!url.startsWith("sentinel://")) throw new TypeError(`not a sentinel:// URL: ${url}`);
+  const service = decodeURIComponent(parsed.pathname.replace(/^\//, ""));
+  if (!service || service.includes("/")) {
+    throw new TypeError(`a sentinel:// URL names one service after the hosts (sentinel://host:26379/mymaster): ${url}`);
+  }
+  const sentinels = hosts.split(",").map((text) => sentinelAddress(text.trim(), url));
+  const options = { sentinels, name: service, reconnectOnError: (e) => (e.message.startsWith("READONLY") ? 2 : false) };
+  if (parsed.username) options.username = decodeURIComponent(parsed.username);
+  if (parsed.password) options.password = decodeURIComponent(parsed.password);
+  for (const [key, value] of parsed.searchParams) {
+    if (key === "sentinelPassword" || key === "sentinel_password") options.sentinelPassword = value;
+    else if (key === "sentinelUsername" || key === "sentinel_username") options.sentinelUsername = value;
+    else throw new TypeError(`unknown option ${key} in ${url} (give ioredis options as the Queue's third argument)`);
+  }
+  return options;
+}
+
+function sentinelAddress(text, url) {
+  let host = text;
+  let port = "";
+  if (text.startsWith("[")) {
+    const end = text.indexOf("]");
+    host = text.slice(1, end);
+    port = text.slice(end + 1).replace(/^:/, "");
+  } else if (text.includes(":")) {
+    [host, port] = text.split(":");
+  }
+  if (!host) throw new TypeError(`a sentinel:// URL lists host[:port] of each sentinel, comma-separated: ${url}`);
+  if (!port) return { host, port: SENTINEL_PORT };
+  const number = Number(port);
+  if (!/^\d+$/.test(port) || number < 1 || number > 65535) throw new TypeError(`not a port number: ${port} in ${url}`);
+  return { host, port: number };
+}

@@ -9,15 +9,18 @@ import * as protocol from "./protocol.js";
 
 export class Queue {
   /**
-   * @param {string} url  redis://[:password@]host:port (rediss:// for TLS)
+   * @param {string|null} url  redis://[:password@]host:port (rediss:// for TLS), or
+   *   sentinel://host:26379,host2:26379/service for the primary Redis Sentinel names (docs/node.md),
+   *   or null with ioredis's own `sentinels` and `name` in options
    * @param {string} name the queue
-   * @param {object} [options] ioredis options (password, tls, retryStrategy, ...)
+   * @param {object} [options] ioredis options (password, tls, retryStrategy, sentinels, ...)
    */
   constructor(url, name, options = {}) {
     if (typeof name !== "string" || !name) throw new TypeError("a queue needs a name (a non-empty string)");
     this.name = name;
-    this._url = url;
-    this._options = { ...options };
+    const viaSentinels = typeof url === "string" && url.startsWith("sentinel://");
+    this._url = viaSentinels ? null : url;
+    this._options = viaSentinels ? { ...protocol.sentinelOptions(url), ...options } : { ...options };
     this.client = this._connect();
     this._idle = [];          // blocking connections not in use
     this._busy = new Set();
@@ -25,7 +28,7 @@ export class Queue {
   }
 
   _connect() {
-    const client = new Redis(this._url, this._options);
+    const client = this._url == null ? new Redis(this._options) : new Redis(this._url, this._options);
     // ioredis reports a lost connection as an 'error' event before it reconnects; the commands
     // that fail because of it reject on their own, so the event itself needs no more than a record
     client.on("error", (e) => { this.lastConnectionError = e; });

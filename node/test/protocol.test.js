@@ -98,3 +98,20 @@ test("the heartbeat beats every third of the lease, or more often", () => {
   assert.equal(protocol.queueIsDrained({ ready: 0, delayed: 0, in_flight: 0 }), true);
   assert.equal(protocol.queueIsDrained({ ready: 0, delayed: 1, in_flight: 0 }), false);
 });
+
+test("a sentinel:// URL becomes ioredis's sentinels, service and passwords", () => {
+  const options = protocol.sentinelOptions("sentinel://app:s%40cret@s1:1234,s2,[::1]:26380/jobs?sentinelPassword=sp");
+  assert.deepEqual(options.sentinels, [{ host: "s1", port: 1234 }, { host: "s2", port: 26379 }, { host: "::1", port: 26380 }]);
+  assert.equal(options.name, "jobs");
+  assert.equal(options.username, "app");
+  assert.equal(options.password, "s@cret");
+  assert.equal(options.sentinelPassword, "sp");
+  assert.equal(options.reconnectOnError(new Error("READONLY You can't write against a read only replica.")), 2);
+  assert.equal(options.reconnectOnError(new Error("ERR other")), false);
+  for (const [url, says] of [["sentinel://s1:26379", /names one service/], ["sentinel://s1/a/b", /names one service/],
+    ["sentinel://s1:port/jobs", /not a port number: port/], ["sentinel://s1:70000/jobs", /not a port number: 70000/],
+    ["sentinel://s1,,s2/jobs", /host\[:port\] of each sentinel/], ["redis://s1/jobs", /not a sentinel:\/\/ URL/],
+    ["sentinel://s1/jobs?db=2", /unknown option db/]]) {
+    assert.throws(() => protocol.sentinelOptions(url), says, url);
+  }
+});

@@ -114,6 +114,47 @@ def test_a_node_worker_rides_out_a_kill_and_restart(tmp_path, node_modules):
         d.kill()
 
 
+def test_a_node_worker_on_a_sentinel_url_rides_out_a_failover(tmp_path, node_modules):
+    """A Node worker on ``sentinel://``: a leaseq primary and its replica
+    under a real Sentinel, the primary killed with SIGKILL; ioredis asks the
+    sentinel for the new primary, and the worker works the jobs pushed there."""
+    from leaseq.bench.failover import SERVICE, Sentinel, monitor_conf
+    primary = Daemon(tmp_path / "primary").start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
+    sentinel = worker = None
+    lines: list[str] = []
+    try:
+        wait_for(lambda: replica.client().info("replication")["master_link_status"] == "up", 20, "the replica's link")
+        sentinel = Sentinel(str(tmp_path / "sentinel"), monitor_conf(primary.port))
+        wait_for(lambda: replica.port in sentinel.healthy_replicas(), 30, "Sentinel to see the replica")
+        url = f"sentinel://127.0.0.1:{sentinel.port}/{SERVICE}"
+        worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "sentinel-worker.js"), url, "fo"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
+        reader.start()
+        p = primary.client()
+        p.execute_command("QPUSHMANY", "fo", 2, "before-1", "before-2")
+        wait_for(lambda: {"acked before-1", "acked before-2"} <= set(lines), 20, "the first jobs acked")
+        wait_for(lambda: qinfo(replica.client(), "fo", str_keys=True)["acked"] == 2, 20, "both acks on the replica")
+        primary.kill()
+        wait_for(lambda: sentinel.primary() == ("127.0.0.1", replica.port), 60, "Sentinel to promote the replica")
+        replica.client().execute_command("QPUSHMANY", "fo", 2, "after-1", "after-2")
+        wait_for(lambda: {"acked after-1", "acked after-2"} <= set(lines), 30, "the jobs pushed on the new primary")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0, worker.stderr.read()
+        reader.join(10)
+        assert json.loads(lines[-1]) == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
+        assert qinfo(replica.client(), "fo", str_keys=True)["acked"] == 4
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        if sentinel is not None:
+            sentinel.stop()
+        replica.kill()
+        primary.kill()
+
+
 def test_a_node_worker_waits_out_loading(tmp_path, node_modules):
     """A restart with 600,000 jobs to recover: the daemon answers -LOADING
     meanwhile.  With ioredis's own ready check off, the Worker's claims get
