@@ -81,36 +81,58 @@ def test_the_docs_example_prints_what_docs_node_md_says(daemon, node_modules, tm
     assert done.stderr == "leaseq: job 3 of thumbnails failed: RangeError: corrupt header\n"
 
 
+class NodeWorker:
+    """A fixture worker of node/test/fixtures run as a process: ``lines``
+    are what it printed so far; ``finish`` stops it with SIGTERM and
+    returns the counts its run printed last; ``kill`` (in a finally) stops
+    it by PID if it still runs."""
+
+    def __init__(self, fixture: str, *args: str) -> None:
+        self.proc = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / fixture), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.reader = CheckedThread(target=lambda: self.lines.extend(line.strip() for line in self.proc.stdout))
+        self.reader.start()
+
+    def acked(self, *payloads: str) -> bool:
+        return {f"acked {p}" for p in payloads} <= set(self.lines)
+
+    def finish(self) -> tuple[dict, str]:
+        """(the run's counts, what it wrote to stderr), once SIGTERM ended it cleanly."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(20)
+        err = self.proc.stderr.read()
+        assert code == 0, err
+        self.reader.join(10)
+        return json.loads(self.lines[-1]), err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 def test_a_node_worker_rides_out_a_kill_and_restart(tmp_path, node_modules):
     """kill -9 of the daemon under a running Node worker: ioredis reconnects
     (the worker backing off meanwhile if a command fails), and jobs pushed
     after the restart are worked; SIGTERM then ends the worker cleanly."""
     d = Daemon(tmp_path / "data").start()
-    worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "counting-worker.js"), str(d.port), "restart"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
-    reader.start()
+    worker = NodeWorker("counting-worker.js", str(d.port), "restart")
     try:
         client = d.client()
         client.execute_command("QPUSHMANY", "restart", 2, "before-1", "before-2")
-        wait_for(lambda: {"acked before-1", "acked before-2"} <= set(lines), 20, "the first jobs acked")
+        wait_for(lambda: worker.acked("before-1", "before-2"), 20, "the first jobs acked")
         wait_for(lambda: qinfo(client, "restart", str_keys=True)["acked"] == 2, 10, "both acks on the daemon")
         client.close()
         d.kill()
         d.restart()
         client = d.client()
         client.execute_command("QPUSHMANY", "restart", 2, "after-1", "after-2")
-        wait_for(lambda: {"acked after-1", "acked after-2"} <= set(lines), 30, "the jobs pushed after the restart")
+        wait_for(lambda: worker.acked("after-1", "after-2"), 30, "the jobs pushed after the restart")
         client.close()
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(20) == 0, worker.stderr.read()
-        reader.join(10)
-        assert json.loads(lines[-1]) == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
+        assert worker.finish()[0] == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(10)
+        worker.kill()
         d.kill()
 
 
@@ -122,33 +144,25 @@ def test_a_node_worker_on_a_sentinel_url_rides_out_a_failover(tmp_path, node_mod
     primary = Daemon(tmp_path / "primary").start()
     replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}").start()
     sentinel = worker = None
-    lines: list[str] = []
     try:
         wait_for(lambda: replica.client().info("replication")["master_link_status"] == "up", 20, "the replica's link")
         sentinel = Sentinel(str(tmp_path / "sentinel"), monitor_conf(primary.port))
         wait_for(lambda: replica.port in sentinel.healthy_replicas(), 30, "Sentinel to see the replica")
         url = f"sentinel://127.0.0.1:{sentinel.port}/{SERVICE}"
-        worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "sentinel-worker.js"), url, "fo"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
-        reader.start()
+        worker = NodeWorker("sentinel-worker.js", url, "fo")
         p = primary.client()
         p.execute_command("QPUSHMANY", "fo", 2, "before-1", "before-2")
-        wait_for(lambda: {"acked before-1", "acked before-2"} <= set(lines), 20, "the first jobs acked")
+        wait_for(lambda: worker.acked("before-1", "before-2"), 20, "the first jobs acked")
         wait_for(lambda: qinfo(replica.client(), "fo", str_keys=True)["acked"] == 2, 20, "both acks on the replica")
         primary.kill()
         wait_for(lambda: sentinel.primary() == ("127.0.0.1", replica.port), 60, "Sentinel to promote the replica")
         replica.client().execute_command("QPUSHMANY", "fo", 2, "after-1", "after-2")
-        wait_for(lambda: {"acked after-1", "acked after-2"} <= set(lines), 30, "the jobs pushed on the new primary")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(20) == 0, worker.stderr.read()
-        reader.join(10)
-        assert json.loads(lines[-1]) == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
+        wait_for(lambda: worker.acked("after-1", "after-2"), 30, "the jobs pushed on the new primary")
+        assert worker.finish()[0] == {"acked": 4, "failed": 0, "lost": 0, "abandoned": 0}
         assert qinfo(replica.client(), "fo", str_keys=True)["acked"] == 4
     finally:
-        if worker is not None and worker.poll() is None:
+        if worker is not None:
             worker.kill()
-            worker.wait(10)
         if sentinel is not None:
             sentinel.stop()
         replica.kill()
@@ -161,17 +175,13 @@ def test_a_node_worker_waits_out_loading(tmp_path, node_modules):
     -LOADING themselves: it says so, backs off, and works once the daemon is
     ready."""
     d = Daemon(tmp_path / "data").start()
-    worker = subprocess.Popen(["node", str(NODE / "test" / "fixtures" / "counting-worker.js"), str(d.port), "work",
-                               "no-ready-check"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = CheckedThread(target=lambda: lines.extend(line.strip() for line in worker.stdout))
-    reader.start()
+    worker = NodeWorker("counting-worker.js", str(d.port), "work", "no-ready-check")
     try:
         client = d.client()
         for _ in range(60):
             client.execute_command("QPUSHMANY", "filler", 10_000, *[b"x" * 64] * 10_000)
         client.execute_command("QPUSH", "work", "before")
-        wait_for(lambda: "acked before" in lines, 20, "the first job acked")
+        wait_for(lambda: worker.acked("before"), 20, "the first job acked")
         wait_for(lambda: qinfo(client, "work", str_keys=True)["acked"] == 1, 10, "its ack on the daemon")
         client.close()
         d.kill()
@@ -179,16 +189,12 @@ def test_a_node_worker_waits_out_loading(tmp_path, node_modules):
         d.wait_ready(60)
         client = d.client()
         client.execute_command("QPUSH", "work", "after")
-        wait_for(lambda: "acked after" in lines, 30, "the job pushed after the restart")
+        wait_for(lambda: worker.acked("after"), 30, "the job pushed after the restart")
         client.close()
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(20) == 0
-        err = worker.stderr.read()
+        _stats, err = worker.finish()
         assert "cannot claim from work (leaseq is loading the dataset in memory); retrying in" in err, err
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(10)
+        worker.kill()
         d.kill()
 
 
