@@ -741,10 +741,10 @@ def test_info_is_verbatim_in_resp3(raw):
 
 SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durability", "lease-durability",
             "fsync-interval", "segment-size", "snapshot-min-bytes", "archive-dir", "http-port", "http-bind",
-            "auto-create", "maxclients", "timeout", "proto-max-bulk-len",
+            "auto-create", "maxclients", "timeout", "tcp-keepalive", "proto-max-bulk-len",
             "max-payload", "max-args", "client-output-buffer-limit", "maxmemory", "enable-debug-command",
             "protected-mode", "tls-port", "tls-bind", "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
-            "tls-auth-clients", "tls-protocols", "replicaof", "masteruser", "masterauth", "repl-backlog-size",
+            "tls-auth-clients", "tls-protocols", "replicaof", "masteruser", "masterauth", "repl-backlog-size", "repl-timeout",
             "replica-priority", "replica-announce-ip", "replica-announce-port", "min-replicas-to-write",
             "min-replicas-max-lag", "min-replicas-to-ack"}
 # Redis settings tools read, answered as views of what leaseq does (docs/semantics.md §2.6)

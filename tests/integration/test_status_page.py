@@ -198,7 +198,7 @@ def test_head_answers_like_get_without_a_body(web):
 def test_other_methods_and_paths_keep_their_answers(web):
     assert http_get(web, "/", "POST")[0] == 405
     status, _ctype, text = http_get(web, "/status")
-    assert (status, text) == (404, "not found: try /, /healthz, /readyz or /metrics\n")
+    assert (status, text) == (404, "not found: try /, /healthz, /readyz, /metrics or /api/queues\n")
     assert http_get(web, "/?refresh=1")[0] == 200            # a query does not change the path
 
 
