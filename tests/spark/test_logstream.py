@@ -190,7 +190,12 @@ def test_latest_starts_after_what_is_there_and_new_pods_join(spark, tmp_path):
         work(a.client(), 20, 0)
         q = start(spark, tmp_path, startingOffsets="latest")
         try:
-            time.sleep(2)
+            # "latest" is taken at the query's first trigger, which a loaded machine may run late:
+            # write the new work only once a trigger has run
+            deadline = time.monotonic() + 60
+            while q.status["message"] != "Waiting for next trigger":
+                assert q.exception() is None and time.monotonic() < deadline, q.status
+                time.sleep(0.1)
             work(a.client(), 5, 0)
             b = pod(tmp_path, "pod-b")                   # a new pod: the glob finds it
             work(b.client(), 7, 0)
