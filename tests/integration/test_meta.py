@@ -139,6 +139,13 @@ def test_every_job_a_schedule_pushes_carries_its_meta(own):
     assert [meta_of(qget(c, q, j[b"id"])) for j in jobs] == [{b"source": b"cron"}] * 2
     advance(c, 1000)
     assert meta_of(claim_one(c, q)) == {b"source": b"cron2"}
+    bgsave(c)                                            # the schedule from a snapshot (SNAP_SCHEDULES)
+    d.kill()
+    d.restart()
+    c = d.client(protocol=2)
+    assert meta_of(as_map(c.execute_command("QSCHEDULES", q)[0])) == {b"source": b"cron2"}
+    advance(c, 1000)
+    assert meta_of(claim_one(c, q)) == {b"source": b"cron2"}
     c.close()
 
 

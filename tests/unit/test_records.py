@@ -481,3 +481,13 @@ def test_a_cut_short_meta_is_a_format_error():
         records.decode(records.PUSH, body[:-3])
     with pytest.raises(FormatError):
         records.push_columns(body[:-3])
+
+
+def test_a_schedule_keeps_its_meta_in_json_and_one_written_before_meta_has_none():
+    from leaseq.storage.schedules import Schedule
+    s = Schedule(b"beat", b"ping", every=1000, meta=((b"source", b"cron"), (b"raw", b"\xff\x00")))
+    assert Schedule.from_json(s.to_json()) == s
+    old = Schedule(b"beat", b"ping", every=1000).to_json()
+    assert "meta" not in old and Schedule.from_json(old).meta is None
+    with pytest.raises(FormatError):
+        Schedule.from_json({**old, "meta": [["only a name"]]})
