@@ -37,7 +37,10 @@ class Job:
     ``dead_letter_*`` fields say where a dead-lettered job came from (and,
     for one that died with a parent it waited for, ``dead_letter_parent``,
     that parent's queue and id);
-    ``schedule`` and ``tick`` which schedule's tick pushed it.  Fields a newer daemon
+    ``schedule`` and ``tick`` which schedule's tick pushed it.  ``meta`` is
+    the job's META as pushed (``push(..., meta={...})``), names and values
+    as str (bytes that are not UTF-8 read with replacement characters), or
+    None when it has none.  Fields a newer daemon
     may add are kept in ``extra`` rather than refused.  ``cancelled`` is a
     ``threading.Event`` a ``Worker`` sets when its heartbeat finds the job
     cancelled (QCANCEL): its lease gone and its state ``cancelled``.
@@ -61,6 +64,7 @@ class Job:
     group: bytes | None = None
     schedule: str | None = None
     tick: int | None = None
+    meta: Mapping[str, str] | None = dataclasses.field(default=None, hash=False)   # (a dict: not hashable)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, hash=False, repr=False)
     # set by a Worker's heartbeat when the job is found cancelled (QCANCEL); a long handler
     # checks it (``job.cancelled.is_set()``) and gives up
@@ -73,7 +77,7 @@ _JOB_FIELDS = {"id": int, "payload": bytes, "lease": _text, "deadline": int, "de
                "enqueued_at": int, "key": bytes, "last_error": _text, "dead_letter_from": _text,
                "dead_letter_src_id": int, "dead_letter_deliveries": int, "dead_letter_reason": _text,
                "dead_letter_parent": lambda pair: (_text(pair[0]), int(pair[1])),
-               "group": bytes, "schedule": _text, "tick": int}
+               "group": bytes, "schedule": _text, "tick": int, "meta": lambda m: parse_meta(m)}   # (defined below)
 
 
 # -- producing ------------------------------------------------------------------------------------
@@ -81,7 +85,8 @@ _JOB_FIELDS = {"id": int, "payload": bytes, "lease": _text, "deadline": int, "de
 def push_command(queue: str, payload: Payload, *, priority: int | None = None, delay_ms: int | None = None,
                  at_ms: int | None = None, key: bytes | str | None = None, key_scope: str | None = None,
                  replace: bool = False, max_deliveries: int | None = None, expire_ms: int | None = None,
-                 group: bytes | str | None = None, after: Iterable | None = None, on_fail: str | None = None) -> list:
+                 group: bytes | str | None = None, after: Iterable | None = None, on_fail: str | None = None,
+                 meta: Mapping | None = None) -> list:
     """QPUSH's arguments.  ``None`` leaves an option to the daemon's default;
     the daemon checks the values and answers errors for bad ones."""
     _check_payload(payload)
@@ -90,7 +95,7 @@ def push_command(queue: str, payload: Payload, *, priority: int | None = None, d
         args += ["KEY", key]
     args += _push_options(priority, delay_ms, at_ms, key is not None, key_scope, replace, max_deliveries, expire_ms,
                           after, on_fail)
-    return args + (["GROUP", group] if group is not None else [])
+    return args + (["GROUP", group] if group is not None else []) + meta_args(meta)
 
 
 def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes | str] | None = None,
@@ -98,10 +103,10 @@ def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes |
                       delay_ms: int | None = None, at_ms: int | None = None, max_deliveries: int | None = None,
                       expire_ms: int | None = None, group: bytes | str | None = None,
                       groups: list[bytes | str] | None = None, after: Iterable | None = None,
-                      on_fail: str | None = None) -> list:
+                      on_fail: str | None = None, meta: Mapping | None = None) -> list:
     """QPUSHMANY's arguments: one job per payload, ``keys`` one dedupe key
     per payload, ``groups`` one group per payload (or ``group`` for all),
-    the other options for all of them."""
+    the other options (``meta`` too) for all of them."""
     for payload in payloads:
         _check_payload(payload)
     args = ["QPUSHMANY", queue, len(payloads), *payloads]
@@ -115,7 +120,31 @@ def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes |
         args += ["GROUP", group]
     elif groups is not None:
         args += ["GROUPS", *_one_each(groups, payloads, "groups", "group")]
+    return args + meta_args(meta)
+
+
+def meta_args(meta: Mapping | None) -> list:
+    """``META field value ...`` for a mapping of names to values (str or
+    bytes), last among the options as the daemon wants it; nothing for None
+    or an empty mapping.  The daemon checks the limits (32 fields, names of
+    1 to 64 bytes, 8 KiB in all) and names what is wrong."""
+    if not meta:
+        return []
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"meta is a mapping of field names to values, not {type(meta).__name__}")
+    args: list = ["META"]
+    for name, value in meta.items():
+        for part in (name, value):
+            if not isinstance(part, (str, bytes)):
+                raise TypeError(f"meta's names and values are str or bytes, not {type(part).__name__} "
+                                f"({name!r}: {value!r})")
+        args += [name, value]
     return args
+
+
+def parse_meta(reply: Any) -> dict[str, str]:
+    """A job's ``meta`` (a RESP3 map or RESP2's flat list) as a dict of str."""
+    return {k: _text(v) for k, v in as_map(reply).items()}
 
 
 def _one_each(values: list, payloads: list, name: str, one: str) -> list:
@@ -203,22 +232,26 @@ def pause_command(command: str, queue: str, group: bytes | str | None) -> list:
 
 def schedule_command(queue: str, name: str, payload: Payload, *, cron: str | None = None, tz: str | None = None,
                      every_ms: int | None = None, priority: int | None = None, misfire: str | None = None,
-                     overlap: str | None = None) -> list:
-    """QSCHEDULE's arguments: ``cron`` (with ``tz``) or ``every_ms``."""
+                     overlap: str | None = None, meta: Mapping | None = None) -> list:
+    """QSCHEDULE's arguments: ``cron`` (with ``tz``) or ``every_ms``;
+    ``meta``: the META of every job the schedule pushes."""
     _check_payload(payload)
     if (cron is None) == (every_ms is None):
         raise ValueError("give cron or every_ms (one of them)")
     args = ["QSCHEDULE", queue, name, payload] + (["CRON", cron] if cron is not None else ["EVERY", every_ms])
     options = {"TZ": tz, "PRIORITY": priority, "MISFIRE": misfire, "OVERLAP": overlap}
-    return args + [part for key, value in options.items() if value is not None for part in (key, value)]
+    return (args + [part for key, value in options.items() if value is not None for part in (key, value)]
+            + meta_args(meta))
 
 
 def parse_schedules(reply: list) -> list[dict[str, Any]]:
-    """QSCHEDULES' reply: one dict per schedule, texts as str, the payload bytes."""
+    """QSCHEDULES' reply: one dict per schedule, texts as str, the payload
+    bytes, ``meta`` (when the schedule has one) a dict of str."""
     out = []
     for item in reply:
         fields = as_map(item)
-        out.append({k: v if k == "payload" or not isinstance(v, bytes) else _text(v) for k, v in fields.items()})
+        out.append({k: parse_meta(v) if k == "meta" else v if k == "payload" or not isinstance(v, bytes)
+                    else _text(v) for k, v in fields.items()})
     return out
 
 

@@ -81,7 +81,8 @@ class Queue:
         already holding the key, if one does).  Options: ``priority``,
         ``delay_ms`` or ``at_ms``, ``key``, ``key_scope`` and ``replace``,
         ``max_deliveries``, ``expire_ms``, ``group``, ``after`` (parents:
-        ``Job``s or ``(queue, id)`` pairs) and ``on_fail`` (docs/client.md)."""
+        ``Job``s or ``(queue, id)`` pairs), ``on_fail`` and ``meta`` (a
+        dict of labels the job carries: ``Job.meta``) (docs/client.md)."""
         return self._execute(protocol.push_command(self.name, payload, **options))
 
     def push_many(self, payloads: Iterable[Payload], **options: Any) -> list[int]:

@@ -23,7 +23,8 @@ class Schedules:
     def add(self, name: str, payload: Payload, **options: Any) -> int:
         """QSCHEDULE: create or replace schedule ``name`` pushing ``payload``
         at each tick: ``cron`` (with ``tz``) or ``every_ms``, and
-        ``priority``, ``misfire``, ``overlap``.  Returns the next tick (ms epoch)."""
+        ``priority``, ``misfire``, ``overlap``, ``meta`` (every job's META).
+        Returns the next tick (ms epoch)."""
         return self._queue._execute(protocol.schedule_command(self._queue.name, name, payload, **options))
 
     def remove(self, name: str) -> bool:

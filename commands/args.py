@@ -77,6 +77,39 @@ def group_name(value: bytes) -> bytes:
     return value
 
 
+MAX_META_FIELDS = 32      # META (docs/semantics.md §3.12): a few labels per job, not a second payload
+MAX_META_NAME = 64
+MAX_META_BYTES = 8192     # its field names and values together
+
+
+def meta_pairs(r: OptionReader) -> tuple:
+    """``META field value [field value ...]``: the pairs from the reader's
+    position to the end of the arguments (META is the last option), as a
+    tuple of ``(field, value)`` in the order given, checked against the
+    limits; bad META is an error before anything is pushed."""
+    rest = r.rest()
+    if not rest:
+        raise errors.META_EMPTY
+    if len(rest) % 2:
+        raise errors.META_ODD
+    count = len(rest) // 2
+    if count > MAX_META_FIELDS:
+        raise errors.meta_too_many(count, MAX_META_FIELDS)
+    pairs = tuple(zip(rest[::2], rest[1::2]))
+    seen = set()
+    size = 0
+    for name, value in pairs:
+        if not 1 <= len(name) <= MAX_META_NAME:
+            raise errors.meta_bad_name(len(name), MAX_META_NAME)
+        if name in seen:
+            raise errors.meta_repeated(name)
+        seen.add(name)
+        size += len(name) + len(value)
+    if size > MAX_META_BYTES:
+        raise errors.meta_too_big(size, MAX_META_BYTES)
+    return pairs
+
+
 class OptionReader:
     """Walks ``args[start:]`` as ``KEYWORD [values...]`` options.
 
@@ -106,6 +139,12 @@ class OptionReader:
         v = self.args[self.i]
         self.i += 1
         return v
+
+    def rest(self) -> list:
+        """Every argument left, taken (an option that runs to the end)."""
+        rest = self.args[self.i:]
+        self.i = len(self.args)
+        return rest
 
     def peek(self) -> bytes | None:
         """The next argument, not taken (None at the end)."""

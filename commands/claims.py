@@ -32,14 +32,14 @@ PLAIN_JOB = JOB_SHAPES[False, False]
 
 def job_reply(job: Job):
     """A claimed job: id, payload, lease (the token), deadline, deliveries,
-    priority, enqueued_at, then group, schedule and tick, key, last_error
-    and dead-letter provenance when the job has them."""
+    priority, enqueued_at, then group, schedule and tick, key, last_error,
+    dead-letter provenance and meta when the job has them."""
     values = (job.id, job.payload, job.token, job.deadline, job.deliveries, job.priority, job.enqueued_at)
     extra = job.extra
     if extra is None:                           # no key, error or provenance: the plain shape
         return Record(PLAIN_JOB, values)
     key, error = extra.key, extra.last_error
-    if extra.origin is not None or extra.group or extra.schedule is not None:
+    if extra.origin is not None or extra.group or extra.schedule is not None or extra.meta is not None:
         return Map(list(zip(PLAIN_JOB.keys, values)) + optional_items(job))
     if key is None and error is None:
         return Record(PLAIN_JOB, values)
@@ -94,6 +94,9 @@ def optional_items(job: Job) -> list:
                   (b"dead_letter_deliveries", o.deliveries), (b"dead_letter_reason", o.reason)]
         if o.parent is not None:                 # (parent-failed: the parent whose death took it along)
             items.append((b"dead_letter_parent", list(o.parent)))
+    meta = job.meta
+    if meta is not None:
+        items.append((b"meta", Map(meta)))
     return items
 
 

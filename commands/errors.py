@@ -249,6 +249,26 @@ def group_too_long(limit: int) -> Error:
     return err(f"GROUP is longer than {limit} bytes")
 
 
+META_EMPTY = err("META needs at least one field and its value")
+META_ODD = err("META takes field value pairs to the end of the command: a field has no value")
+
+
+def meta_too_many(count: int, limit: int) -> Error:
+    return err(f"META has {count} fields, more than {limit}")
+
+
+def meta_bad_name(size: int, limit: int) -> Error:
+    return err(f"META field name of {size} bytes: a field name is 1 to {limit} bytes")
+
+
+def meta_repeated(name: bytes) -> Error:
+    return err(f"META names field '{name.decode(errors='replace')}' twice")
+
+
+def meta_too_big(size: int, limit: int) -> Error:
+    return err(f"META of {size} bytes (field names and values together) is more than {limit}")
+
+
 def bad_consumer(limit: int) -> Error:
     return err(f"consumer name must be 1-{limit} bytes")
 

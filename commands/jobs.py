@@ -12,7 +12,8 @@ from leaseq.storage.queue import Queue
 
 from . import errors
 from .acl import require_queue
-from .args import OptionReader, group_name, in_range, queue_name, remembered, to_int
+from .args import (OptionReader, group_name, in_range, meta_pairs, queue_name, remembered,
+                   to_int)
 from .claims import ClaimWait, claim_now
 from .queues import DELAY_CAP, MS_MAX, get_or_create, lookup
 from .replies import OK, Ints
@@ -33,7 +34,7 @@ MAX_KEY = 65535           # the log stores a dedupe key's length in 16 bits
 
 class PushOptions:
     __slots__ = ("priority", "delay", "at", "keys", "scope", "max_deliveries", "expire_ms", "groups", "replace",
-                 "after", "onfail_run")
+                 "after", "onfail_run", "meta")
 
     def __init__(self) -> None:
         self.priority = 5
@@ -47,6 +48,7 @@ class PushOptions:
         self.replace = False      # REPLACE: a ready or delayed holder of the key takes the new values
         self.after = None         # AFTER: [(queue name, job id)], the parents every job waits for
         self.onfail_run = None    # ONFAIL run (True) or fail (False); None: not given (fail)
+        self.meta = None          # META: ((field, value), ...) for every job, or None
 
     def visible_at(self, now: int) -> int:
         if self.at is not None:
@@ -101,6 +103,8 @@ def parse_push_options(args: list, start: int, count: int, many: bool) -> PushOp
             opts.groups = [group_name(r.value())] * count
         elif kw == b"GROUPS" and many and opts.groups is None:
             opts.groups = [group_name(r.value()) for _ in range(count)]
+        elif kw == b"META":
+            opts.meta = meta_pairs(r)
         else:
             r.unknown()
     if opts.replace and opts.keys is None:
@@ -222,6 +226,10 @@ def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: 
             for job, group in zip(jobs, groups):
                 if group:
                     job.group = group
+        if opts.meta is not None:
+            meta = opts.meta
+            for job in jobs:
+                job.meta = meta           # (one tuple for all the jobs of a push)
         if parents:
             for job in jobs:
                 job.waiting_for = set(parents)

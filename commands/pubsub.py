@@ -25,7 +25,7 @@ import json
 from . import errors
 from .acl import require_command, require_queue
 from .jobs import work_request
-from .replies import Frames, Push, Record
+from .replies import Frames, Map, Push, Record
 
 WORK = b"QWORK"
 
@@ -83,14 +83,25 @@ def _request(client, channel: bytes):
 
 def job_message(job: Record, queue: bytes) -> bytes:
     """A claimed job as the JSON text of its pub/sub message."""
-    fields = {"queue": queue.decode()}
-    for key, value in job.items:
-        name = key.decode()
+    fields = _json_fields(job.items)
+    fields = {"queue": queue.decode(), **fields}
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def _json_fields(items) -> dict:
+    """Fields as JSON holds them: bytes as text, or, when they are not
+    UTF-8, base64 under the name with ``_base64`` added; a map (``meta``)
+    as an object of its fields, by the same rule."""
+    fields: dict = {}
+    for key, value in items:
+        name = key.decode(errors="replace")
         if isinstance(value, bytes):
             try:
                 fields[name] = value.decode()
             except UnicodeDecodeError:
                 fields[name + "_base64"] = base64.b64encode(value).decode()
+        elif isinstance(value, Map):
+            fields[name] = _json_fields(value.items)
         else:
             fields[name] = value
-    return json.dumps(fields, separators=(",", ":")).encode()
+    return fields

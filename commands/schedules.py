@@ -5,7 +5,7 @@ from __future__ import annotations
 from leaseq.storage.schedules import MISFIRES, OVERLAPS, BadSpec, Schedule, check_cron, first_tick
 
 from . import errors
-from .args import OptionReader, queue_name
+from .args import OptionReader, meta_pairs, queue_name
 from .queues import MS_MAX, get_or_create, lookup
 from .replies import Map
 
@@ -50,6 +50,8 @@ def _parse(args: list, max_payload: int) -> Schedule:
             s.misfire = _one_of(r.value(), MISFIRES, errors.BAD_MISFIRE)
         elif kw == b"OVERLAP":
             s.overlap = _one_of(r.value(), OVERLAPS, errors.BAD_OVERLAP)
+        elif kw == b"META":
+            s.meta = meta_pairs(r)
         else:
             r.unknown()
     if s.cron is None and not s.every:
@@ -85,5 +87,6 @@ def qschedules(client, args):
     q = lookup(client.server, queue_name(args[1]))
     return [Map([(b"name", s.name), (b"spec", s.spec.encode()), (b"next", s.next), (b"last", s.last),
                  (b"fired", s.fired), (b"skipped", s.skipped), (b"misfire", s.misfire.encode()),
-                 (b"overlap", s.overlap.encode()), (b"priority", s.priority), (b"payload", s.payload)])
+                 (b"overlap", s.overlap.encode()), (b"priority", s.priority), (b"payload", s.payload)]
+                + ([(b"meta", Map(s.meta))] if s.meta is not None else []))
             for s in sorted(q.schedules.values(), key=lambda s: s.name)]

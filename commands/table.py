@@ -184,16 +184,18 @@ AFTER = Arg("after", "block", token="AFTER", optional=True,
 ONFAIL = Arg("onfail", "oneof", token="ONFAIL", optional=True,
              args=(Arg("run", "pure-token", token="run"), Arg("fail", "pure-token", token="fail")))
 JOB_LIMITS = (opt("MAXDELIVERIES", "n"), opt("EXPIRE", "ms"), AFTER, ONFAIL)
+META = Arg("meta", "block", token="META", optional=True,       # (last: its pairs run to the end)
+           args=(Arg("pair", "block", multiple=True, args=(Arg("field"), Arg("value"))),))
 REPLACE = opt("REPLACE")
 PUSH_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                 Arg("dedupe", "block", optional=True, args=(Arg("key", token="KEY"), SCOPE, REPLACE))) + JOB_LIMITS + (
-                opt("GROUP", "group", "string"),)
+                opt("GROUP", "group", "string"), META)
 PUSHMANY_OPTIONS = (opt("PRIORITY", "p"), WHEN,
                     Arg("dedupe", "block", optional=True,
                         args=(Arg("key", token="KEYS", multiple=True), SCOPE, REPLACE))) + JOB_LIMITS + (
                     Arg("groups", "oneof", optional=True,
                         args=(Arg("group", "string", token="GROUP"),
-                              Arg("group", "string", token="GROUPS", multiple=True))),)
+                              Arg("group", "string", token="GROUPS", multiple=True))), META)
 GROUP_ARG = opt("GROUP", "group", "string")
 PRIMARY = (Arg("args", "oneof", args=(Arg("host-port", "block", args=(Arg("host"), Arg("port", "integer"))),
                                       Arg("no-one", "block", args=(Arg("no", "pure-token", token="NO"),
@@ -242,33 +244,35 @@ _COMMANDS = [
             args=(Arg("skip", "pure-token", token="skip"), Arg("once", "pure-token", token="once"),
                   Arg("all", "pure-token", token="all"))),
         Arg("overlap", "oneof", token="OVERLAP", optional=True,
-            args=(Arg("allow", "pure-token", token="allow"), Arg("skip", "pure-token", token="skip")))),
+            args=(Arg("allow", "pure-token", token="allow"), Arg("skip", "pure-token", token="skip"))), META),
        "O(log S) for S schedules",
        reply="integer: the next tick (ms epoch); the same definition again changes nothing",
-       notes="Each tick pushes one job carrying schedule and tick, in the same log record as the schedule's "
-             "advance: a crash neither repeats nor loses a tick."),
+       notes="Each tick pushes one job carrying schedule and tick (and the schedule's META), in the same log "
+             "record as the schedule's advance: a crash neither repeats nor loses a tick. META comes last."),
     _c("qunschedule", schedules.qunschedule, 3, "write fast", "queue", "Delete a schedule",
        (QUEUE, Arg("name")), reply="integer: 1 if the schedule existed, else 0"),
     _c("qschedules", schedules.qschedules, 2, "readonly", "queue", "The schedules of a queue", (QUEUE,),
-       "O(S)", reply="array of maps: name, spec, next, last, fired, skipped, misfire, overlap, priority, payload"),
+       "O(S)", reply="array of maps: name, spec, next, last, fired, skipped, misfire, overlap, priority, payload, "
+                     "and meta when the schedule has META"),
     # -- jobs ---------------------------------------------------------------------------------------
     _c("qpush", jobs.qpush, -3, "write denyoom fast", "job", "Push a job onto a queue",
        (QUEUE, Arg("payload")) + PUSH_OPTIONS, "O(log N)",
        reply="integer: the job id (with KEY, the id of the job already holding the key in the WHILE scope); "
              "-FULL at MAXLEN; -TOOBIG above max-payload",
-       notes="WHILE defaults to queued. Creates the queue when auto-create is yes."),
+       notes="WHILE defaults to queued. META (at most 32 fields, names of 1 to 64 bytes, 8 KiB in all) comes "
+             "last: its field value pairs run to the end of the command. Creates the queue when auto-create is yes."),
     _c("qpushmany", jobs.qpushmany, -4, "write denyoom", "job",
        "Push several jobs at once, all or none, in one log write",
        (QUEUE, Arg("count", "integer"), Arg("payload", multiple=True)) + PUSHMANY_OPTIONS, "O(M log N)",
        reply="array of job ids, one per payload (existing ids for dedupe keys already held)",
-       notes="KEYS takes exactly count keys, one per payload."),
+       notes="KEYS takes exactly count keys, one per payload. META, last, gives every job the same fields."),
     _c("qclaim", jobs.qclaim, -3, "write blocking", "job", "Claim jobs under a lease, optionally waiting",
        (QUEUE, Arg("consumer"), opt("COUNT", "n"), opt("LEASE", "ms"), opt("BLOCK", "ms"), opt("SESSION"),
         opt("COMPACT")),
        "O(M log N)",
        reply="array of job maps (id, payload, lease, deadline, deliveries, priority, enqueued_at, "
              "key, last_error, dead_letter_* provenance, and dead_letter_parent, [queue, id], for a job that died "
-             "with its parent); empty when nothing was claimable. With COMPACT, each job is an array of the "
+             "with its parent, meta for a job pushed with META); empty when nothing was claimable. With COMPACT, each job is an array of the "
              "values of its first seven fields, in that order, without their names, followed by a map of its "
              "other fields only when it has any",
        notes="BLOCK 0 waits forever. SESSION: the leases go back to ready when this connection closes. "

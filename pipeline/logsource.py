@@ -29,8 +29,9 @@ Which records become which events (docs/spark.md lists the columns):
 ========  ==============================================================
 record    event rows
 ========  ==============================================================
-PUSH      ``push``, one per job (priority, payload_bytes), and after it
-          ``wait`` for a job pushed with parents (AFTER)
+PUSH      ``push``, one per job (priority, payload_bytes, meta: its META
+          as a map of text), and after it ``wait`` for a job pushed with
+          parents (AFTER)
 FIRE      ``push`` of each job a schedule's tick pushed (priority and
           payload_bytes null: they are the schedule's), a ``fire`` row
           for it (consumer: the schedule's name), and one ``skip`` row
@@ -66,6 +67,9 @@ SCHEDULE and UNSCHEDULE records (definitions) and PROGRESS records give no rows.
 Expiry is lazy: an ``expire`` row has the time the daemon noticed the
 lease had run out (a claim or an inspection looked), not its deadline.
 ``deliveries`` is set on ``claim`` rows; other rows leave it null.
+``meta`` is set on the ``push`` and ``wait`` rows of PUSH records only:
+a schedule's jobs and dead-letter copies carry their META too, but their
+``push`` rows leave it null, as they leave priority.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ from leaseq.storage import records, snapformat, snapshot
 from leaseq.storage.wal import list_segments
 
 SCHEMA = ("ts timestamp, queue string, event string, id long, deliveries int, consumer string, "
-          "priority int, payload_bytes long, error string, source string")
+          "priority int, payload_bytes long, error string, source string, meta map<string,string>")
 
 
 class LogError(ValueError):
@@ -294,10 +298,10 @@ def arrow_batches(recs, names: dict, source: str, size: int = BATCH_ROWS):
     if _ARROW is None:
         _ARROW = ([c.split()[0] for c in SCHEMA.split(", ")],
                   (pa.string(), pa.string(), pa.int64(), pa.int32(), pa.string(), pa.int32(), pa.int64(),
-                   pa.string()))
-    columns, types = _ARROW
-    cols: list = [[] for _ in range(9)]
-    ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+                   pa.string()), pa.map_(pa.string(), pa.string()))
+    columns, types, map_type = _ARROW
+    cols: list = [[] for _ in range(10)]
+    ts, queue, event, ids, deliveries, consumer, priority, size_, error, meta = cols
     for rtype, f in recs:
         n = 0
         if rtype == FAST_PUSH:
@@ -307,19 +311,20 @@ def arrow_batches(recs, names: dict, source: str, size: int = BATCH_ROWS):
             size_.extend(f[4])
             for c in (deliveries, consumer, error):
                 c.extend([None] * n)
+            meta.extend([None] * n if f[6] is None else map(_meta, f[6]))
             name = "push"
         elif rtype == records.CLAIM:
             n = len(f[5])
             ids.extend(f[5])
             deliveries.extend(f[6] or [None] * n)
             consumer.extend([f[4].decode(errors="replace")] * n)
-            for c in (priority, size_, error):
+            for c in (priority, size_, error, meta):
                 c.extend([None] * n)
             name = "claim"
         elif rtype in EVENTS:
             n = len(f[2])
             ids.extend(f[2])
-            for c in (deliveries, consumer, priority, size_, error):
+            for c in (deliveries, consumer, priority, size_, error, meta):
                 c.extend([None] * n)
             name = EVENTS[rtype]
         else:
@@ -332,73 +337,83 @@ def arrow_batches(recs, names: dict, source: str, size: int = BATCH_ROWS):
             queue.extend([names.get(qid, f"#{qid}")] * n)
             event.extend([name] * n)
         if len(ts) >= size:
-            yield _batch(pa, cols, columns, types, source)
-            cols = [[] for _ in range(9)]
-            ts, queue, event, ids, deliveries, consumer, priority, size_, error = cols
+            yield _batch(pa, cols, columns, types, map_type, source)
+            cols = [[] for _ in range(10)]
+            ts, queue, event, ids, deliveries, consumer, priority, size_, error, meta = cols
     if ts:
-        yield _batch(pa, cols, columns, types, source)
+        yield _batch(pa, cols, columns, types, map_type, source)
 
 
-def _batch(pa, cols: list, columns: list, types: tuple, source: str):
+def _batch(pa, cols: list, columns: list, types: tuple, map_type, source: str):
     stamps = pa.array(cols[0], pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
-    arrays = [stamps] + [pa.array(c, t) for c, t in zip(cols[1:], types)]
+    arrays = [stamps] + [pa.array(c, t) for c, t in zip(cols[1:9], types)]
     arrays.append(pa.array([source] * len(cols[0]), pa.string()))
+    arrays.append(pa.array(cols[9], map_type))
     return pa.RecordBatch.from_arrays(arrays, names=columns)
 
 
 def _rows(rtype: int, f: tuple, names: dict):
-    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error) rows; ts in ms."""
+    """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error, meta) rows; ts in ms."""
     if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE):
         return
     qid, ts = f[0], f[1]
     queue = names.get(qid, f"#{qid}")
     if rtype == records.PUSH:
         for job in f[2]:
-            yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None
+            meta = _meta(job.meta)
+            yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None, meta
             if job.after is not None:
-                yield ts, queue, "wait", job.id, None, None, job.priority, len(job.payload), None
+                yield ts, queue, "wait", job.id, None, None, job.priority, len(job.payload), None, meta
     elif rtype == records.FIRE:
         _q, _t, name, _next, skipped, pairs = f
         schedule = name.decode(errors="replace")
         for jid, _tick in pairs:
-            yield ts, queue, "push", jid, None, None, None, None, None
-            yield ts, queue, "fire", jid, None, schedule, None, None, None
+            yield ts, queue, "push", jid, None, None, None, None, None, None
+            yield ts, queue, "fire", jid, None, schedule, None, None, None, None
         if skipped:
-            yield ts, queue, "skip", None, skipped, schedule, None, None, None
+            yield ts, queue, "skip", None, skipped, schedule, None, None, None, None
     elif rtype == records.REPLACE:
         _q, _t, _visible, priority, pairs = f
         for jid, payload in pairs:
-            yield ts, queue, "replace", jid, None, None, priority, len(payload), None
+            yield ts, queue, "replace", jid, None, None, priority, len(payload), None, None
     elif rtype == records.CLAIM:
         consumer = f[4].decode(errors="replace")
         deliveries = f[6] or (None,) * len(f[5])          # None: a record from before they were written
         for jid, n in zip(f[5], deliveries):
-            yield ts, queue, "claim", jid, n, consumer, None, None, None
+            yield ts, queue, "claim", jid, n, consumer, None, None, None, None
     elif rtype == records.NACK:
         _q, _t, _visible, error, ids, closed = f
         text = None if error is None else error.decode(errors="replace")
         for jid in ids:
-            yield ts, queue, "release" if closed else "nack", jid, None, None, None, None, text
+            yield ts, queue, "release" if closed else "nack", jid, None, None, None, None, text, None
     elif rtype == records.EXTEND:
         for jid in f[3]:
-            yield ts, queue, "extend", jid, None, None, None, None, None
+            yield ts, queue, "extend", jid, None, None, None, None, None, None
     elif rtype == records.DEAD:
         reason = records.REASONS[f[2]].decode()
         target = names.get(f[3], f"#{f[3]}") if f[3] else None
         for jid, new in f[4]:
-            yield ts, queue, "dead", jid, None, None, None, None, reason
+            yield ts, queue, "dead", jid, None, None, None, None, reason, None
             if target is not None:          # its copy arrives in the DEADLETTER queue
-                yield ts, target, "push", new, None, None, None, None, reason
+                yield ts, target, "push", new, None, None, None, None, reason, None
     elif rtype == records.MOVE:
         source = names.get(f[2], f"#{f[2]}")
         for jid, new in f[3]:
-            yield ts, queue, "redrive", jid, None, None, None, None, None
-            yield ts, source, "push", new, None, None, None, None, None
+            yield ts, queue, "redrive", jid, None, None, None, None, None, None
+            yield ts, source, "push", new, None, None, None, None, None, None
     elif rtype in EVENTS:
         event = EVENTS[rtype]
         for jid in f[2]:
-            yield ts, queue, event, jid, None, None, None, None, None
+            yield ts, queue, event, jid, None, None, None, None, None, None
     elif rtype == records.DROP:
-        yield ts, queue, "purge", None, None, None, None, None, None
+        yield ts, queue, "purge", None, None, None, None, None, None, None
     elif rtype == records.RESULT:
-        yield ts, queue, "result", f[2], None, None, None, len(f[4]), None
+        yield ts, queue, "result", f[2], None, None, None, len(f[4]), None, None
+
+
+def _meta(fields) -> list | None:
+    """A job's META as the ``meta`` column holds it: (name, value) pairs of
+    text (bytes that are not UTF-8 read with replacement characters)."""
+    if fields is None:
+        return None
+    return [(n.decode(errors="replace"), v.decode(errors="replace")) for n, v in fields]

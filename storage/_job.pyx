@@ -137,6 +137,7 @@ cdef class Job:
     onfail_run = _extra_field("onfail_run", False)
     failed_parent = _extra_field("failed_parent", None)
     progress = _extra_field("progress", None)
+    meta = _extra_field("meta", None)
 
 
 cdef int _fill(Job job, object id, object payload, int priority, object enqueued_at, object visible_at) except -1:

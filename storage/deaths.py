@@ -177,9 +177,10 @@ def _provenance(q, job: Job, reason: bytes, parent_as_origin: bool) -> Provenanc
 
 def _carry(job: Job, copy: Job) -> None:
     """What a dead-letter copy, or a job moved back, keeps of the job: its
-    group, and the schedule tick that pushed it."""
+    group, its META, and the schedule tick that pushed it."""
     extra = job.extra
     if extra is not None:
         copy.group = extra.group
+        copy.meta = extra.meta
         copy.schedule = extra.schedule
         copy.tick = extra.tick

@@ -52,7 +52,7 @@ class JobExtra:
 
     __slots__ = ("key", "flags", "max_deliveries", "expire_ms", "last_error", "origin", "retain_until",
                  "dead_reason", "holder", "group", "schedule", "tick", "waiting_for", "after_delay", "onfail_run",
-                 "failed_parent", "progress")
+                 "failed_parent", "progress", "meta")
 
     def __init__(self, key=None, flags=0, max_deliveries=0, expire_ms=0) -> None:
         self.key = key
@@ -72,6 +72,7 @@ class JobExtra:
         self.onfail_run = False   # ONFAIL run: a parent that dies counts as done
         self.failed_parent = None # Provenance of the parent whose death dooms it (while it is dead-lettered)
         self.progress = None      # QPROGRESS: the holder's latest report (bytes)
+        self.meta = None          # META (§3.12): ((field, value), ...) as pushed, shared by the jobs of one push
 
 
 def _extra_field(name: str, default):
@@ -135,6 +136,7 @@ class Job:
     onfail_run = _extra_field("onfail_run", False)
     failed_parent = _extra_field("failed_parent", None)
     progress = _extra_field("progress", None)
+    meta = _extra_field("meta", None)
 
 
 def end_lease(job: Job) -> None:

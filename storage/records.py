@@ -31,8 +31,11 @@ not repeated in every record); ``ts`` is when the change happened.
            2 exists); bit 2 says that ``group_len u16, group`` (the job's
            GROUP) follows the key; bit 3 that ``after_delay u64, onfail u8,
            count u32, (qid u32, id u64) x count`` (the parents it waits
-           for, AFTER) follows that.  One record per QPUSH / QPUSHMANY: all
-           jobs or none.
+           for, AFTER) follows that; bit 4 that ``count u8, (name_len u8,
+           name, value_len u16, value) x count`` (the job's META fields in
+           the order given) follows that.  Logs written before META have
+           bit 4 clear everywhere and read as they always did.  One record
+           per QPUSH / QPUSHMANY: all jobs or none.
 5 CLAIM    ``qid u32, ts u64, deadline u64, first_seq u64, count u32,
            consumer_len u16, consumer, ids u64 x count`` and, written since
            0.2, ``deliveries u32 x count``: leases granted; job ``ids[i]``
@@ -138,6 +141,7 @@ PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed", 5: b"parent-failed"}
 PARENT_FAILED_AS_PARENT = 4   # (DEAD's reason as written before 2026-11-27: the parent's provenance)
 PUSH_AFTER = 8            # a PUSH job's flags bit: its parents follow (AFTER)
+PUSH_META = 16            # a PUSH job's flags bit: its META fields follow (after the parents)
 REASON_CODES = {b"max-deliveries": 1, b"nack": 2, b"expired": 3, b"parent-failed": 5}     # what is written
 
 _BOOT = struct.Struct("<IQ")
@@ -163,6 +167,7 @@ _RESULT = struct.Struct("<IQQQI")
 _U16 = struct.Struct("<H")
 _AFTER = struct.Struct("<QBI")
 _PARENT = struct.Struct("<IQ")
+_META_NAME = struct.Struct("<B")
 
 
 # The id and count lists of records: one Struct per length, made once (a
@@ -213,8 +218,10 @@ def push(qid: int, ts: int, jobs) -> bytes:
             key = extra.key or b""
             group = extra.group
             after = extra.waiting_for
+            fields = extra.meta
             append(pack(j.id, j.visible_at, j.priority,
-                        extra.flags | (PUSH_GROUP if group else 0) | (PUSH_AFTER if after else 0),
+                        extra.flags | (PUSH_GROUP if group else 0) | (PUSH_AFTER if after else 0)
+                        | (PUSH_META if fields is not None else 0),
                         extra.max_deliveries, extra.expire_ms, len(key), len(payload)))
             if key:
                 append(key)
@@ -222,8 +229,37 @@ def push(qid: int, ts: int, jobs) -> bytes:
                 append(_U16.pack(len(group)) + group)
             if after:
                 append(parents(extra.after_delay, extra.onfail_run, after))
+            if fields is not None:
+                append(meta(fields))
         append(payload)
     return b"".join(parts)
+
+
+def meta(fields) -> bytes:
+    """A job's META (PUSH records and snapshots): ``count u8``, then each
+    field as ``name_len u8, name, value_len u16, value`` (the limits of
+    docs/semantics.md §3.12 keep every length within its width)."""
+    parts = [_META_NAME.pack(len(fields))]
+    for name, value in fields:
+        parts.append(_META_NAME.pack(len(name)) + name + _U16.pack(len(value)) + value)
+    return b"".join(parts)
+
+
+def read_meta(b: bytes, off: int) -> tuple:
+    """``(((name, value), ...), next offset)``"""
+    (count,) = _META_NAME.unpack_from(b, off)
+    off += 1
+    fields = []
+    for _ in range(count):
+        (n,) = _META_NAME.unpack_from(b, off)
+        name = b[off + 1:off + 1 + n]
+        off += 1 + n
+        (v,) = _U16.unpack_from(b, off)
+        fields.append((name, b[off + 2:off + 2 + v]))
+        off += 2 + v
+    if off > len(b):
+        raise FormatError("META fields are cut short")
+    return tuple(fields), off
 
 
 def parents(after_delay: int, onfail_run: bool, waiting_for) -> bytes:
@@ -356,10 +392,10 @@ class JobRecord:
     """One job of a PUSH record, as decoded."""
 
     __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload", "group",
-                 "after")
+                 "after", "meta")
 
     def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload, group=b"",
-                 after=None):
+                 after=None, meta=None):
         self.id = id
         self.visible_at = visible_at
         self.priority = priority
@@ -370,6 +406,7 @@ class JobRecord:
         self.payload = payload
         self.group = group
         self.after = after              # (after_delay, onfail_run, {(qid, id)}) or None
+        self.meta = meta                # ((field, value), ...) or None
 
 
 def _ids(body: bytes, offset: int, count: int) -> tuple:
@@ -427,10 +464,13 @@ def _d_push(b):
         after = None
         if flags & PUSH_AFTER:
             after, off = read_parents(b, off)
-        flags &= ~(PUSH_GROUP | PUSH_AFTER)
+        fields = None
+        if flags & PUSH_META:
+            fields, off = read_meta(b, off)
+        flags &= ~(PUSH_GROUP | PUSH_AFTER | PUSH_META)
         payload = b[off:off + plen]
         off += plen
-        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group, after))
+        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group, after, fields))
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
     return qid, ts, jobs
@@ -439,16 +479,18 @@ def _d_push(b):
 def push_columns(b) -> tuple:
     """A PUSH body as columns, for readers that want numbers, not jobs (the
     ``leaseq-log`` Spark source): ``(qid, ts, ids, priorities,
-    payload_lengths, waits)``; ``waits`` is True when a job has parents
-    (AFTER).  The same walk as ``_d_push`` without making a JobRecord or
-    slicing a payload."""
+    payload_lengths, waits, metas)``; ``waits`` is True when a job has
+    parents (AFTER); ``metas`` is None when no job has META, else each
+    job's META fields (``((name, value), ...)`` or None).  The same walk
+    as ``_d_push`` without making a JobRecord or slicing a payload."""
     qid, ts, count = _PUSH.unpack_from(b)
     off = _PUSH.size
     unpack = _JOB.unpack_from
     size = _JOB.size
     ids, priorities, lengths = [], [], []
     waits = False
-    for _ in range(count):
+    metas = None
+    for i in range(count):
         jid, _visible, prio, flags, _maxd, _expire, klen, plen = unpack(b, off)
         off += size + klen
         if flags & PUSH_GROUP:
@@ -456,13 +498,17 @@ def push_columns(b) -> tuple:
         if flags & PUSH_AFTER:
             waits = True
             _after, off = read_parents(b, off)
+        if flags & PUSH_META:
+            if metas is None:
+                metas = [None] * count
+            metas[i], off = read_meta(b, off)
         off += plen
         ids.append(jid)
         priorities.append(prio)
         lengths.append(plen)
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
-    return qid, ts, ids, priorities, lengths, waits
+    return qid, ts, ids, priorities, lengths, waits, metas
 
 
 def _d_claim(b):

@@ -460,4 +460,6 @@ def _job(r, ts: int) -> Job:
         job.group = r.group
     if r.after is not None:
         job.after_delay, job.onfail_run, job.waiting_for = r.after
+    if r.meta is not None:
+        job.meta = r.meta
     return job

@@ -67,10 +67,11 @@ class Schedule:
     fired: int = 0                # jobs pushed
     skipped: int = 0              # ticks that pushed none (missed and skipped, or OVERLAP skip)
     last_job: int = 0             # id of the job the last tick pushed (OVERLAP skip looks at it)
+    meta: tuple | None = None     # META: ((field, value), ...) every job it pushes carries
 
     def definition(self) -> tuple:
         """What QSCHEDULE set: equal definitions make QSCHEDULE idempotent."""
-        return (self.payload, self.cron, self.tz, self.every, self.priority, self.misfire, self.overlap)
+        return (self.payload, self.cron, self.tz, self.every, self.priority, self.misfire, self.overlap, self.meta)
 
     @property
     def spec(self) -> str:
@@ -83,6 +84,10 @@ class Schedule:
         d = asdict(self)
         d["name"] = self.name.decode("latin-1")          # any bytes, one character each
         d["payload"] = self.payload.decode("latin-1")
+        if self.meta is None:
+            del d["meta"]                                 # (as records written before META read)
+        else:
+            d["meta"] = [[n.decode("latin-1"), v.decode("latin-1")] for n, v in self.meta]
         return d
 
     @classmethod
@@ -92,8 +97,10 @@ class Schedule:
             values = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
             values["name"] = values["name"].encode("latin-1")
             values["payload"] = values["payload"].encode("latin-1")
+            if values.get("meta") is not None:
+                values["meta"] = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in values["meta"])
             return cls(**values)
-        except (AttributeError, KeyError, TypeError, UnicodeEncodeError) as e:
+        except (AttributeError, KeyError, TypeError, ValueError, UnicodeEncodeError) as e:
             raise records.FormatError(f"a schedule does not decode: {e!r}") from None
 
 
@@ -278,6 +285,8 @@ class Timetable:
             jobs = []
             for jid, tick in pairs:
                 job = Job(jid, s.payload, s.priority, ts, ts)
+                if s.meta is not None:
+                    job.meta = s.meta
                 job.schedule = s.name
                 job.tick = tick
                 jobs.append(job)

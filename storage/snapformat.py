@@ -53,7 +53,9 @@ little-endian, as in the log):
                that pushed the job (after the group), 128 AFTER: then the
                parents it waits for, as in PUSH (after the tick).
                ``flags`` bits 0-1 are the dedupe scope; bit 7 says that
-               ``length u32, progress`` (QPROGRESS) follows the rest.  ``token`` is
+               ``length u32, progress`` (QPROGRESS) follows the rest, and
+               bit 6 that the job's META fields, as in PUSH, follow that
+               (snapshots written before META never set it).  ``token`` is
                the job's current lease token (empty: none); an expired
                lease keeps it until the job is claimed again.  A queue's
                jobs may span several SNAP_JOBS frames; memory queues have
@@ -77,8 +79,8 @@ little-endian, as in the log):
                the same order, and nothing after.
                A *plain* job is ready or delayed with no rare field (its
                ``extra`` is None: no key, flags, max-deliveries, expiry,
-               error, provenance, group, schedule, parents, progress or
-               retention), no lease token, no deadline and no consumer:
+               error, provenance, group, schedule, parents, progress,
+               META or retention), no lease token, no deadline and no consumer:
                what almost every live job is.  Every other job goes in
                SNAP_JOBS; a queue's jobs are written in ascending id order
                whatever their record, so SNAP_PLAIN and SNAP_JOBS frames of
@@ -129,7 +131,7 @@ from operator import add, mul, sub
 from crc32c import crc32c
 
 from .frames import header_fields
-from .records import PARENT_FAILED_AS_PARENT, REASON_CODES, REASONS, FormatError, parents, read_parents
+from .records import PARENT_FAILED_AS_PARENT, REASON_CODES, REASONS, FormatError, meta, parents, read_meta, read_parents
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
 SNAP_RESULTS = 32
@@ -149,6 +151,7 @@ _SNAP_PARENT = struct.Struct("<QB")
 _SNAP_END = struct.Struct("<IQ")
 SNAP_REQUEUED, SNAP_ERROR, SNAP_ORIGIN, SNAP_GROUP, SNAP_TICK, SNAP_AFTER = 1, 2, 4, 32, 64, 128
 FLAG_PROGRESS = 128           # in a SNAP_JOBS job's flags byte
+FLAG_META = 64                # in a SNAP_JOBS job's flags byte
 _U32 = struct.Struct("<I")
 _TICK = struct.Struct("<QH")
 _SNAP_GROUPS = struct.Struct("<IQI")
@@ -236,7 +239,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
     error = job.last_error or b""
     head = _SNAP_JOB.pack(job.id, job.enqueued_at, job.visible_at, job.deadline, job.retain_until, job.expire_ms,
                           job.max_deliveries, job.deliveries, job.priority,
-                          job.flags | (FLAG_PROGRESS if job.progress is not None else 0), state | (dead_code << 4),
+                          job.flags | (FLAG_PROGRESS if job.progress is not None else 0)
+                          | (FLAG_META if job.meta is not None else 0), state | (dead_code << 4),
                           bits, len(key), len(token), len(consumer), len(error), job.payload_len)
     parts = [head, key, token, consumer, error, job.payload]
     origin = job.origin
@@ -256,6 +260,8 @@ def snap_job(job, state: int, bits: int, dead_code: int) -> bytes:
         parts.append(parents(job.after_delay, job.onfail_run, job.waiting_for))
     if job.progress is not None:
         parts.append(_U32.pack(len(job.progress)) + job.progress)
+    if job.meta is not None:
+        parts.append(meta(job.meta))
     return b"".join(parts)
 
 
@@ -268,7 +274,7 @@ def iter_snap_jobs(b: bytes, version: int = SNAPSHOT_VERSION):
     """``qid`` and an iterator of job tuples ``(id, enqueued_at, visible_at,
     deadline, retain_until, expire_ms, max_deliveries, deliveries, priority,
     flags, state, bits, dead, key, token, consumer, error, payload, origin,
-    group, scheduled, after, progress)``, where ``dead`` is the reason code of a job
+    group, scheduled, after, progress, meta)``, where ``dead`` is the reason code of a job
     dead in its own queue (0 none), ``origin`` None or ``(source, src_id,
     deliveries, reason, parent)``; ``key``, ``token``, ``consumer``,
     ``error`` are None when absent.  ``version``: the file's."""
@@ -336,10 +342,14 @@ def _snap_jobs(b: bytes, count: int, dead_in_state: bool):
                 progress = b[off + 4:off + 4 + plen]
                 off += 4 + plen
                 flags &= ~FLAG_PROGRESS
+            fields = None
+            if flags & FLAG_META:
+                fields, off = read_meta(b, off)
+                flags &= ~FLAG_META
             if off > end:
                 raise FormatError("SNAP_JOBS record is cut short")
             yield (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits, dead,
-                   key, token, consumer, error, payload, origin, group, scheduled, after, progress)
+                   key, token, consumer, error, payload, origin, group, scheduled, after, progress, fields)
     except (struct.error, KeyError) as e:
         raise FormatError(f"SNAP_JOBS record does not decode: {e}") from None
     if off != end:

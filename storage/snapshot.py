@@ -463,7 +463,7 @@ def _jobs(rows) -> list[Job]:
     share = times.setdefault
     requeued_bit, error_bit = snapformat.SNAP_REQUEUED, snapformat.SNAP_ERROR
     for (jid, enq, vis, deadline, retain, expire, maxd, deliveries, prio, flags, state, bits, dead,
-         key, token, consumer, error, payload, origin, group, scheduled, after, progress) in rows:
+         key, token, consumer, error, payload, origin, group, scheduled, after, progress, fields) in rows:
         enq = share(enq, enq)
         job = Job(jid, payload, prio, enq, enq if vis == enq else share(vis, vis), key, flags, maxd, expire)
         try:
@@ -493,6 +493,8 @@ def _jobs(rows) -> list[Job]:
                 job.after_delay, job.onfail_run, job.waiting_for = after
         if progress is not None:                  # (in the flags byte, not in bits)
             job.progress = progress
+        if fields is not None:                    # META (in the flags byte too)
+            job.meta = fields
         if retain:
             job.retain_until = retain
         append(job)

@@ -29,6 +29,8 @@ export interface PushOptions {
   after?: Iterable<Parent>;
   /** What a parent's death does to it: fail (default) or run. */
   onFail?: "run" | "fail";
+  /** Labels the job carries (META): at most 32 fields, names of 1 to 64 bytes, 8 KiB in all. */
+  meta?: Record<string, Payload> | Map<Payload, Payload>;
 }
 
 export interface PushManyOptions extends Omit<PushOptions, "key" | "group"> {
@@ -62,6 +64,8 @@ export declare class Job {
   readonly deadLetterDeliveries?: number;
   readonly deadLetterReason?: string;
   readonly deadLetterParent?: [string, number];
+  /** The job's META as pushed, names and values as UTF-8 text; null when it has none. */
+  readonly meta: Record<string, string> | null;
   /** Fields a newer daemon adds. */
   readonly extra: Record<string, unknown>;
   /** The payload as UTF-8 text. */
@@ -82,6 +86,7 @@ export interface JobInfo {
   result?: Buffer;
   progress?: Buffer;
   last_error?: string;
+  meta?: Record<string, string>;
   [field: string]: unknown;
 }
 

@@ -38,7 +38,7 @@ const PUSH_OPTIONS = {
   expire: "EXPIRE",
   onFail: "ONFAIL",
 };
-const PUSH_KNOWN = new Set([...Object.keys(PUSH_OPTIONS), "key", "keyScope", "replace", "group", "after"]);
+const PUSH_KNOWN = new Set([...Object.keys(PUSH_OPTIONS), "key", "keyScope", "replace", "group", "after", "meta"]);
 
 function pushOptions(options, keyed) {
   for (const name of Object.keys(options)) {
@@ -66,6 +66,25 @@ function pushOptions(options, keyed) {
   return args;
 }
 
+/** `META field value ...` for a `meta` object (or Map) of names to strings or Buffers, last among
+ * the options as the daemon wants it; nothing for undefined, null or an empty one.  The daemon checks
+ * the limits (32 fields, names of 1 to 64 bytes, 8 KiB in all) and names what is wrong. */
+export function metaArgs(meta) {
+  if (meta === undefined || meta === null) return [];
+  if (typeof meta !== "object" || Array.isArray(meta) || isBytes(meta)) {
+    throw new TypeError("meta is an object of field names to values (strings or Buffers)");
+  }
+  const entries = meta instanceof Map ? [...meta] : Object.entries(meta);
+  const args = [];
+  for (const [name, value] of entries) {
+    if (!isBytes(name) || !isBytes(value)) {
+      throw new TypeError(`meta's names and values are strings or Buffers: ${String(name)} is ${value === null ? "null" : typeof value}`);
+    }
+    args.push(name, value);
+  }
+  return args.length ? ["META", ...args] : [];
+}
+
 /** A parent for AFTER: a Job, or a [queue, id] pair. */
 function parent(p) {
   if (p instanceof Job) return [p.queue, p.id];
@@ -80,6 +99,7 @@ export function pushCommand(queue, payload, options = {}) {
   if (options.key !== undefined) args.push("KEY", options.key);
   args.push(...pushOptions(options, options.key !== undefined));
   if (options.group !== undefined) args.push("GROUP", options.group);
+  args.push(...metaArgs(options.meta));
   return args;
 }
 
@@ -96,6 +116,7 @@ export function pushManyCommand(queue, payloads, options = {}) {
   }
   if (options.group !== undefined) args.push("GROUP", options.group);
   else if (options.groups !== undefined) args.push("GROUPS", ...oneEach(options.groups, payloads, "groups"));
+  args.push(...metaArgs(options.meta));
   return args;
 }
 
@@ -196,18 +217,26 @@ const JOB_FIELDS = {
   tick: ["tick", int], dead_letter_from: ["deadLetterFrom", text], dead_letter_src_id: ["deadLetterSrcId", int],
   dead_letter_deliveries: ["deadLetterDeliveries", int], dead_letter_reason: ["deadLetterReason", text],
   dead_letter_parent: ["deadLetterParent", (pair) => [text(pair[0]), int(pair[1])]],
+  meta: ["meta", (m) => parseMeta(m)],
 };
+
+/** A job's `meta` (RESP2's flat list, or a RESP3 map) as an object of strings. */
+export function parseMeta(reply) {
+  return Object.fromEntries([...asMap(reply)].map(([name, value]) => [name, text(value)]));
+}
 
 /** One claimed job.  `payload`, `key` and `group` are Buffers as pushed;
  * `lease` is the token that acks, nacks and extends it, `deadline` when
- * the lease runs out (ms since the epoch, the daemon's clock).  Fields a
- * newer daemon may add are kept in `extra`. */
+ * the lease runs out (ms since the epoch, the daemon's clock); `meta` its
+ * META as an object of strings (null: none).  Fields a newer daemon may
+ * add are kept in `extra`. */
 export class Job {
   constructor(queue, fields) {
     this.queue = queue;
     this.key = null;
     this.lastError = null;
     this.group = null;
+    this.meta = null;
     this.extra = {};
     for (const [name, value] of fields) this._set(name, value);
   }
@@ -264,13 +293,15 @@ export function parseJobs(queue, reply, owner, compact = false) {
 const INFO_BYTES = new Set(["payload", "key", "group", "result", "progress"]);
 
 /** QGET's reply as a plain object with the daemon's field names: numbers
- * as numbers, payload, key, group, result and progress as Buffers, other
- * texts as strings; null for a job the queue does not know. */
+ * as numbers, payload, key, group, result and progress as Buffers, meta
+ * as an object of strings, other texts as strings; null for a job the
+ * queue does not know. */
 export function parseJobInfo(reply) {
   if (reply === null || reply === undefined) return null;
   const out = {};
   for (const [name, value] of asMap(reply)) {
-    if (value === null || typeof value === "number") out[name] = value;
+    if (name === "meta" && value !== null) out[name] = parseMeta(value);
+    else if (value === null || typeof value === "number") out[name] = value;
     else if (Array.isArray(value)) out[name] = value.map((v) => (Buffer.isBuffer(v) ? text(v) : v));
     else if (INFO_BYTES.has(name)) out[name] = bytes(value);
     else out[name] = text(value);

@@ -19,6 +19,27 @@ test("a push's options become the daemon's tokens", () => {
   assert.throws(() => protocol.pushCommand("q", "x", { keyScope: "queued" }), /give key too/);
 });
 
+test("meta is sent last as field value pairs, and read back as an object of strings", () => {
+  const b = (t) => Buffer.from(t);
+  assert.deepEqual(protocol.pushCommand("q", "x", { meta: { tenant: "acme", raw: b("r") }, group: "g", priority: 3 }),
+    ["QPUSH", "q", "x", "PRIORITY", 3, "GROUP", "g", "META", "tenant", "acme", "raw", b("r")]);
+  assert.deepEqual(protocol.pushManyCommand("q", ["a", "b"], { meta: new Map([["k", "v"]]) }),
+    ["QPUSHMANY", "q", 2, "a", "b", "META", "k", "v"]);
+  assert.deepEqual(protocol.pushCommand("q", "x", { meta: {} }), ["QPUSH", "q", "x"]);
+  assert.throws(() => protocol.pushCommand("q", "x", { meta: [["a", "b"]] }), /meta is an object of field names/);
+  assert.throws(() => protocol.pushCommand("q", "x", { meta: { n: 1 } }), /strings or Buffers: n is number/);
+  const first = [7, b("hi"), b("7.1.2"), 100, 2, 5, 50];
+  const flatMeta = [b("tenant"), b("acme"), b("raw"), Buffer.from([0xff])];
+  const [compact] = protocol.parseJobs("q", [[...first, [b("meta"), flatMeta]]], undefined, true);
+  const [resp3] = protocol.parseJobs("q", [[...first, new Map([[b("meta"), new Map([[b("tenant"), b("acme")]])]])]],
+    undefined, true);
+  assert.deepEqual(compact.meta, { tenant: "acme", raw: "\ufffd" });
+  assert.deepEqual(resp3.meta, { tenant: "acme" });
+  assert.deepEqual(compact.extra, {});
+  assert.equal(protocol.parseJobs("q", [first], undefined, true)[0].meta, null);
+  assert.deepEqual(protocol.parseJobInfo([b("id"), 7, b("meta"), flatMeta]).meta, { tenant: "acme", raw: "\ufffd" });
+});
+
 test("results: text and bytes as they are, the rest as JSON, undefined as none", () => {
   assert.equal(protocol.resultValue("text"), "text");
   const bytes = Buffer.from([0, 1]);

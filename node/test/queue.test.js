@@ -29,6 +29,23 @@ test("push answers the id; its options reach the job", async () => {
   assert.equal((await q.get(first)).state, "ready");
 });
 
+test("meta travels with push and pushMany to claims and get", async () => {
+  const q = fresh();
+  const one = await q.push("one", { meta: { tenant: "acme", trace: Buffer.from("t-1") }, priority: 9 });
+  const many = await q.pushMany(["a", "b"], { meta: { batch: "7" } });
+  const plain = await q.push("plain");
+  assert.deepEqual((await q.get(one)).meta, { tenant: "acme", trace: "t-1" });
+  assert.equal((await q.get(plain)).meta, undefined);
+  const jobs = await q.claim("me", { count: 5 });
+  assert.deepEqual(jobs.map((j) => [j.id, j.meta]),
+    [[one, { tenant: "acme", trace: "t-1" }], [many[0], { batch: "7" }], [many[1], { batch: "7" }], [plain, null]]);
+  const tooMany = Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`f${i}`, "v"]));
+  await assert.rejects(q.push("x", { meta: tooMany }), (e) => e instanceof LeaseqError && e.code === "ERR"
+    && e.message === "META has 33 fields, more than 32");
+  await assert.rejects(q.push("x", { meta: { n: 1 } }), { name: "TypeError" });
+  assert.equal((await q.info()).pushed, 4);
+});
+
 test("a dedupe key answers the id of the job holding it", async () => {
   const q = fresh();
   const id = await q.push("a", { key: "invoice-1" });

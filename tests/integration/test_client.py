@@ -25,6 +25,7 @@ import redis
 from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique,
                      wait_blocked, wait_for, work_through_leases)
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
+from leaseq.client import protocol as client_protocol
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
@@ -148,6 +149,32 @@ def test_push_many(queue):
     assert sorted((j.id, j.payload, j.key) for j in jobs) == [
         (1, b"a", None), (2, b"b", None), (3, b"c", None), (4, b"d", b"k1"), (5, b"e", b"k2")]
     assert {j.priority for j in jobs if j.key is None} == {2}
+
+
+def test_meta_travels_with_push_push_many_and_schedules(daemon, queue, protocol):
+    """``meta=`` on push, push_many and schedules; ``Job.meta`` from the
+    COMPACT claim ``Queue.claim`` sends and from the map form alike."""
+    tagged = queue.push("tagged", meta={"tenant": "acme", b"raw": b"\xff"}, priority=9)
+    ids = queue.push_many(["a", "b"], meta={"batch": "7"}, priority=8)
+    plain = queue.push("plain", meta={})                  # an empty mapping sends no META
+    jobs = queue.claim("w", count=10)
+    assert [(j.id, j.meta) for j in jobs] == [(tagged, {"tenant": "acme", "raw": "\ufffd"}),
+                                              (ids[0], {"batch": "7"}), (ids[1], {"batch": "7"}), (plain, None)]
+    assert "meta" not in jobs[0].extra
+    queue.push("again", meta={"tenant": "acme"})
+    c = daemon.client(protocol=protocol)
+    [job] = client_protocol.parse_jobs(queue.name, c.execute_command("QCLAIM", queue.name, "w"))    # the map form
+    assert job.meta == {"tenant": "acme"}
+    c.close()
+    queue.schedules.add("beat", "ping", every_ms=3_600_000, meta={"source": "cron"})
+    assert [s["meta"] for s in queue.schedules.list()] == [{"source": "cron"}]
+    with pytest.raises(errors.LeaseqError, match="META has 33 fields, more than 32"):
+        queue.push("x", meta={f"f{i}": "v" for i in range(33)})
+    with pytest.raises(TypeError, match="str or bytes, not int"):
+        queue.push("x", meta={"n": 1})
+    with pytest.raises(TypeError, match="a mapping"):
+        queue.push_many(["x"], meta=[("a", "b")])
+    assert queue.info()["ready"] == 0
 
 
 def test_nack_keeps_the_error_and_counts_a_delivery(queue, r):

@@ -98,6 +98,20 @@ def test_push_claim_ack_extend_info(daemon, q, protocol, r):
     assert qget(r, q, 1, str_keys=True)["state"] == b"dead"
 
 
+def test_meta_on_push_push_many_and_schedules(daemon, q, protocol):
+    async def scenario(queue):
+        one = await queue.push("one", meta={"tenant": "acme"}, priority=9)
+        many = await queue.push_many(["a", "b"], meta={"batch": b"7"})
+        await queue.schedules.add("beat", "ping", every_ms=3_600_000, meta={"source": "cron"})
+        jobs = await queue.claim("w", count=5)
+        assert [(j.id, j.meta) for j in jobs] == [(one, {"tenant": "acme"}), (many[0], {"batch": "7"}),
+                                                  (many[1], {"batch": "7"})]
+        assert [s["meta"] for s in await queue.schedules.list()] == [{"source": "cron"}]
+        with pytest.raises(errors.LeaseqError, match="META names field 'a' twice"):
+            await queue.push("x", meta={"a": "1", b"a": "2"})
+    run(scenario, daemon, q, protocol=protocol)
+
+
 def test_error_replies_raise_leaseq_errors(daemon, q, protocol, r):
     r.execute_command("QCREATE", q, "MAXLEN", 1)
 

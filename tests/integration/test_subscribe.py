@@ -55,6 +55,20 @@ def test_jobs_arrive_as_messages_on_the_channel(daemon, conn, q, resp):
     assert message_job(c.read(), channel)["payload"] == "third"       # a freed slot takes the next job
 
 
+def test_a_jobs_meta_arrives_as_an_object_of_its_fields(daemon, conn, q):
+    """META in the JSON message: an object, a value that is not UTF-8 in
+    base64 under its name with _base64 added (as the payload is)."""
+    r = daemon.client()
+    r.execute_command("QPUSH", q, "hello", "META", "tenant", "acme", "raw", b"\xff\x00")
+    channel = f"QWORK {q} w1 LEASE 60000"
+    c = conn(2)
+    c.send("SUBSCRIBE", channel)
+    assert c.read() == [b"subscribe", channel.encode(), 1]
+    job = message_job(c.read(), channel)
+    assert job["meta"] == {"tenant": "acme", "raw_base64": base64.b64encode(b"\xff\x00").decode()}
+    assert r.execute_command("QACK", q, job["lease"]) == 1
+
+
 def test_resp2_keeps_redis_pubsub_context(daemon, conn, q):
     c = conn(2)
     channel = f"QWORK {q} w1"

@@ -49,7 +49,7 @@ def test_the_log_reads_back_as_the_events_the_test_caused(spark, tmp_path):
         events = read(spark, d.data_dir)
         assert events.schema.simpleString() == (
             "struct<ts:timestamp,queue:string,event:string,id:bigint,deliveries:int,consumer:string,"
-            "priority:int,payload_bytes:bigint,error:string,source:string>")
+            "priority:int,payload_bytes:bigint,error:string,source:string,meta:map<string,string>>")
         got = rows(events)
         new_in_q = max(a, b, cc) + 1          # ids are per queue: QREDRIVE's new job in q
         assert got == [
@@ -72,6 +72,24 @@ def test_the_log_reads_back_as_the_events_the_test_caused(spark, tmp_path):
         ]
         ts = [r.ts for r in events.collect()]
         assert ts == sorted(ts) and ts[0].year >= 2024
+    finally:
+        d.stop()
+
+
+def test_meta_is_a_map_column_on_the_push_rows_of_jobs_that_have_it(spark, tmp_path):
+    """META as a map of text on ``push`` rows (both the columns path of a
+    PUSH and the job-by-job path of one with parents); null elsewhere."""
+    d = Daemon(str(tmp_path / "data")).start()
+    try:
+        c = d.client()
+        plain = c.execute_command("QPUSH", "q", "p")
+        many = c.execute_command("QPUSHMANY", "q", 2, "a", "b", "META", "tenant", "acme", "bin", b"\xff")
+        child = c.execute_command("QPUSH", "q", "c", "AFTER", 1, "q", plain, "META", "trace", "t1")
+        c.execute_command("QCLAIM", "q", "w", "COUNT", 1)
+        got = [(r.event, r.id, r.meta) for r in read(spark, d.data_dir).collect()]
+        tagged = {"tenant": "acme", "bin": "\ufffd"}
+        assert got == [("push", plain, None), ("push", many[0], tagged), ("push", many[1], tagged),
+                       ("push", child, {"trace": "t1"}), ("wait", child, {"trace": "t1"}), ("claim", plain, None)]
     finally:
         d.stop()
 

@@ -80,6 +80,34 @@ def test_a_compact_job_reads_as_the_same_job_as_its_map():
     assert protocol.claim_command("q", "w1", 2, compact=True) == ["QCLAIM", "q", "w1", "COUNT", 2, "COMPACT"]
 
 
+def test_meta_reads_the_same_from_maps_flat_lists_and_compact_jobs():
+    tags = {b"tenant": b"acme", b"raw": b"\xff"}
+    want = {"tenant": "acme", "raw": "\ufffd"}
+    first = [RESP3_JOB[k] for k in (b"id", b"payload", b"lease", b"deadline", b"deliveries", b"priority",
+                                     b"enqueued_at")]
+    shapes = [{**RESP3_JOB, b"meta": tags}, flat({**RESP3_JOB, b"meta": flat(tags)})]
+    jobs = [protocol.parse_job("q", shape) for shape in shapes]
+    jobs += [protocol.parse_jobs("q", [first + [rest]], compact=True)[0]
+             for rest in ({b"meta": tags}, flat({b"meta": flat(tags)}))]
+    assert [j.meta for j in jobs] == [want] * 4 and all(j.extra == {} for j in jobs)
+    assert {jobs[0]: 1}[jobs[0]] == 1                        # a job with meta is still hashable
+    assert protocol.parse_job("q", RESP3_JOB).meta is None
+
+
+def test_meta_is_sent_last_as_field_value_pairs():
+    assert protocol.push_command("q", "p", meta={"a": "1", b"b": b"2"}, group="g", priority=3) == [
+        "QPUSH", "q", "p", "PRIORITY", 3, "GROUP", "g", "META", "a", "1", b"b", b"2"]
+    assert protocol.push_many_command("q", ["x", "y"], meta={"a": "1"}, groups=["g", "h"]) == [
+        "QPUSHMANY", "q", 2, "x", "y", "GROUPS", "g", "h", "META", "a", "1"]
+    assert protocol.schedule_command("q", "s", "p", every_ms=10, meta={"a": "1"}) == [
+        "QSCHEDULE", "q", "s", "p", "EVERY", 10, "META", "a", "1"]
+    assert protocol.push_command("q", "p", meta={}) == protocol.push_command("q", "p", meta=None) == ["QPUSH", "q", "p"]
+    with pytest.raises(TypeError, match="a mapping of field names to values, not list"):
+        protocol.push_command("q", "p", meta=[("a", "1")])
+    with pytest.raises(TypeError, match="str or bytes, not NoneType"):
+        protocol.push_command("q", "p", meta={"a": None})
+
+
 def test_push_options_become_qpush_arguments():
     assert protocol.push_command("q", "p") == ["QPUSH", "q", "p"]
     assert protocol.push_command("q", b"p", priority=9, delay_ms=500, key="k", key_scope="active",

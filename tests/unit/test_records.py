@@ -429,7 +429,65 @@ def test_push_columns_are_the_push_records_jobs_without_their_payloads():
     body = records.push(3, 999, jobs)
     decoded = records.decode(records.PUSH, body)[2]
     assert records.push_columns(body) == (3, 999, [d.id for d in decoded], [d.priority for d in decoded],
-                                          [len(d.payload) for d in decoded], True)
+                                          [len(d.payload) for d in decoded], True, None)
     assert records.push_columns(records.push(1, 2, jobs[:2]))[5] is False
     with pytest.raises(FormatError):
         records.push_columns(body + b"x")
+
+
+def test_push_columns_give_each_jobs_meta_when_one_has_it():
+    tagged = J(2, b"x", key=b"k")
+    tagged.group = b"g"
+    tagged.waiting_for = {(1, 1)}
+    tagged.meta = ((b"tenant", b"acme"), (b"trace", b""))
+    body = records.push(3, 999, [J(1, b"plain"), tagged, J(3, b"y")])
+    cols = records.push_columns(body)
+    assert cols[2] == [1, 2, 3] and cols[4] == [5, 1, 1]
+    assert cols[6] == [None, ((b"tenant", b"acme"), (b"trace", b"")), None]
+
+
+def test_push_round_trip_keeps_meta_after_key_group_and_parents():
+    """META is the job's fields in the order given, after the parents
+    (flags bit 4); a job without it writes no byte more than before."""
+    full = J(5, b"payload", key=b"k", flags=1)
+    full.group = b"tenant"
+    full.waiting_for = {(2, 9)}
+    full.meta = ((b"a", b"1"), (b"b" * 64, b"\x00" * 8000), (b"c", b""))
+    only = J(6, b"p")
+    only.meta = ((b"x", b"y"),)
+    plain = J(7, b"q")
+    body = records.push(1, 50, [full, only, plain])
+    decoded = records.decode(records.PUSH, body)[2]
+    assert [d.meta for d in decoded] == [full.meta, only.meta, None]
+    assert decoded[0].flags == 1 and decoded[0].group == b"tenant" and decoded[0].after == (0, False, {(2, 9)})
+    assert [d.payload for d in decoded] == [b"payload", b"p", b"q"]
+    assert len(records.push(1, 50, [only])) == len(records.push(1, 50, [J(6, b"p")])) + 1 + 1 + 1 + 2 + 1
+
+
+def test_a_push_record_written_before_meta_reads_as_it_did():
+    """The bytes of a PUSH record of a job with a key and a group, written
+    by hand as logs before META hold them (flags bit 4 clear)."""
+    job = struct.pack("<QQBBIQHI", 4, 10, 3, 1 | records.PUSH_GROUP, 2, 0, 1, 2) + b"k" + struct.pack("<H", 1) + b"g"
+    body = struct.pack("<IQI", 9, 10, 1) + job + b"pl"
+    (d,) = records.decode(records.PUSH, body)[2]
+    assert (d.id, d.key, d.group, d.payload, d.flags, d.meta) == (4, b"k", b"g", b"pl", 1, None)
+
+
+def test_a_cut_short_meta_is_a_format_error():
+    tagged = J(2, b"")
+    tagged.meta = ((b"name", b"value"),)
+    body = records.push(3, 999, [tagged])
+    with pytest.raises(FormatError):
+        records.decode(records.PUSH, body[:-3])
+    with pytest.raises(FormatError):
+        records.push_columns(body[:-3])
+
+
+def test_a_schedule_keeps_its_meta_in_json_and_one_written_before_meta_has_none():
+    from leaseq.storage.schedules import Schedule
+    s = Schedule(b"beat", b"ping", every=1000, meta=((b"source", b"cron"), (b"raw", b"\xff\x00")))
+    assert Schedule.from_json(s.to_json()) == s
+    old = Schedule(b"beat", b"ping", every=1000).to_json()
+    assert "meta" not in old and Schedule.from_json(old).meta is None
+    with pytest.raises(FormatError):
+        Schedule.from_json({**old, "meta": [["only a name"]]})

@@ -29,6 +29,8 @@ def build_varied(store, now=T0) -> None:
     call(client_of(store), "QDROP", b"gone", "FORCE", now=now)
     push(store, a, 10, now=now, priority=7)
     push(store, a, 2, now=now, delay=5_000)
+    call(client_of(store), "QPUSH", b"a", b"tagged", "PRIORITY", 0, "META", "tenant", "acme", "empty", "",
+         now=now)                                           # META on a ready job (SNAP_JOBS, flags bit 6)
     push_key(store, a, b"k1", b"exists", now=now)
     jobs = claim(store, a, now, count=4)
     ack(store, a, [jobs[0].token], now)                     # completed, retained
@@ -38,7 +40,8 @@ def build_varied(store, now=T0) -> None:
     expired = claim(store, a, now + 2 * LEASE + 5, count=3)  # the lease ran out: ready again, token kept
     nack_dead(store, a, [expired[0].token], now + 2 * LEASE + 6, error=b"poison")   # to dl with provenance
     push(store, b, 5, now=now, max_deliveries=1, expire_ms=100_000)
-    bj = claim(store, b, now, count=2)
+    call(client_of(store), "QPUSHMANY", b"b", 2, b"t1", b"t2", "PRIORITY", 9, "META", "k", b"\xff\x00", now=now)
+    bj = claim(store, b, now, count=2)                      # the two with META: one dies in place, one deleted
     nack_dead(store, b, [bj[0].token], now, error=b"dead here")   # dead in its own queue
     delete(store, b, [bj[1].id], now)
     push(store, m, 4, now=now)
@@ -50,6 +53,8 @@ def test_snapshot_of_every_job_state_reads_back_identical(tmp_path):
     store = open_store(tmp_path / "d", T0)
     build_varied(store)
     before = digest(store, durable_only=True)
+    metas = [j["meta"] for q in before["queues"].values() for _id, j in q["jobs"] if j["meta"] is not None]
+    assert metas == [((b"tenant", b"acme"), (b"empty", b"")), ((b"k", b"\xff\x00"),)]
     info = take_snapshot(store)
     loaded, got = snapshot.load(info.path)
     assert digest(loaded) == before

@@ -80,10 +80,12 @@ def test_command_info_and_docs_encode(resp3):
 def test_qpush_syntax_reads_like_the_spec():
     assert TABLE[b"qpush"].syntax() == ("QPUSH queue payload [PRIORITY p] [DELAY ms | AT ms-epoch] "
                                         "[KEY key [WHILE queued | active | exists] [REPLACE]] [MAXDELIVERIES n] [EXPIRE ms] "
-                                        "[AFTER count queue id [queue id ...]] [ONFAIL run | fail] [GROUP group]")
+                                        "[AFTER count queue id [queue id ...]] [ONFAIL run | fail] [GROUP group] "
+                                        "[META field value [field value ...]]")
     assert TABLE[b"qpushmany"].syntax().startswith("QPUSHMANY queue count payload [payload ...] ")
     assert "[KEYS key [key ...] [WHILE queued | active | exists] [REPLACE]]" in TABLE[b"qpushmany"].syntax()
-    assert TABLE[b"qpushmany"].syntax().endswith("[GROUP group | GROUPS group [group ...]]")
+    assert TABLE[b"qpushmany"].syntax().endswith("[GROUP group | GROUPS group [group ...]] "
+                                                 "[META field value [field value ...]]")
     assert TABLE[b"qclaim"].syntax() == "QCLAIM queue consumer [COUNT n] [LEASE ms] [BLOCK ms] [SESSION] [COMPACT]"
     assert TABLE[b"qnack"].syntax() == "QNACK queue token [token ...] [DELAY ms] [ERROR message] [DEAD]"
 
