@@ -33,8 +33,6 @@ one the old primary handed out after the last record this node has.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import time
@@ -44,6 +42,7 @@ from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
 from leaseq.storage import snapshot
 
+from .replanchor import Anchor
 from .replicawaits import ReplicaWaits
 
 log = logging.getLogger(__name__)
@@ -53,8 +52,6 @@ NO_ID = "0" * 40
 # holds no more than one; how often to look while it holds more
 SNAPSHOT_CHUNK = 1 << 20
 SNAPSHOT_POLL_S = 0.001
-# a replica's data directory: its history, and the stream's offset at the start of one log segment
-ANCHOR_FILE = "replication.anchor"
 
 
 def new_id() -> str:
@@ -141,7 +138,7 @@ class Replication:
         self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
         self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
         self.down_since = time.monotonic()
-        self._anchored: tuple[int, int] | None = None   # a replica's (offset, segment) in its anchor file
+        self.anchor = Anchor(self)       # a replica's history and offset, kept for its restart (daemon/replanchor.py)
 
     # -- the stream -------------------------------------------------------------------------------
 
@@ -404,7 +401,7 @@ class Replication:
             return "OK"
         self.stop_link()
         self.master = None
-        self.drop_anchor()
+        self.anchor.drop()
         self.replid2, self.second_offset = self.replid, self.offset + 1
         self.replid = new_id()
         for peer in list(self.peers):
@@ -435,7 +432,7 @@ class Replication:
         self.set_offset(offset)
         self.replid2, self.second_offset = NO_ID, -1
         self._keep_backlog()             # (promoted, it lets the other replicas continue)
-        self.anchor(self._wal.segment_number if self._wal is not None else None)
+        self.anchor.moved(self._wal.segment_number if self._wal is not None else None)
 
     def continued(self, replid: str) -> None:
         """+CONTINUE with the primary's id: a new one (it was promoted since)
@@ -443,65 +440,8 @@ class Replication:
         if replid and replid != self.replid:
             self.replid2, self.second_offset = self.replid, self.offset + 1
             self.replid = replid
-            self.anchor()
+            self.anchor.moved()
         self._keep_backlog()
-
-    # -- a replica's restart ------------------------------------------------------------------------
-
-    def anchor(self, segment: int | None = None) -> None:
-        """A replica: write which history it holds and the stream's offset at
-        the start of log segment ``segment`` (None: the one it holds
-        already, under a new replication id).  Its log holds the primary's
-        frames byte for byte from there on, so started again, even after a
-        kill -9, the offset at the end of what it recovered is this one plus
-        the bytes of those segments (``restore_anchor``), and its PSYNC asks
-        to continue.  Written when the stream's start moves: after a full
-        sync (the first segment of the new log), at each snapshot's cut
-        (the segments before it may go), when the history is renamed
-        (``continued``); removed when the node becomes a primary."""
-        if not self.following or self.server.datadir is None:
-            return
-        if segment is not None:
-            self._anchored = (self.offset, segment)
-        if self._anchored is None:
-            return
-        offset, first = self._anchored
-        path = os.path.join(self.server.datadir.directory, ANCHOR_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"replid": self.replid, "offset": offset, "segment": first}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
-
-    def drop_anchor(self) -> None:
-        self._anchored = None
-        if self.server.datadir is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.server.datadir.directory, ANCHOR_FILE))
-
-    def restore_anchor(self, datadir) -> None:
-        """Started as a replica: the history and offset its recovered log
-        ends at, from the anchor and the segments after it, when they add
-        up (none missing, none folded into the snapshot it started from);
-        else a full sync, as without the file."""
-        path = os.path.join(datadir.directory, ANCHOR_FILE)
-        try:
-            with open(path) as f:
-                saved = json.load(f)
-            replid, offset, first = saved["replid"], int(saved["offset"]), int(saved["segment"])
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            log.warning("ignoring %s (%s): this replica syncs in full", path, e)
-            return
-        held = datadir.stream_bytes_from(first)
-        if held is None:
-            log.info("the log no longer holds the stream from segment %d on: this replica syncs in full", first)
-            return
-        self.replid = replid
-        self.set_offset(offset + held)
-        self._anchored = (offset, first)
-        log.info("holding history %s up to offset %d: asking to continue from there", self.replid, self.offset)
 
     # -- what INFO, ROLE and the status page show --------------------------------------------------
 

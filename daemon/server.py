@@ -122,7 +122,7 @@ class Server:
         self.loading = False
         self.alarm.attach(store)
         if s.replicaof:
-            self.replication.restore_anchor(datadir)
+            self.replication.anchor.restore(datadir)
             self.replication.follow(*config.primary_address(s.replicaof))
         log.info("leaseq ready to serve on %s (data directory %s)", self.listeners.addresses(), s.dir)
         if self.stopping:                    # a shutdown asked for while loading

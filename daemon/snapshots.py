@@ -113,7 +113,7 @@ class Snapshots:
             server.disk.failed(e, fsync_failed=True)     # begin_snapshot fsyncs: treat it as the worse case
             return False
         server.committer.touch()           # the buffer just written may release replies
-        server.replication.anchor(covers + 1)     # a replica: its stream's start moves to the new segment
+        server.replication.anchor.moved(covers + 1)     # a replica: its stream's start moves to the new segment
         now = server.now_ms()
         r, w = os.pipe()
         pid = os.fork()
