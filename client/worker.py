@@ -125,8 +125,13 @@ class Worker(work.WorkerBase):
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:
         """Run the handler on one job, then ack or nack it, unless its lease
         was lost meanwhile; an ack or nack that meets a passing fault (a
-        restart, a failover) is tried again while the lease may last."""
-        failure, value = self._call_handler(job)
+        restart, a failover) is tried again while the lease may last; all
+        of it in the job's span (client/tracing.py)."""
+        with self._spans.process(job) as span:
+            failure, value = self._call_handler(job)
+            return span.ended(self._settle(leases, job, failure, value), failure)
+
+    def _settle(self, leases: HeldLeases, job: Job, failure: Exception | None, value: Any) -> Outcome:
         if not leases.release(job):
             return work.lost_while_running(job)
         waits = work.settle_retry_waits(self.lease_ms)
