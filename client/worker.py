@@ -48,7 +48,9 @@ class Worker(work.WorkerBase):
     ``job.cancelled``, which a long handler should check.  ``block_ms`` is
     how long an idle claim waits, and so also the longest a stop waits for the claim in
     progress.  ``consumer`` names the worker in QGET (``host:pid`` by
-    default).
+    default).  With OpenTelemetry installed each job runs in a CONSUMER
+    span linked to the producer's (``trace_parent="child"``: its child),
+    from ``tracer_provider`` or the global one (client/tracing.py).
     """
 
     queue: Queue
