@@ -5,7 +5,9 @@
   jobs, extends their leases while it runs, acks or nacks, and stops
   gracefully on SIGTERM/SIGINT;
 - ``leaseq.client.aio``: the same on ``redis.asyncio``;
-- ``leaseq.client.errors``: the exceptions for the daemon's error replies.
+- ``leaseq.client.errors``: the exceptions for the daemon's error replies;
+- ``leaseq.client.tracing``: with ``opentelemetry-api`` installed, the
+  producer's trace context in META and each job of a ``Worker`` in a span.
 
 docs/client.md is the reference.
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import signal
 import threading
@@ -24,7 +25,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 
-from . import connect, errors, protocol, work
+from . import connect, errors, protocol, tracing, work
 from .protocol import Job, Payload
 from .schedules import AsyncSchedules
 from .work import HeldLeases, Outcome, WorkerStats
@@ -75,13 +76,13 @@ class Queue:
         return f"<aio.Queue {self.name!r} on {self.client!r}>"
 
     async def push(self, payload: Payload, **options: Any) -> int:
-        return await self._execute(protocol.push_command(self.name, payload, **options))
+        return await self._execute(protocol.push_command(self.name, payload, **tracing.traced(options)))
 
     async def push_many(self, payloads: Iterable[Payload], **options: Any) -> list[int]:
         payloads = list(payloads)
         if not payloads:
             return []
-        return await self._execute(protocol.push_many_command(self.name, payloads, **options))
+        return await self._execute(protocol.push_many_command(self.name, payloads, **tracing.traced(options)))
 
     async def claim(self, consumer: str, count: int = 1, lease_ms: int | None = None,
                     block_ms: int | None = None) -> list[Job]:
@@ -255,7 +256,11 @@ class Worker(work.WorkerBase):
         return asyncio.create_task(self._process(leases, call, job))
 
     async def _process(self, leases: HeldLeases, call: Callable[[Job], Awaitable], job: Job) -> Outcome:
-        failure, value = await _call_handler(call, job, leases)
+        with self._spans.process(job) as span:       # the handler's task inherits it as current
+            failure, value = await _call_handler(call, job, leases)
+            return span.ended(await self._settle(leases, job, failure, value), failure)
+
+    async def _settle(self, leases: HeldLeases, job: Job, failure: Exception | None, value: Any) -> Outcome:
         if not leases.release(job):
             return work.lost_while_running(job)
         waits = work.settle_retry_waits(self.lease_ms)
@@ -319,7 +324,8 @@ def _handler_caller(handler: Callable[[Job], Any], concurrency: int) -> Iterator
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(concurrency, thread_name_prefix="leaseq-handler")
     try:
-        yield lambda job: loop.run_in_executor(pool, handler, job)
+        # in a copy of the caller's context, as asyncio.to_thread does: the job's span stays current
+        yield lambda job: loop.run_in_executor(pool, contextvars.copy_context().run, handler, job)
     finally:
         pool.shutdown(wait=False)      # every handler has ended, unless the run was cancelled
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from . import errors, protocol
+from . import errors, protocol, tracing
 from .protocol import Job
 
 logger = logging.getLogger("leaseq.client")
@@ -65,7 +65,7 @@ class WorkerBase:
 
     def __init__(self, queue: Any, handler: Callable[[Job], Any], *, concurrency: int = 1,
                  lease_ms: int = 30_000, consumer: str | None = None, block_ms: int = 1_000,
-                 heartbeat_ms: int | None = None) -> None:
+                 heartbeat_ms: int | None = None, trace_parent: str = "link", tracer_provider: Any = None) -> None:
         check_settings(concurrency, lease_ms, block_ms)
         if heartbeat_ms is not None and heartbeat_ms < 10:
             raise ValueError(f"heartbeat_ms must be at least 10, not {heartbeat_ms}")
@@ -76,6 +76,9 @@ class WorkerBase:
         self.lease_ms = lease_ms
         self.block_ms = block_ms
         self.consumer = consumer or default_consumer()
+        # each job's span, when OpenTelemetry is installed (client/tracing.py)
+        self._spans = tracing.JobSpans(queue.name, self.consumer, getattr(queue, "client", None), failure_text,
+                                       trace_parent=trace_parent, tracer_provider=tracer_provider)
         self._stop_requests = self._new_stop_requests()
         make_room(getattr(queue, "client", None), concurrency)
 

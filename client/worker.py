@@ -48,7 +48,9 @@ class Worker(work.WorkerBase):
     ``job.cancelled``, which a long handler should check.  ``block_ms`` is
     how long an idle claim waits, and so also the longest a stop waits for the claim in
     progress.  ``consumer`` names the worker in QGET (``host:pid`` by
-    default).
+    default).  With OpenTelemetry installed each job runs in a CONSUMER
+    span linked to the producer's (``trace_parent="child"``: its child),
+    from ``tracer_provider`` or the global one (client/tracing.py).
     """
 
     queue: Queue
@@ -125,8 +127,13 @@ class Worker(work.WorkerBase):
     def _process(self, leases: HeldLeases, job: Job) -> Outcome:
         """Run the handler on one job, then ack or nack it, unless its lease
         was lost meanwhile; an ack or nack that meets a passing fault (a
-        restart, a failover) is tried again while the lease may last."""
-        failure, value = self._call_handler(job)
+        restart, a failover) is tried again while the lease may last; all
+        of it in the job's span (client/tracing.py)."""
+        with self._spans.process(job) as span:
+            failure, value = self._call_handler(job)
+            return span.ended(self._settle(leases, job, failure, value), failure)
+
+    def _settle(self, leases: HeldLeases, job: Job, failure: Exception | None, value: Any) -> Outcome:
         if not leases.release(job):
             return work.lost_while_running(job)
         waits = work.settle_retry_waits(self.lease_ms)

@@ -133,6 +133,12 @@ export interface WorkerOptions {
   handleSignals?: boolean;
   /** Where warnings (and info lines) go; null: nowhere.  By default warnings go to stderr. */
   logger?: { info(message: string): void; warn(message: string): void } | null;
+  /** With @opentelemetry/api installed, each job runs in a CONSUMER span "<queue> process":
+   * "link" (the default) starts a trace of its own linked to the producer's span; "child" makes it
+   * the producer's child (docs/node.md, "Tracing"). */
+  traceParent?: "link" | "child";
+  /** The OpenTelemetry TracerProvider the job spans come from (the global one by default). */
+  tracerProvider?: { getTracer(name: string, version?: string): unknown };
 }
 
 export interface WorkerStats {

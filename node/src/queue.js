@@ -6,6 +6,7 @@
 import Redis from "ioredis";
 
 import * as protocol from "./protocol.js";
+import { traced } from "./tracing.js";
 
 export class Queue {
   /**
@@ -38,16 +39,17 @@ export class Queue {
   // -- producing ---------------------------------------------------------------------------
 
   /** Push one job; its id.  Options: priority, delay (ms) or at (ms epoch), key (with keyScope,
-   * replace), maxDeliveries, expire (ms), group, after (parents: Jobs or [queue, id]), onFail. */
+   * replace), maxDeliveries, expire (ms), group, after (parents: Jobs or [queue, id]), onFail, meta
+   * (with the current trace context added when @opentelemetry/api is there: src/tracing.js). */
   async push(payload, options = {}) {
-    return this._call(protocol.pushCommand(this.name, payload, options));
+    return this._call(protocol.pushCommand(this.name, payload, traced(options)));
   }
 
   /** Push several jobs at once, all or none; their ids in order.  keys and groups: one per payload. */
   async pushMany(payloads, options = {}) {
     payloads = [...payloads];
     if (!payloads.length) return [];
-    return this._call(protocol.pushManyCommand(this.name, payloads, options));
+    return this._call(protocol.pushManyCommand(this.name, payloads, traced(options)));
   }
 
   // -- consuming ---------------------------------------------------------------------------

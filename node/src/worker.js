@@ -18,6 +18,7 @@ import { EventEmitter } from "node:events";
 import os from "node:os";
 
 import * as protocol from "./protocol.js";
+import { JobSpans } from "./tracing.js";
 
 /** The reason a handler's signal is aborted when its job is cancelled (QCANCEL). */
 export class JobCancelled extends Error {
@@ -54,7 +55,7 @@ export class Worker extends EventEmitter {
     super();
     const {
       concurrency = 1, leaseMs = 30_000, heartbeatMs, blockMs = 1_000, consumer, closeTimeoutMs = 25_000,
-      handleSignals = false, logger = WARNINGS,
+      handleSignals = false, logger = WARNINGS, traceParent = "link", tracerProvider,
     } = options;
     if (typeof handler !== "function") throw new TypeError("a Worker needs a handler function");
     checkAtLeast("concurrency", concurrency, 1);
@@ -72,6 +73,8 @@ export class Worker extends EventEmitter {
     this.closeTimeoutMs = closeTimeoutMs;
     this.handleSignals = handleSignals;
     this.logger = logger || { info() {}, warn() {} };
+    // each job's span, when @opentelemetry/api is there (src/tracing.js)
+    this._spans = new JobSpans(queue.name, this.consumer, queue.client, protocol.failureText, { traceParent, tracerProvider });
     this._held = new Map();          // lease token -> {job, controller, lost, abandoned, abandon}
     this._running = new Set();       // the promises of jobs being handled, acked or nacked
     this._wakers = [];
@@ -187,16 +190,22 @@ export class Worker extends EventEmitter {
     this._running.add(done);
   }
 
-  async _process(entry, abandoned) {
+  /** One job, handled and acked or nacked in its span; its outcome. */
+  _process(entry, abandoned) {
+    return this._spans.process(entry.job, async (span) => span.ended(...await this._handleAndSettle(entry, abandoned)));
+  }
+
+  /** [the job's outcome, what its handler threw or null]. */
+  async _handleAndSettle(entry, abandoned) {
     const { job, controller } = entry;
     const outcome = await Promise.race([this._callHandler(job, controller.signal), abandoned]);
-    if (entry.abandoned) return ABANDONED;                   // nacked by close()
-    this._held.delete(job.lease);
     const [failure, value] = outcome;
+    if (entry.abandoned) return [ABANDONED, failure];       // nacked by close()
+    this._held.delete(job.lease);
     if (entry.lost) {
       this.logger.warn(`job ${job.id} of ${job.queue}: lease lost while the handler ran; not acked`);
       this.emit("lost", job);
-      return LOST;
+      return [LOST, failure];
     }
     let landed;
     try {
@@ -206,19 +215,19 @@ export class Worker extends EventEmitter {
     } catch (e) {
       this.logger.warn(`job ${job.id} of ${job.queue}: could not ${failure === null ? "ack" : "nack"} it (${e.message}); its lease will run out`);
       this.emit("lost", job);
-      return LOST;
+      return [LOST, failure];
     }
     if (!landed) {
       this.logger.warn(`job ${job.id} of ${job.queue}: the lease was lost before the ${failure === null ? "ack" : "nack"}`);
       this.emit("lost", job);
-      return LOST;
+      return [LOST, failure];
     }
     if (failure === null) {
       this.emit("completed", job, value);
-      return ACKED;
+      return [ACKED, null];
     }
     this.emit("failed", job, failure);
-    return FAILED;
+    return [FAILED, failure];
   }
 
   /** [the error the handler threw, or null; what it returned, as the ack sends it]. */

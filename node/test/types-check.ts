@@ -1,5 +1,6 @@
 // Compiled (not run) by types.test.js: the declarations in src/index.d.ts
 // describe the API as docs/node.md uses it, and refuse what it refuses.
+import { trace } from "@opentelemetry/api";
 import { Job, JobCancelled, LeaseqError, Queue, Worker, type WorkerStats } from "leaseq";
 
 async function main(): Promise<void> {
@@ -28,6 +29,9 @@ async function main(): Promise<void> {
   await queue.push("x", { meta: { n: 1 } });
   // @ts-expect-error: no such option
   new Worker(queue, () => undefined, { concurency: 2 });
+  new Worker(queue, () => undefined, { traceParent: "child", tracerProvider: trace.getTracerProvider() });
+  // @ts-expect-error: a job's span is linked to the producer's or its child, nothing else
+  new Worker(queue, () => undefined, { traceParent: "parent" });
 }
 
 void main;

@@ -23,7 +23,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import CheckedThread, Daemon, qinfo, wait_for
+from harness import CheckedThread, Daemon, qinfo, unique, wait_for
+from leaseq.client import Queue, Worker
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 NODE = Path(__file__).resolve().parents[2] / "node"
 TEST_FILES = sorted(p.name for p in (NODE / "test").glob("*.test.js"))
@@ -221,3 +226,45 @@ def test_bench_workers_says_when_the_node_package_is_not_installed(monkeypatch, 
     with pytest.raises(RuntimeError, match=r"dependencies are not installed: run `npm ci` in"):
         workers.run(200, 1, 50, "memory", None)
 
+
+
+# -- trace context across the two libraries (docs/client.md and docs/node.md, "Tracing") ----------
+
+def _traced(daemon, name: str, mode: str, trace_parent: str = "link"):
+    done = subprocess.run(["node", str(NODE / "test" / "fixtures" / "traced.js"), str(daemon.port), name, mode,
+                           trace_parent], cwd=NODE, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("trace_parent", ["link", "child"])
+def test_a_python_producers_span_reaches_a_node_workers_span(daemon, node_modules, trace_parent):
+    name = unique()
+    provider = TracerProvider()
+    with Queue(daemon.url, name) as queue, provider.get_tracer("shop").start_as_current_span("checkout") as checkout:
+        queue.push("order-7", meta={"tenant": "acme"})
+    producer = checkout.get_span_context()
+    (span,) = _traced(daemon, name, "work", trace_parent)
+    assert (span["name"], span["kind"]) == (f"{name} process", "CONSUMER")
+    assert span["attributes"]["messaging.system"] == "leaseq"
+    ids = [f"{producer.trace_id:032x}", f"{producer.span_id:016x}"]
+    if trace_parent == "link":
+        assert span["links"] == [ids] and span["parentSpanId"] is None and span["traceId"] != ids[0]
+    else:
+        assert [span["traceId"], span["parentSpanId"]] == ids and span["links"] == []
+
+
+def test_a_node_producers_span_reaches_a_python_workers_span(daemon, node_modules):
+    name = unique()
+    producer = _traced(daemon, name, "push")
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    seen = []
+    with Queue(daemon.url, name) as queue:
+        Worker(queue, lambda job: seen.append(job.meta), block_ms=100, tracer_provider=provider).run(
+            burst=True, stop_signals=())
+    (span,) = exporter.get_finished_spans()
+    assert (span.name, span.kind) == (f"{name} process", SpanKind.CONSUMER)
+    assert [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in span.links] == [
+        (producer["traceId"], producer["spanId"])]
+    assert seen[0]["tenant"] == "acme" and producer["spanId"] in seen[0]["traceparent"]
