@@ -5,7 +5,8 @@ dead letters with their errors, the jobs in flight with their progress, the
 next ready jobs, and the log and snapshots, in one HTML page that refreshes
 itself and loads nothing from anywhere else.  Its buttons are forms that
 POST the actions of ``daemon.actions`` (pause, resume, retry, delete,
-cancel), each carrying the viewer's CSRF token.
+cancel), each carrying the viewer's CSRF token; each queue's Search button
+opens its search and bulk actions (``daemon.search``).
 
 Three parts, so that the page can be tested without a socket:
 
