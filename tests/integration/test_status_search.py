@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 import redis
 
-from harness import claim_one, qget, unique
+from harness import Daemon, as_map, claim_one, free_port, qget, unique, wait_for
 from test_status_actions import acl_daemon, csrf_of, ops_client, request
 from test_status_page import Tables
 
@@ -231,3 +231,45 @@ def test_search_slice_must_be_at_least_one(sliced):
     with pytest.raises(redis.ResponseError, match="search-slice"):
         c.config_set("search-slice", 0)
     assert c.config_get("search-slice") == {"search-slice": str(SLICE)}
+
+
+def test_retry_dead_matches_of_a_dead_letter_queue_sends_them_back_to_their_source(sliced):
+    c = ops_client(sliced)
+    q, dlq = unique("src"), unique("dlq")
+    c.execute_command("QCREATE", q, "DEADLETTER", dlq)
+    c.execute_command("QPUSHMANY", q, 6, *[f"mail-{i}" for i in range(6)])
+    for i in range(6):
+        job = claim_one(c, q, "w", "LEASE", 600_000)
+        c.execute_command("QNACK", q, job[b"lease"], "DEAD", "ERROR", "smtp 550" if i % 2 else "smtp 421")
+    assert c.execute_command("QLEN", dlq) == 6 and c.execute_command("QLEN", q) == 0
+    confirmation = confirm(sliced, dlq, "retry", error="smtp 550")[1]
+    assert f"Retry <b>3</b> jobs matching <span class=\"mono\">error smtp 550</span> in" in confirmation
+    status, _, body = act(sliced, confirmation)
+    assert status == 303 and body.startswith(f"Retried 3 of 3 jobs matching error smtp 550 in {dlq} (QREDRIVE, 1 slice)")
+    assert c.execute_command("QLEN", q) == 3 and c.execute_command("QLEN", dlq) == 3
+    back = [as_map(j)[b"payload"] for j in c.execute_command("QPEEK", q, "COUNT", 10)]   # (new ids there)
+    assert sorted(back) == [b"mail-1", b"mail-3", b"mail-5"]
+
+
+def test_a_replica_searches_but_its_bulk_buttons_are_disabled_and_an_action_is_refused(tmp_path):
+    primary = Daemon(str(tmp_path / "primary")).start()
+    port = free_port()
+    replica = Daemon(str(tmp_path / "replica"), "--replicaof", f"127.0.0.1 {primary.port}",
+                     env={"LEASEQ_HTTP_PORT": str(port)}).start()
+    replica.http = port
+    try:
+        primary.client().execute_command("QPUSHMANY", "q", 3, "a1", "a2", "b1")
+        wait_for(lambda: replica.client().execute_command("QLEN", "q") == 3, 20, "the jobs on the replica")
+        assert '<button type="submit" title="Search: q">Search</button>' in request(replica, "/")[2]
+        status, page = search(replica, "q", user=None, match="a*")
+        assert status == 200 and match_count(page) == 2
+        bulk = re.findall(r'<button type="submit" class="danger"[^>]*>', page)
+        assert len(bulk) == 3 and all("disabled" in b and "use the primary" in b for b in bulk), bulk
+        status, confirmation = confirm(replica, "q", "delete", user=None, token=csrf_of(page), match="a*")
+        assert status == 200
+        status, _, body = act(replica, confirmation, user=None)
+        assert (status, body) == (503, "READONLY You can't write against a read only replica. (after 0 jobs deleted)\n")
+        assert primary.client().execute_command("QLEN", "q") == 3
+    finally:
+        replica.kill()
+        primary.kill()
