@@ -409,6 +409,20 @@ def bench_http(seconds, queues, json_path) -> None:
     _bench("http", seconds, queues, json_path)
 
 
+@bench.command("search")
+@click.option("--jobs", type=click.IntRange(1000), default=1_000_000, show_default=True,
+              help="Jobs in the queue searched.")
+@click.option("--count", type=click.IntRange(1, 100_000), default=10_000, show_default=True,
+              help="COUNT of each QSCAN call of the QSCAN loop.")
+@click.option("--slice", "search_slice", type=click.IntRange(1), default=None,
+              help="The daemon's search-slice (default: its own default).")
+@JSON_OPTION
+def bench_search(jobs, count, search_slice, json_path) -> None:
+    """A PING/QLEN client's reply times while the status page searches a queue of a million jobs,
+    a QSCAN MATCH loop walks it and a bulk cancel runs (target: none over 50 ms)."""
+    _bench("search", jobs, count, search_slice, json_path)
+
+
 @bench.command("flow")
 @click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
 @click.option("--n", type=click.IntRange(1), default=50, show_default=True, help="Jobs a window may hand out.")

@@ -19,6 +19,7 @@ from . import errors
 from .acl import require_queue
 from .args import OptionReader, in_range, queue_name, to_int
 from .claims import optional_items
+from .glob import compile_glob
 from .queues import get_or_create, lookup
 from .replies import Map
 
@@ -105,28 +106,90 @@ def qpeek(client, args):
     return [inspect_reply(job) for job in q.ready_head(count)]
 
 
+MAX_PATTERN = 1024          # bytes of a MATCH, META or ERROR glob
+
+
+class JobFilter:
+    """QSCAN's filters (docs/commands.md): ``state``, and globs on the
+    payload (MATCH), on one META field's value (META field glob: a job
+    without that field does not match) and on ``last_error`` (ERROR: a job
+    with no error does not match).  Every filter given must hold.  The
+    status page's search (daemon/search.py) reads jobs with the same one."""
+
+    __slots__ = ("error", "keep", "match", "meta", "state")
+
+    def __init__(self, state: bytes | None = None, match: bytes | None = None,
+                 meta: tuple[bytes, bytes] | None = None, error: bytes | None = None) -> None:
+        for pattern in (match, error, meta[1] if meta else None):
+            if pattern is not None and len(pattern) > MAX_PATTERN:
+                raise errors.PATTERN_TOO_LONG
+        self.state, self.match, self.meta, self.error = state, match, meta, error
+        self.keep = self._predicate()
+
+    def _predicate(self):
+        """One function of a job, or None when no glob is given (state is
+        checked apart, as it is the cheapest)."""
+        tests = []
+        if self.match is not None:
+            payload_ok = compile_glob(self.match)
+            tests.append(lambda job: payload_ok(job.payload))
+        if self.meta is not None:
+            field, value_ok = self.meta[0], compile_glob(self.meta[1])
+
+            def meta_ok(job):
+                for name, value in job.meta or ():
+                    if name == field:
+                        return value_ok(value)
+                return False
+            tests.append(meta_ok)
+        if self.error is not None:
+            error_ok = compile_glob(self.error)
+            tests.append(lambda job: job.last_error is not None and error_ok(job.last_error))
+        if not tests:
+            return None
+        if len(tests) == 1:
+            return tests[0]
+        return lambda job: all(test(job) for test in tests)
+
+    def __call__(self, job: Job) -> bool:
+        return (self.state is None or job.state is self.state) and (self.keep is None or self.keep(job))
+
+
+def parse_state(name: bytes) -> bytes:
+    state = STATES.get(name.lower())
+    if state is None:
+        raise errors.BAD_STATE
+    return state
+
+
 def qscan(client, args):
     """SCAN style: cursor 0 starts and ends; jobs are visited in ascending id
     order and the cursor is the last id looked at, so a job present for the
-    whole scan is returned exactly once."""
+    whole scan is returned exactly once.  COUNT bounds the jobs looked at,
+    not the matches: with filters a call may return fewer jobs, or none,
+    and a cursor to go on from, as Redis's SCAN MATCH does."""
     q = _queue(client, args)
     cursor = to_int(args[2])
     if cursor < 0:
         raise errors.INVALID_CURSOR
-    count, state = 10, None
+    count, state, match, meta, error = 10, None, None, None, None
     r = OptionReader(args, 3)
     for kw in r:
         r.once(kw)
         if kw == b"COUNT":
             count = r.int_in("COUNT", 1, 100_000)
         elif kw == b"STATE":
-            name = r.value().lower()
-            if name not in STATES:
-                raise errors.BAD_STATE
-            state = STATES[name]
+            state = parse_state(r.value())
+        elif kw == b"MATCH":
+            match = r.value()
+        elif kw == b"META":
+            meta = (r.value(), r.value())
+        elif kw == b"ERROR":
+            error = r.value()
         else:
             r.unknown()
-    nxt, jobs = queries.scan(q, cursor, count, state)
+    keep = JobFilter(match=match, meta=meta, error=error).keep
+    nxt, jobs = queries.scan(q, cursor, count, state, keep)
     return [str(nxt).encode(), [inspect_reply(j, client.server.store) for j in jobs]]
 
 
@@ -167,7 +230,9 @@ def qpurge(client, args):
 def qredrive(client, args):
     """The dead jobs of the queue back to ready (deliveries 0); and, on a
     dead-letter queue, its ready jobs back to their source queues.  ``ID
-    id``: only that job (the status page's retry of one dead letter)."""
+    id [id ...]``: only those jobs (the status page's retry of one dead
+    letter, and of a search's matches, a slice at a time); ``ID`` takes
+    every argument after it."""
     server = client.server
     q = _queue(client, args)
     limit = only = None
@@ -177,7 +242,9 @@ def qredrive(client, args):
         if kw == b"COUNT" and only is None:
             limit = r.int_in("COUNT", 1, 1 << 62)
         elif kw == b"ID" and limit is None:
-            only = in_range(r.value(), "id", 0, ID_MAX)
+            only = [in_range(a, "id", 0, ID_MAX) for a in r.rest()]
+            if not only:
+                raise errors.SYNTAX
         else:
             r.unknown()
     store = server.store
@@ -185,10 +252,13 @@ def qredrive(client, args):
     by_source: dict[bytes, list] = {}
     if only is not None:
         server.store.fold(q, now)
-        job = q.jobs.get(only)
-        dead = [job] if job is not None and job.state is DEAD else []
-        if job is not None and job.state is READY and job.origin is not None:
-            by_source[job.origin.source] = [job]
+        dead = []
+        for jid in sorted(set(only)):
+            job = q.jobs.get(jid)
+            if job is not None and job.state is DEAD:
+                dead.append(job)
+            elif job is not None and job.state is READY and job.origin is not None:
+                by_source.setdefault(job.origin.source, []).append(job)
         left = 0
     else:
         dead = [q.jobs[jid] for _, jid in q.indexes.dead][:limit]

@@ -339,11 +339,16 @@ _COMMANDS = [
              "result_until; else nil"),
     _c("qpeek", inspect.qpeek, -2, "readonly", "inspect", "The next ready jobs in claim order, not leased",
        (QUEUE, opt("COUNT", "n")), "O(M log N)", reply="array of job maps (COUNT default 1, max 1000)"),
-    _c("qscan", inspect.qscan, -3, "readonly", "inspect", "Iterate over every job, SCAN style",
-       (QUEUE, Arg("cursor", "integer"), opt("STATE", "state", "string"), opt("COUNT", "n")), "O(COUNT)",
+    _c("qscan", inspect.qscan, -3, "readonly", "inspect", "Iterate over every job, SCAN style, with filters",
+       (QUEUE, Arg("cursor", "integer"), opt("STATE", "state", "string"), opt("MATCH", "glob", "string"),
+        Arg("meta", "block", token="META", optional=True, args=(Arg("field"), Arg("glob"))),
+        opt("ERROR", "glob", "string"), opt("COUNT", "n")), "O(COUNT)",
        reply="[next cursor, [job map ...]]; cursor 0 starts and ends the scan",
        notes="Every job present for the whole scan is returned exactly once; COUNT (default 10) is how many "
-             "jobs are looked at per call."),
+             "jobs are looked at per call, so with filters a call may return fewer jobs, or none, with a "
+             "cursor to go on from. MATCH is a glob (as KEYS's) on the payload, META field glob on that META "
+             "field (a job without it does not match), ERROR glob on last_error (a job with none does not "
+             "match); every filter given must hold, options in any order; a glob is at most 1024 bytes."),
     _c("qdel", inspect.qdel, -3, "write", "inspect", "Remove jobs by id, whatever their state",
        (QUEUE, Arg("id", "integer", multiple=True)), "O(M log N)",
        reply="integer: jobs removed (their leases become stale)"),
@@ -355,9 +360,11 @@ _COMMANDS = [
     _c("qredrive", inspect.qredrive, -2, "write", "inspect",
        "Dead jobs back to ready; a dead-letter queue's jobs back to their source queues",
        (QUEUE, Arg("which", "oneof", optional=True, args=(Arg("n", "integer", token="COUNT"),
-                                                          Arg("id", "integer", token="ID")))), "O(M log N)",
+                                                          Arg("id", "integer", token="ID", multiple=True)))),
+       "O(M log N)",
        reply="integer: jobs moved (deliveries reset to 0)",
-       notes="Without COUNT or ID, all of them; ID moves only that job (0 if it is not a dead letter)."),
+       notes="Without COUNT or ID, all of them; ID moves only the jobs named (every argument after ID is an "
+             "id; those that are not dead letters count nothing)."),
     # -- Redis's keyspace commands, for the tools that walk it -------------------------------------
     _c("scan", keyspace.scan, -2, "readonly", "keyspace", "Iterate over queue names, as Redis's SCAN iterates keys",
        (Arg("cursor", "integer"), opt("MATCH", "pattern", "string"), opt("COUNT", "count"),

@@ -52,6 +52,8 @@ class Settings:
     http_port: int = _s(0, "int", "HTTP port for the status page, /healthz, /readyz and /metrics (0 = none)",
                         mutable=False)
     http_bind: str = _s("127.0.0.1", "str", "address the HTTP listener binds to", mutable=False)
+    search_slice: int = _s(5000, "int", "jobs the status page's search and bulk actions look at (or act on) per "
+                                        "turn of the event loop before other clients get theirs (at least 1)")
     dir: str = _s("./data", "str", "data directory (log segments and snapshots); created if missing", mutable=False)
     loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
     requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
@@ -199,6 +201,7 @@ def file_text(name: str, value) -> str:
 
 
 _PORTS = ("port", "tls-port", "http-port", "replica-announce-port")
+_AT_LEAST_ONE = ("search-slice",)
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
 
@@ -226,7 +229,7 @@ def parse_value(name: str, text: str):
             v = int(t)
         except ValueError:
             raise ConfigError(f"'{name}' must be an integer, not '{text}'") from None
-        if v < 0 or (name in _PORTS and v > 65535):
+        if v < 0 or (name in _PORTS and v > 65535) or (name in _AT_LEAST_ONE and v < 1):
             raise ConfigError(f"'{name}' is out of range: {v}")
         return v
     if kind == "bytes":

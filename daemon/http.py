@@ -14,6 +14,8 @@ metrics and a status page on the daemon's own event loop.
 ``GET /api/queues/<q>``  one queue's QINFO, JSON (what an autoscaler such as
                   KEDA's ``metrics-api`` scaler reads, e.g. ``ready``);
                   404 with ``{"error": ...}`` for a queue that is not there.
+``GET /search?queue=q&...``  a queue's search, ``POST /search/confirm`` and
+                  ``POST /search/act`` its bulk actions (``daemon.search``).
 ``POST /action/<name>``  one of the status page's actions (``daemon.actions``:
                   who may, the CSRF token, the command it runs); success
                   answers 303 back to the page with a sentence to show, a
@@ -44,12 +46,14 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes
 from leaseq.commands.queues import info_items
 
 from .actions import MAX_FORM, Access, HttpError, run_action
+from .search import SearchPages
 from .status import RateSamples, read_status, refusal_page, render
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 8192
 PATHS = (b"/", b"/healthz", b"/readyz", b"/metrics")
+SEARCH_PATHS = (b"/search", b"/search/confirm", b"/search/act")
 API = b"/api/queues"
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
@@ -61,6 +65,7 @@ class HttpListener:
         self.server = server
         self.rates = RateSamples()          # what the status page's rates are computed from
         self.access = Access(server)        # who may look and act, and the forms' CSRF tokens
+        self.search = SearchPages(server, self.access)  # a queue's search and bulk actions, and their plans
         self._listener = None
         self._sampling: asyncio.Task | None = None
 
@@ -98,6 +103,8 @@ class HttpListener:
                 status, ctype, body = BAD_REQUEST
             elif request[0] == b"POST" and request[1].startswith(b"/action/"):
                 status, ctype, body, extra = await self._action(request[1], headers, reader, host)
+            elif request[1] in SEARCH_PATHS:
+                status, ctype, body, extra = await self._search(request, headers, reader, host)
             elif request[1] == API or request[1].startswith(API + b"/"):
                 status, ctype, body = await self.api(request[0], request[1], headers)
             else:
@@ -130,17 +137,26 @@ class HttpListener:
 
     async def _action(self, target: bytes, headers: dict, reader: asyncio.StreamReader, host: str | None) -> tuple:
         """POST /action/<name>: read the form, run the action; 303 back to the page."""
-        try:
-            length = int(headers.get(b"content-length", b"0"))
-        except ValueError:
-            raise HttpError("400 Bad Request", "Content-Length is not a number") from None
-        if not 0 <= length <= MAX_FORM:
-            raise HttpError("413 Content Too Large", f"a form is at most {MAX_FORM} bytes")
-        body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
+        body = await _form_body(headers, reader)
         name = target[len(b"/action/"):].decode(errors="replace")
         done = await run_action(self.server, self.access, name, headers, body, host)
         return ("303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(),
                 (("Location", "/?done=" + quote(done)),))
+
+    async def _search(self, request: tuple, headers: dict, reader: asyncio.StreamReader, host: str | None) -> tuple:
+        """GET /search, POST /search/confirm, POST /search/act (``daemon.search``)."""
+        method, target, query = request
+        if target == b"/search":
+            if method not in (b"GET", b"HEAD"):
+                return "405 Method Not Allowed", "text/plain", b"only GET\n", ()
+            return "200 OK", HTML, await self.search.get(headers, query), ()
+        if method != b"POST":
+            return "405 Method Not Allowed", "text/plain", b"a bulk action is a POST (a button of the search)\n", ()
+        body = await _form_body(headers, reader)
+        if target == b"/search/confirm":
+            return "200 OK", HTML, await self.search.confirm(headers, body, host), ()
+        location, done = await self.search.run(headers, body, host)
+        return "303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(), (("Location", location),)
 
     async def api(self, method: bytes, target: bytes, headers: dict) -> tuple:
         """GET /api/queues[/<q>]: QINFO as JSON, for whoever may see the page."""
@@ -209,6 +225,17 @@ class HttpListener:
         await self.server.disk.until_rebuilt()
         families = list(self.server.metrics.collect())
         return await asyncio.get_running_loop().run_in_executor(None, generate_latest, _Collected(families))
+
+
+async def _form_body(headers: dict, reader: asyncio.StreamReader) -> bytes:
+    """The body of a POSTed form, at most ``MAX_FORM`` bytes."""
+    try:
+        length = int(headers.get(b"content-length", b"0"))
+    except ValueError:
+        raise HttpError("400 Bad Request", "Content-Length is not a number") from None
+    if not 0 <= length <= MAX_FORM:
+        raise HttpError("413 Content Too Large", f"a form is at most {MAX_FORM} bytes")
+    return await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
 
 
 def _info(server, q) -> dict:

@@ -5,7 +5,8 @@ dead letters with their errors, the jobs in flight with their progress, the
 next ready jobs, and the log and snapshots, in one HTML page that refreshes
 itself and loads nothing from anywhere else.  Its buttons are forms that
 POST the actions of ``daemon.actions`` (pause, resume, retry, delete,
-cancel), each carrying the viewer's CSRF token.
+cancel), each carrying the viewer's CSRF token; each queue's Search button
+opens its search and bulk actions (``daemon.search``).
 
 Three parts, so that the page can be tested without a socket:
 
@@ -427,11 +428,19 @@ def _queue_tr(row: QueueRow, status: Status) -> str:
     if row.dead_letters:
         acts += (_form("redrive", "Retry dead", row.name, status)
                  + _form("purge-dead", "Delete dead", row.name, status, danger=True))
+    acts += _search_link(row.name)
     return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
             f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
             f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td>'
             f'<td class="flow{" held" if "throttled" in row.flow or "paused" in row.flow else ""}">'
             f'{_esc(row.flow) or "–"}</td><td class="acts">{acts}</td></tr>')
+
+
+def _search_link(queue: str) -> str:
+    """The way to the queue's search and bulk actions (daemon/search.py):
+    a GET form, so that the page links to nothing but its own server."""
+    return (f'<form class="act" method="get" action="/search"><input type="hidden" name="queue" value="{_esc(queue)}">'
+            f'<button type="submit" title="{_esc("Search: " + queue)}">Search</button></form>')
 
 
 def _form(action: str, label: str, queue: str, status: Status, jid: int | None = None, danger: bool = False) -> str:

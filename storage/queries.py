@@ -67,12 +67,16 @@ def duplicate_of(q: Queue, key: bytes, scope: bytes) -> Job | None:
     return None
 
 
-def scan(q: Queue, cursor: int, count: int, state: bytes | None) -> tuple[int, list[Job]]:
+def scan(q: Queue, cursor: int, count: int, state: bytes | None = None, keep=None) -> tuple[int, list[Job]]:
     """Jobs with id > ``cursor`` in ascending id order, at most ``count``
-    looked at; returns (next cursor, jobs), next cursor 0 at the end."""
+    looked at, those in ``state`` (any when None) that ``keep(job)`` is
+    true of (all when ``keep`` is None: QSCAN's MATCH, META and ERROR);
+    returns (next cursor, jobs), next cursor 0 at the end."""
     cursor, jobs = q.jobs.scan(cursor, count)
     if state is not None:
         jobs = [job for job in jobs if job.state is state]
+    if keep is not None:
+        jobs = list(filter(keep, jobs))
     return cursor, jobs
 
 

@@ -1,0 +1,19 @@
+"""`leaseq bench search` at its smallest: it runs, prints its figures and
+writes its JSON (the figures are a benchmark's, never checked here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_bench import run_bench
+
+
+@pytest.mark.timeout(120)
+def test_bench_search_runs_and_reports(tmp_path):
+    data = run_bench(tmp_path, "search", "--jobs", "20000", "--slice", "1000", figures=(
+        "leaseq bench search: 20,000 jobs", "search: payload glob: probe p50 / p99 / max",
+        "bulk cancel: action: probe p50 / p99 / max", "probe worst reply, all phases but idle"))
+    assert data["settings"] == {"jobs": 20000, "qscan_count": 10000, "search_slice": 1000}
+    assert data["search_matches"] == 2220 and data["cancel_asked"] == 10000   # the second push of 10,000: customer c1
+    assert data["cancel_done"].startswith("Cancelled 10,000 of 10,000 jobs")
+    assert all(p["replies"] > 0 for p in data["phases"].values())
