@@ -29,6 +29,10 @@ they survive a crash of the process), and are fsynced within
 A journal without a log (``Journal(None)``) drops every record: that is how
 recovery replays the log through the live transitions without writing it
 again.
+
+A journal with a ``history`` (storage/history.py) shows it every job record
+it keeps, in every flavour (the compiled twins hand their records here too):
+that is where a queue's minutes are counted, once.
 """
 
 from __future__ import annotations
@@ -59,9 +63,10 @@ class _NoLog:
 
 
 class Journal:
-    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth")
+    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth",
+                 "history")
 
-    def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
+    def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False, history=None) -> None:
         if log is not None and not isinstance(log, LogBuffer):      # (the compiled lane relies on it)
             raise TypeError(f"a journal's log is a LogBuffer or None, not {type(log).__name__}")
         self.log = log
@@ -75,6 +80,7 @@ class Journal:
         self._txn: list | None = None       # records of the open transaction
         self._txn_sync = False
         self._txn_depth = 0
+        self.history = history if log is not None else None    # storage.history.History, or None: off
 
     # -- what transitions call -------------------------------------------------------------
 
@@ -88,6 +94,8 @@ class Journal:
         (``LogBuffer.append``; inside a transaction it is ignored)."""
         if self.log is None or q.durability is MEMORY:
             return
+        if self.history is not None:
+            self.history.seen(q, rtype, body)
         self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync), blind_until)
 
     def note_record(self, q: Queue, rtype: int, body: bytes) -> None:
@@ -95,6 +103,8 @@ class Journal:
         is a memory queue, never fsync-waited."""
         if self.log is None or q.durability is MEMORY:
             return
+        if self.history is not None:
+            self.history.seen(q, rtype, body)
         self._emit(rtype, body, False)
 
     def meta_record(self, rtype: int, body: bytes) -> None:
