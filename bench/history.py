@@ -75,7 +75,8 @@ def fill(c, queues: list[str], minutes: int, seed: int = 1, payload: bytes = b"x
         for round_ in range(2):
             # the first round takes half the new jobs; the second the rest and a few older (nacked, expired)
             wants = {q: pushes[q] // 2 if round_ == 0 else
-                     min(pushes[q] - pushes[q] // 2 + 3, int(levels[q][0] * 1.6) - pushes[q] // 2) for q in queues}
+                     max(0, min(pushes[q] - pushes[q] // 2 + 3, int(levels[q][0] * 1.6) - pushes[q] // 2))
+                     for q in queues}
             asked = [q for q in queues if wants[q]]
             pipe = c.pipeline(transaction=False)
             for q in asked:

@@ -83,8 +83,8 @@ _ID1 = _ID.unpack_from
 _U16_AT = struct.Struct("<H").unpack_from
 _B_AT = struct.Struct("<B").unpack_from
 
-PUSH, CLAIM, ACK, NACK, DEAD, CANCEL, EXPIRE, FIRE = (records.PUSH, records.CLAIM, records.ACK, records.NACK,
-                                                      records.DEAD, records.CANCEL, records.EXPIRE, records.FIRE)
+CLAIM, ACK, NACK, DEAD, CANCEL, EXPIRE = (records.CLAIM, records.ACK, records.NACK, records.DEAD, records.CANCEL,
+                                         records.EXPIRE)
 _INFLIGHT_CAP = 1 << 20           # claim times kept per queue (jobs in flight); beyond, runs go uncounted
 
 
@@ -139,31 +139,63 @@ class Histogram:
         return tuple(out)
 
 
+COUNTERS = ("pushed", "acked", "nacked", "dead_lettered", "lease_expired")
+SAMPLES_A_MINUTE = 4096
+
+
+def counters_of(q) -> tuple:
+    c = q.counters
+    return (c.pushed, c.acked, c.nacked, c.dead_lettered, c.lease_expired)
+
+
 class Track:
-    """One queue's open minute: its counts and histograms, and the claim time
-    of each job in flight (for its run time at the ack)."""
+    """One queue's open minute: the queue's counters when it opened, the
+    claims and cancels counted from records, the histograms, which claim
+    records to sample, and the claim time of each sampled job in flight."""
 
-    __slots__ = ("claimed_at", "counts", "run", "wait")
+    __slots__ = ("base", "cancelled", "claimed", "claimed_at", "claims_then", "countdown", "queue", "run", "stride",
+                 "wait")
 
-    def __init__(self) -> None:
-        self.counts = [0] * COUNTS
+    def __init__(self, q, base: tuple = (0,) * len(COUNTERS)) -> None:
+        self.queue = q
+        self.base = base                 # q.counters' COUNTERS when the minute opened
+        self.claimed = 0
+        self.cancelled = 0
         self.wait = Histogram()
         self.run = Histogram()
         self.claimed_at: dict[int, int] = {}
+        self.stride = 1                  # one claim record in ``stride`` is looked at for wait and run
+        self.countdown = 1
+        self.claims_then = 0             # ``claimed`` at the last tick (for the stride)
 
     def row(self, q) -> tuple[int, ...]:
         ready = in_flight = 0
+        counts = [0] * len(COUNTERS)
         if q is not None:
             ready, in_flight = len(q.indexes.ready), len(q.indexes.leases)
-        return tuple(min(c, U32) for c in self.counts) + self.wait.percentiles() + self.run.percentiles() + (
-            min(ready, U32), min(in_flight, U32))
+            if q is self.queue:
+                counts = [max(0, v - b) for v, b in zip(counters_of(q), self.base)]
+        pushed, acked, nacked, dead, expired = counts
+        return tuple(min(c, U32) for c in (pushed, self.claimed, acked, nacked, dead, self.cancelled, expired)) + (
+            self.wait.percentiles() + self.run.percentiles() + (min(ready, U32), min(in_flight, U32)))
 
-    def restart(self) -> None:
-        self.counts = [0] * COUNTS
+    def restart(self, q) -> None:
+        """The next minute: counts from here on."""
+        self.queue = q
+        self.base = counters_of(q)
+        self.claimed = self.cancelled = self.claims_then = 0
         if self.wait.n:
             self.wait = Histogram()
         if self.run.n:
             self.run = Histogram()
+
+    def pace(self) -> None:
+        """Every second: sample about ``SAMPLES_A_MINUTE`` claim records a
+        minute at the rate of the last second."""
+        per_second = self.claimed - self.claims_then
+        self.claims_then = self.claimed
+        self.stride = max(1, per_second * 60 // SAMPLES_A_MINUTE)
+        self.countdown = min(self.countdown, self.stride)
 
 
 class Series:
@@ -260,22 +292,22 @@ class History:
     def seen(self, q, rtype: int, body: bytes) -> None:
         t = self.tracks.get(q.name)
         if t is None:
-            t = self.tracks[q.name] = Track()
-        if rtype == PUSH:
-            t.counts[0] += _U32_AT(body, 12)[0]
-        elif rtype == FIRE:
-            t.counts[0] += _U32_AT(body, 26 + _U16_AT(body, 24)[0])[0]
-        elif rtype == CLAIM:
-            ts = _TS_AT(body, 4)[0]
+            t = self.tracks[q.name] = Track(q)
+        if rtype == CLAIM:
             n = _U32_AT(body, 28)[0]
+            t.claimed += n
+            t.countdown -= 1
+            if t.countdown:
+                return          # (a sampled job is claimed again only after a NACK, EXPIRE or DEAD dropped it)
+            t.countdown = t.stride
+            ts = _TS_AT(body, 4)[0]
             at = 34 + _U16_AT(body, 32)[0]
             ids = _ids(body, at, n)
-            t.counts[1] += n
             at += 8 * n
-            firsts = _ids_u32(body, at, n) if len(body) >= at + 4 * n else (1,) * n
+            deliveries = _ids_u32(body, at, n) if len(body) >= at + 4 * n else (1,) * n
             claimed_at = t.claimed_at
             jobs = q.jobs
-            for jid, d in zip(ids, firsts):
+            for jid, d in zip(ids, deliveries):
                 if d == 1:
                     job = jobs.get(jid)
                     if job is not None:
@@ -283,34 +315,31 @@ class History:
                 if len(claimed_at) < _INFLIGHT_CAP:
                     claimed_at[jid] = ts
         elif rtype == ACK:
-            ts = _TS_AT(body, 4)[0]
-            n = _U32_AT(body, 12)[0]
-            t.counts[2] += n
+            if not t.claimed_at:
+                return
             pop = t.claimed_at.pop
-            for jid in _ids(body, 16, n):
+            if len(body) == 24:                  # one job: the common case
+                at = pop(_ID1(body, 16)[0], None)
+                if at is not None:
+                    t.run.add(_TS_AT(body, 4)[0] - at)
+                return
+            ts = _TS_AT(body, 4)[0]
+            for jid in _ids(body, 16, _U32_AT(body, 12)[0]):
                 at = pop(jid, None)
                 if at is not None:
                     t.run.add(ts - at)
-        elif rtype == NACK:
-            flags = _B_AT(body, 20)[0]
-            n = _U32_AT(body, 21)[0]
-            if not flags & 2:
-                t.counts[3] += n
-            self._ended(t, body, 29 + _U32_AT(body, 25)[0], n)
-        elif rtype == DEAD:
-            n = _U32_AT(body, 17)[0]
-            t.counts[4] += n
-            pop = t.claimed_at.pop
-            for k in range(n):
-                pop(_ID1(body, 21 + 16 * k)[0], None)
         elif rtype == CANCEL:
             n = _U32_AT(body, 12)[0]
-            t.counts[5] += n
+            t.cancelled += n
             self._ended(t, body, 16, n)
+        elif rtype == NACK:
+            self._ended(t, body, 29 + _U32_AT(body, 25)[0], _U32_AT(body, 21)[0])
         elif rtype == EXPIRE:
-            n = _U32_AT(body, 12)[0]
-            t.counts[6] += n
-            self._ended(t, body, 16, n)
+            self._ended(t, body, 16, _U32_AT(body, 12)[0])
+        elif rtype == DEAD and t.claimed_at:
+            pop = t.claimed_at.pop
+            for k in range(_U32_AT(body, 17)[0]):
+                pop(_ID1(body, 21 + 16 * k)[0], None)
 
     @staticmethod
     def _ended(t: Track, body: bytes, at: int, n: int) -> None:
@@ -322,36 +351,52 @@ class History:
     # -- minutes ---------------------------------------------------------------------------------
 
     def tick(self, store, now: int) -> None:
-        """Close the open minute once ``now`` is past it (every second, and
-        when DEBUG moves the clock)."""
+        """Every second, and when DEBUG moves the clock: close the open
+        minute once ``now`` is past it, and pace the sampling."""
         minute = now - now % MINUTE
         if minute == self.minute:
+            for t in self.tracks.values():
+                t.pace()
             return
-        if self.hours <= 0:
-            self.minute = minute
-            self.tracks.clear()
+        if self.hours <= 0:                  # off: nothing counted, nothing kept
+            if self.minute is not None or self.series:
+                self.minute = None
+                self.tracks.clear()
+                self.prune(now)
             return
-        if self.minute is not None:
+        if self.minute is None:              # the first minute: counters count from now
+            self.rebase(store)
+        else:
             self.close_minute(store)
         self.minute = minute
         self.prune(now)
+
+    def rebase(self, store) -> None:
+        """The queues' counters as they stand start the open minute (at
+        start, and for a store rebuilt after a disk fault, whose counters
+        are what its replay counted)."""
+        for name, q in store.queues.items():
+            t = self.tracks.get(name)
+            if t is None:
+                self.tracks[name] = Track(q, counters_of(q))
+            else:
+                t.queue, t.base = q, counters_of(q)
 
     def close_minute(self, store) -> None:
         """Write the open minute's row of every queue (what a stop calls too)."""
         if self.minute is None or self.hours <= 0:
             return
         minute, queues, out = self.minute, store.queues, []
-        names = set(self.tracks) | set(queues)
-        for name in sorted(names):
+        for name in sorted(set(self.tracks) | set(queues)):
             q = queues.get(name)
             t = self.tracks.get(name)
-            if t is None:                        # nothing logged this minute (or a memory queue)
-                t = Track()
+            if t is None:                        # made this minute: its counters are this minute's
+                t = self.tracks[name] = Track(q)
             row = t.row(q)
             if q is None:
                 del self.tracks[name]            # dropped: its last minute is kept
             else:
-                t.restart()
+                t.restart(q)
                 if len(t.claimed_at) > 2 * len(q.indexes.leases) + 1024:   # jobs gone by DEL, QDROP ...
                     jobs = q.jobs
                     t.claimed_at = {j: at for j, at in t.claimed_at.items() if j in jobs}

@@ -31,8 +31,9 @@ recovery replays the log through the live transitions without writing it
 again.
 
 A journal with a ``history`` (storage/history.py) shows it every job record
-it keeps, in every flavour (the compiled twins hand their records here too):
-that is where a queue's minutes are counted, once.
+it keeps but pushes, in every flavour (the compiled twins hand their records
+here too): claims, cancels and the wait and run times are counted there,
+once.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from . import records
 from .config import FSYNC, MEMORY
 from .queue import Queue
 from .logbuffer import LogBuffer, Ticket
+
+
+_PUSH = records.PUSH
 
 
 class _NoLog:
@@ -94,7 +98,7 @@ class Journal:
         (``LogBuffer.append``; inside a transaction it is ignored)."""
         if self.log is None or q.durability is MEMORY:
             return
-        if self.history is not None:
+        if self.history is not None and rtype != _PUSH:      # (pushes: the history reads the queue's counter)
             self.history.seen(q, rtype, body)
         self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync), blind_until)
 
