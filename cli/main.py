@@ -411,8 +411,8 @@ def bench_http(seconds, queues, json_path) -> None:
 
 @bench.command("history")
 @click.option("--rate", type=click.IntRange(1), default=5000, show_default=True, help="Single QPUSHes a second.")
-@click.option("--seconds", type=click.FloatRange(1), default=8, show_default=True, help="Length of each CPU run.")
-@click.option("--rounds", type=click.IntRange(1), default=3, show_default=True,
+@click.option("--seconds", type=click.FloatRange(1), default=4, show_default=True, help="Length of each CPU run.")
+@click.option("--rounds", type=click.IntRange(1), default=10, show_default=True,
               help="CPU runs each way, history on and off alternating.")
 @click.option("--hours", type=click.IntRange(1), default=72, show_default=True, help="Hours of minutes filled.")
 @click.option("--queues", type=click.IntRange(1), default=20, show_default=True, help="Queues filled and charted.")

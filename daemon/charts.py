@@ -253,7 +253,7 @@ def _chart(title: str, charts: Charts, lines, fmt) -> str:
                 parts.append(_polyline(run, css))
                 run = []
                 continue
-            run.append(f"{LEFT + k * step:.1f},{TOP + ph - (v / top) * ph:.1f}")
+            run.append(f"{LEFT + k * step:.0f},{TOP + ph - (v / top) * ph:.0f}")
         parts.append(_polyline(run, css))
     parts.append("</svg></figure>")
     return "".join(parts)
@@ -281,14 +281,11 @@ def _summary(lines, fmt) -> str:
 
 
 def _nice(v: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 x 10^k at or above ``v`` (1 for nothing)."""
-    if v <= 0:
-        return 1
+    """The smallest of 1, 2, 2.5, 5 x 10^k (k >= 0) at or above ``v``: a
+    chart's top (its values are whole counts and ms)."""
     scale = 1
     while scale * 10 < v:
         scale *= 10
-    while scale > v * 10:
-        scale /= 10
     for m in (1, 2, 2.5, 5, 10):
         if m * scale >= v:
             return m * scale

@@ -135,6 +135,7 @@ class Server:
         if store is not None:
             self._serve(store)
             self.alarm.attach(store)
+            self.datadir.history.rebase(store)   # its counters are what its replay counted
         if wal is not None:
             self._write_to(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)

@@ -1,39 +1,54 @@
 """A queue's history, minute by minute: what QHISTORY, ``GET
 /api/queues/<q>/history`` and the status page's charts show.
 
-Where it is counted.  Every change of a job that the log keeps passes
-through ``Journal.job_record`` or ``Journal.note_record`` (storage/journal.py)
-as its record: the Python transitions and their compiled twins
-(storage/_plain.pyx, daemon/_lane.pyx) alike hand their records there.  A
-journal with a history calls ``History.seen(q, type, body)`` for each, after
-the journal's own test that the record is kept at all.  So one line counts
-every flavour, and recovery (whose journal has no log) counts nothing twice.
-A memory queue's job records are never kept, so its minutes hold its depth
-only.  From the records:
+Where it is counted.  Two sources, each seen by every flavour (the pure
+transitions and their compiled twins, storage/_plain.pyx and
+daemon/_lane.pyx, alike):
+
+* the queue's own counters (``Queue.counters``, which QINFO and /metrics
+  show and both flavours keep): a minute's pushed, acked, nacked, dead and
+  expired are how much each rose during it.  A push costs the history
+  nothing.
+* the job records the journal keeps: ``Journal.job_record`` and
+  ``note_record`` (storage/journal.py) call ``History.seen(q, type, body)``
+  for each, pushes excepted, after the journal's own test that the record
+  is kept at all (so recovery, whose journal has no log, counts nothing,
+  and a memory queue, whose job records are never kept, has counts and
+  depth but no claims, cancels, waits or runs).
 
 =========  ================================================================
 field      counted from
 =========  ================================================================
-pushed     PUSH and FIRE (a schedule's jobs): their job counts
-claimed    CLAIM (its job count)
-acked      ACK
-nacked     NACK, except leases let go because their connection closed
-dead       DEAD (any reason: max deliveries, QNACK DEAD, EXPIRE, a parent)
-cancelled  CANCEL
-expired    EXPIRE: leases that ran out
-wait_p*    CLAIM of a job's first delivery: the claim's time minus the
-           job's push time (``enqueued_at``), in ms
-run_p*     ACK: the ack's time minus the time of the claim that leased it
+pushed     ``counters.pushed``: QPUSH, QPUSHMANY, a schedule's jobs
+claimed    CLAIM records: their job counts
+acked      ``counters.acked``
+nacked     ``counters.nacked``: QNACK (with DEAD too); not the leases let go
+           because their connection closed
+dead       ``counters.dead_lettered``: any reason (max deliveries, QNACK
+           DEAD, EXPIRE, a parent)
+cancelled  CANCEL records
+expired    ``counters.lease_expired``: leases that ran out
+wait_p*    a sampled CLAIM record's jobs on their first delivery: the claim's
+           time minus the job's push time (``enqueued_at``), in ms
+run_p*     an ACK of a job whose claim was sampled: the ack's time minus the
+           claim's
 ready,     ``len(indexes.ready)`` and ``len(indexes.leases)`` when the minute
 in_flight  closes
 =========  ================================================================
 
-Percentiles come from a small histogram per queue for the open minute
-(``Histogram``: 8 buckets per power of two, so a value is reported within
-6.25 %, exact below 16 ms).  When a minute closes (``tick``, every second and
-when DEBUG moves the clock) each queue's row is written and the counts start
-again; only the rows are kept.  A row all zero (an empty queue nobody used)
-is not kept.
+Sampling.  At a few claims a second every claim record is looked at; above,
+one in ``stride``, the stride set every second from the last second's
+claims so that a minute samples about ``SAMPLES_A_MINUTE`` (4,096) records
+(and doubled if a burst samples that many before the second is out).  A
+record not sampled costs a call, one ``unpack`` and two additions; an ACK
+one lookup of its job in the few sampled ones in flight.  The percentiles
+come from a small histogram per queue for the open minute (``Histogram``: 8
+buckets per power of two, so a value is reported within 6.25 %, exact below
+16 ms).  When a minute closes (``tick``, every second and when DEBUG moves
+the clock) each queue's row is written and the counts start again; only the
+rows are kept.  A row all zero (an empty queue nobody used) is not kept.  A
+store rebuilt after a disk fault (``rebase``) loses the counts of that
+minute.
 
 On disk, in ``<data dir>/history/``, one file per hour (``<hour ms>.hist``),
 appended to as minutes close, each record ``crc32c u32, length u16, body``
@@ -42,7 +57,8 @@ of ``FIELDS`` in order).  A record that is short or fails its CRC ends the
 file (a torn tail after a crash: cut off when the file is next appended to).
 A kill -9 loses at most the open minute (a stop writes it, and a row of a
 minute seen twice is merged: counts added, the last depth, the percentiles
-of the part with more samples).  Files older than ``hours`` go at the next
+of the part with more claims or acks).  No fsync: a crash of the machine
+may lose the minutes its page cache held.  Files older than ``hours`` go at the next
 minute; ``hours`` 0 turns history off (nothing counted, kept or written).
 
 In memory each queue keeps two ``array`` columns: minute numbers and the 15
@@ -299,6 +315,8 @@ class History:
             t.countdown -= 1
             if t.countdown:
                 return          # (a sampled job is claimed again only after a NACK, EXPIRE or DEAD dropped it)
+            if t.wait.n >= SAMPLES_A_MINUTE:     # enough for this minute already (a burst): look at fewer
+                t.stride *= 2
             t.countdown = t.stride
             ts = _TS_AT(body, 4)[0]
             at = 34 + _U16_AT(body, 32)[0]
