@@ -2,7 +2,8 @@
 /api/queues/<q>/history``).
 
 Per queue three charts over the last hour, 24 hours or 72 hours (the page's
-``?range=1h|24h|72h`` links; no script): throughput (pushed and acked), the
+``?range=1h|24h|72h``, chosen by buttons of a GET form: no script, and the
+page still loads nothing): throughput (pushed and acked), the
 wait and run p95, and the depth (ready and in flight).  They are drawn as
 inline SVG, text and lines only, in the page's own font: nothing is loaded
 from anywhere else.
@@ -150,11 +151,12 @@ def _queue_chart(name: bytes, series, start: int, per: int, points: int) -> Queu
 # -- HTML -------------------------------------------------------------------------------------------
 
 CSS = """
-.ranges { display: inline-flex; gap: 6px; margin-left: 10px; letter-spacing: 0; text-transform: none; }
-.ranges a, .ranges b { padding: 0 8px; border: 1px solid var(--line); border-radius: 5px; font-weight: 400; }
+form.ranges { display: flex; gap: 6px; margin: 0 0 6px; font-size: 12px; }
+.ranges button, .ranges b { font: inherit; padding: 0 8px; border: 1px solid var(--line); border-radius: 5px;
+                            font-weight: 400; line-height: 1.5; }
 .ranges b { background: var(--fg); color: #fff; border-color: var(--fg); }
-.ranges a { color: var(--fg); text-decoration: none; }
-.ranges a:hover { background: var(--band); }
+.ranges button { background: #fff; color: var(--fg); cursor: pointer; }
+.ranges button:hover { background: var(--band); }
 .chartrow { margin: 0 0 8px; padding: 4px 0 6px; border-bottom: 1px solid var(--line); }
 .chartrow h3 { margin: 2px 0 4px; overflow-wrap: anywhere; }
 .chartrow .charts { display: flex; flex-wrap: wrap; gap: 4px 24px; }
@@ -172,21 +174,22 @@ rect.c1, circle.c1 { fill: #0969da; } rect.c2, circle.c2 { fill: #1a7f37; }
 rect.c3, circle.c3 { fill: #bc4c00; } rect.c4, circle.c4 { fill: #8250df; }
 """
 
-W, H = 360, 138                       # one chart, px
-LEFT, RIGHT, TOP, BOTTOM = 56, 8, 20, 20
+W, H = 360, 150                       # one chart, px
+LEFT, RIGHT, TOP, BOTTOM = 56, 8, 34, 20
 
 
 def render_charts(charts: Charts | None) -> str:
-    """The history section: range links, then a row of charts per queue."""
+    """The history section: its title, the range buttons, then a row of charts per queue."""
     if charts is None:
         return ""
-    links = "".join(f"<b>{_esc(r)}</b>" if r == charts.range else f'<a href="/?range={r}">{_esc(r)}</a>'
+    links = "".join(f"<b>{_esc(r)}</b>" if r == charts.range else
+                    f'<button name="range" value="{r}" title="History over the last {r[:-1]} h">{_esc(r)}</button>'
                     for r in RANGES)
     per = charts.point_ms // MINUTE
     title = (f'<h2 id="history">History, last {charts.range[:-1]} h'
-             f'<span class="ranges">{links}</span>'
              f'<span class="count">{"per minute" if per == 1 else f"a point per {per} minutes"}; '
-             f'times UTC on the daemon clock</span></h2>')
+             f'times UTC on the daemon clock</span></h2>'
+             f'<form class="ranges" method="get" action="/">{links}</form>')
     if charts.off:
         return title + '<p class="note">History is off (history-hours 0).</p>'
     if not charts.queues:
@@ -217,23 +220,23 @@ def _chart(title: str, charts: Charts, lines, fmt) -> str:
     if fmt is _ms:                                 # a round top, and every label, in one unit
         unit = next((u for u in (3_600_000, 60_000, 1000) if most >= 2 * u), 1)
         top = _nice(most / unit) * unit
-        name = {3_600_000: "h", 60_000: "min", 1000: "s", 1: "ms"}[unit]
+        unit_name = {3_600_000: "h", 60_000: "min", 1000: "s", 1: "ms"}[unit]
 
         def tick(v):
-            return f"{v / unit:.3g} {name}" if v else "0"
+            return f"{v / unit:.3g} {unit_name}" if v else "0"
     else:
         top = _nice(most)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     n = charts.points
     parts = [f'<figure class="chart"><svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
              f"<title>{_esc(title)}: {_esc(_summary(lines, fmt))}</title>",
-             f'<text class="title" x="{LEFT}" y="12">{_esc(title)}</text>']
-    x = W - RIGHT
-    for values, name, css in reversed(lines):      # legend, right-aligned
+             f'<text class="title" x="{LEFT}" y="11">{_esc(title)}</text>']
+    x = LEFT
+    for values, name, css in lines:                # the legend, under the title: each line's latest value
         label = f"{name} {fmt(_last(values))}"
-        x -= 7 * len(label) + 14
-        parts.append(f'<rect class="{css}" x="{x}" y="4" width="9" height="9" rx="2"/>'
-                     f'<text class="tick" x="{x + 12}" y="12">{_esc(label)}</text>')
+        parts.append(f'<rect class="{css}" x="{x}" y="18" width="9" height="9" rx="2"/>'
+                     f'<text class="tick" x="{x + 12}" y="26">{_esc(label)}</text>')
+        x += 7 * len(label) + 26
     for frac in (0, 0.5, 1):
         y = TOP + ph - frac * ph
         parts.append(f'<line class="{"axis" if frac == 0 else "grid"}" x1="{LEFT}" x2="{W - RIGHT}" '

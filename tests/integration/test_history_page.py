@@ -2,9 +2,9 @@
 after a few hours of synthetic minutes on several queues (driven through the
 real commands on the DEBUG clock by ``leaseq.bench.history.fill``), the page
 draws three inline SVG charts per queue for 1 h, 24 h and 72 h, chosen by
-links that work without script, loads nothing from elsewhere, escapes queue
+the buttons of a GET form (no script), loads nothing from elsewhere, escapes queue
 names, and says so when there is nothing to draw; a click in Chromium on a
-range link shows that range."""
+range button shows that range."""
 
 from __future__ import annotations
 
@@ -54,15 +54,16 @@ def test_each_range_draws_three_charts_per_queue(charted, query, span, per):
     for title in ("Throughput per", "Wait / run p95", "Depth"):
         assert part.count(title) >= len(QUEUES)
     assert part.count("<polyline") >= 3 * len(QUEUES)
-    # the range shown is marked, the others are plain links (no script needed)
+    # the range shown is marked, the others are buttons of a GET form (no script needed)
     shown = f"{span}h"
-    assert f"<b>{shown}</b>" in part
-    assert {r for r in ("1h", "24h", "72h") if r != shown} == set(re.findall(r'href="/\?range=(\w+)"', part))
+    assert f"<b>{shown}</b>" in part and '<form class="ranges" method="get" action="/">' in part
+    assert {r for r in ("1h", "24h", "72h") if r != shown} == set(re.findall(r'name="range" value="(\w+)"', part))
     # the refresh keeps the range
     want = "url=/" if shown == "1h" else f"url=/?range={shown}"
     assert f'content="2; {want}"' in body
     # nothing from elsewhere; the odd queue name escaped
-    assert "<script" not in body and "http://" not in body and "https://" not in body and "url(" not in body
+    for reference in ("http://", "https://", "src=", "href=", "url(", "@import", "<link", "<script", "<img"):
+        assert reference not in body, reference
     assert "&lt;b&gt;odd&lt;/b&gt;" in part and "<b>odd</b>" not in part
     assert "No minute kept" in part and "idle-queue" in part
 
@@ -94,7 +95,7 @@ def test_a_click_on_a_range_shows_that_range(charted, browser):  # noqa: F811
     browser.get(f"http://127.0.0.1:{charted.http}/")
     assert "HISTORY, LAST 1 H" in browser.find_element(By.ID, "history").text.upper()
     for shown in ("24h", "72h", "1h"):
-        browser.find_element(By.LINK_TEXT, shown).click()
+        browser.find_element(By.XPATH, f"//form[@class='ranges']/button[text()='{shown}']").click()
         WebDriverWait(browser, 15).until(lambda drv, s=shown: f"LAST {s[:-1]} H" in
                                           drv.find_element(By.ID, "history").text.upper())
         assert browser.current_url.endswith(f"/?range={shown}")
