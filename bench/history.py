@@ -17,6 +17,11 @@ data directories, stopped by PID):
    left to expire, then the clock moves to the next minute), through the
    real commands; the history/ folder's bytes over the queues, and the
    memory its minutes take (64 bytes a minute: the two ``array`` columns).
+   Beside it, the history's own time, measured in this process: one
+   journal given a push, a claim and an ack record a job (real bodies, the
+   clock moving at ``--rate``), without and with the history; the
+   difference over the daemon's CPU a job with history off.  A shared
+   machine's noise (rounds differ by several per cent) does not reach it.
 3. **The page with charts.**  On that daemon (``--queues`` queues), the
    status page ``GET /?range=1h|24h|72h`` timed from the client over
    loopback (so the server's time and a little more), median and max.
@@ -193,7 +198,7 @@ def cpu_cost(rate: int, seconds: float, rounds: int, say) -> dict:
         for r in range(rounds):
             for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
                 admin.execute_command("CONFIG", "SET", "history-hours", "72" if mode == "on" else "0")
-                _load(c_push, c_work, "cpu", rate, 1.0)         # a second to settle (and pace the sampling)
+                _load(c_push, c_work, "cpu", rate, 2.0)         # to settle (and pace the sampling)
                 before = cpu_ns(d.pid)
                 jobs = _load(c_push, c_work, "cpu", rate, seconds)
                 spent = (cpu_ns(d.pid) - before) / 1e9
@@ -210,6 +215,64 @@ def cpu_cost(rate: int, seconds: float, rounds: int, say) -> dict:
     return {"rate": rate, "seconds": seconds, "rounds": rounds, "runs": runs,
             "us_per_job_on": statistics.median(on), "us_per_job_off": statistics.median(off),
             "cost_pct": statistics.median(pairs), "pairs_pct": pairs}
+
+
+def hook_cost(jobs: int, rate: int, say) -> dict:
+    """The same journal in this process, without and with the history,
+    given a push, a claim and an ack record for each of ``jobs`` jobs (real
+    bodies, one job each, the clock moving ``1 / rate`` s a job and the
+    history ticking every second): the history's own CPU a job, without the
+    noise of a shared machine."""
+    from leaseq.storage import records
+    from leaseq.storage.config import QueueConfig
+    from leaseq.storage.history import History
+    from leaseq.storage.job import Job
+    from leaseq.storage.journal import Journal
+    from leaseq.storage.store import Store
+    from leaseq.storage.wal import MemoryLog
+
+    class Discard(MemoryLog):
+        def _write(self, data: bytes) -> None:
+            pass
+
+    store = Store()
+    t0 = 1_700_000_000_000
+    q = store.create_queue(b"hook", QueueConfig(), t0)
+    step_us = 1_000_000 // rate
+    bodies = []
+    for i in range(1, jobs + 1):
+        ts = t0 + i * step_us // 1000
+        job = Job(i, b"j" * 32, 5, ts, ts)
+        q.jobs.extend([job])
+        bodies.append((records.push(q.qid, ts, [job]), records.claim(q.qid, ts + 2, ts + 30_000, i, b"w", [i], [1]),
+                       records.ack(q.qid, ts + 5, [i])))
+    push, claim, ack = records.PUSH, records.CLAIM, records.ACK
+    out = {}
+    for mode in ("off", "on", "off", "on"):
+        history = History(tempfile.mkdtemp(prefix="leaseq-bench-hook-")) if mode == "on" else None
+        log = Discard()
+        journal = Journal(log, False, history)
+        record = journal.job_record
+        if history is not None:
+            history.tick(store, t0)
+        started = time.process_time()
+        for i, (p, c, a) in enumerate(bodies, 1):
+            record(q, push, p)
+            record(q, claim, c, lease=True)
+            record(q, ack, a)
+            if i % 1000 == 0:
+                log.flush()
+                if history is not None and i % rate == 0:
+                    history.tick(store, t0 + i * step_us // 1000)
+        spent = time.process_time() - started
+        out.setdefault(mode, []).append(1e6 * spent / jobs)
+        if history is not None:
+            shutil.rmtree(history.directory, ignore_errors=True)
+    result = {"jobs": jobs, "us_per_job_off": min(out["off"]), "us_per_job_on": min(out["on"])}
+    result["us_per_job"] = result["us_per_job_on"] - result["us_per_job_off"]
+    say(f"in process: the journal {result['us_per_job_off']:.2f} us a job without the history, "
+        f"{result['us_per_job_on']:.2f} us with it")
+    return result
 
 
 # -- 2 and 3: bytes at 72 h, the page ----------------------------------------------------------------
@@ -253,12 +316,13 @@ def filled(hours: int, queues: int, say) -> dict:
 
 def run(rate: int, seconds: float, rounds: int, hours: int, queues: int, json_path: str | None, say=None) -> dict:
     say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
-    result = {"cpu": cpu_cost(rate, seconds, rounds, say), "fill": filled(hours, queues, say)}
+    result = {"hook": hook_cost(200_000, rate, say), "cpu": cpu_cost(rate, seconds, rounds, say),
+              "fill": filled(hours, queues, say)}
     return publish(result, report, json_path)
 
 
 def report(result: dict) -> None:
-    cpu, fill = result["cpu"], result["fill"]
+    cpu, fill, hook = result["cpu"], result["fill"], result["hook"]
     print_table(f"history: daemon CPU a job at {cpu['rate']} single pushes/s (each claimed and acked singly), "
                 f"{cpu['rounds']} rounds of {cpu['seconds']:.0f} s each way, the daemon pinned to one core", [
                     ("history off (history-hours 0)", cpu["us_per_job_off"], "us", ""),
@@ -266,6 +330,10 @@ def report(result: dict) -> None:
                     ("cost of history: median of the rounds' differences", cpu["cost_pct"], "%", ""),
                     ("  the rounds' differences, lowest", min(cpu["pairs_pct"]), "%", ""),
                     ("  the rounds' differences, highest", max(cpu["pairs_pct"]), "%", ""),
+                    ("the history's own CPU a job, in process (a push, a claim, an ack record)",
+                     hook["us_per_job"], "us", ""),
+                    ("  that over the daemon's CPU a job with history off", 100 * hook["us_per_job"] /
+                     cpu["us_per_job_off"], "%", ""),
                 ], baseline="")
     rows = [(f"disk a queue ({fill['hours']} h of minutes, {fill['queues']} queues)",
              fill["disk_bytes_per_queue"] / 1024, "KiB", ""),

@@ -38,8 +38,9 @@ in_flight  closes
 
 Sampling.  At a few claims a second every claim record is looked at; above,
 one in ``stride``, the stride set every second from the last second's
-claims so that a minute samples about ``SAMPLES_A_MINUTE`` (4,096) records
-(and doubled if a burst samples that many before the second is out).  A
+claims so that a minute samples about ``SAMPLES_A_MINUTE`` (4,096) records,
+and doubled whenever the minute's samples run ahead of their share of that
+by the time of the record (a burst, or a queue's first second).  A
 record not sampled costs a call, one ``unpack`` and two additions; an ACK
 one lookup of its job in the few sampled ones in flight.  The percentiles
 come from a small histogram per queue for the open minute (``Histogram``: 8
@@ -179,7 +180,7 @@ class Track:
         self.cancelled = 0
         self.wait = Histogram()
         self.run = Histogram()
-        self.claimed_at: dict[int, int] = {}
+        self.claimed_at: dict[bytes, int] = {}     # a sampled job's id (u64 LE bytes) -> its claim's time
         self.stride = 1                  # one claim record in ``stride`` is looked at for wait and run
         self.countdown = 1
         self.claims_then = 0             # ``claimed`` at the last tick (for the stride)
@@ -302,11 +303,12 @@ class History:
         self.tracks: dict[bytes, Track] = {}       # queue name -> its open minute
         self.series: dict[bytes, Series] = {}      # queue name -> its kept minutes
         self._whole: dict[str, int] = {}           # file name -> length of its whole records, when torn
+        self._track = self.tracks.get
 
     # -- counting (the journal calls this for every record it keeps) ------------------------------
 
     def seen(self, q, rtype: int, body: bytes) -> None:
-        t = self.tracks.get(q.name)
+        t = self._track(q.name)
         if t is None:
             t = self.tracks[q.name] = Track(q)
         if rtype == CLAIM:
@@ -315,35 +317,35 @@ class History:
             t.countdown -= 1
             if t.countdown:
                 return          # (a sampled job is claimed again only after a NACK, EXPIRE or DEAD dropped it)
-            if t.wait.n >= SAMPLES_A_MINUTE:     # enough for this minute already (a burst): look at fewer
-                t.stride *= 2
-            t.countdown = t.stride
             ts = _TS_AT(body, 4)[0]
+            if t.wait.n > 64 + SAMPLES_A_MINUTE * (ts - (self.minute or ts)) // MINUTE:
+                t.stride *= 2                    # ahead of the minute's share (a burst, a new track): fewer
+            t.countdown = t.stride
             at = 34 + _U16_AT(body, 32)[0]
             ids = _ids(body, at, n)
-            at += 8 * n
-            deliveries = _ids_u32(body, at, n) if len(body) >= at + 4 * n else (1,) * n
+            end = at + 8 * n
+            deliveries = _ids_u32(body, end, n) if len(body) >= end + 4 * n else (1,) * n
             claimed_at = t.claimed_at
             jobs = q.jobs
-            for jid, d in zip(ids, deliveries):
+            for k, (jid, d) in enumerate(zip(ids, deliveries)):
                 if d == 1:
                     job = jobs.get(jid)
                     if job is not None:
                         t.wait.add(ts - job.enqueued_at)
                 if len(claimed_at) < _INFLIGHT_CAP:
-                    claimed_at[jid] = ts
+                    claimed_at[body[at + 8 * k:at + 8 * k + 8]] = ts     # by the id's bytes: an ACK slices, no unpack
         elif rtype == ACK:
             if not t.claimed_at:
                 return
             pop = t.claimed_at.pop
             if len(body) == 24:                  # one job: the common case
-                at = pop(_ID1(body, 16)[0], None)
+                at = pop(body[16:24], None)
                 if at is not None:
                     t.run.add(_TS_AT(body, 4)[0] - at)
                 return
             ts = _TS_AT(body, 4)[0]
-            for jid in _ids(body, 16, _U32_AT(body, 12)[0]):
-                at = pop(jid, None)
+            for k in range(16, 16 + 8 * _U32_AT(body, 12)[0], 8):
+                at = pop(body[k:k + 8], None)
                 if at is not None:
                     t.run.add(ts - at)
         elif rtype == CANCEL:
@@ -354,17 +356,16 @@ class History:
             self._ended(t, body, 29 + _U32_AT(body, 25)[0], _U32_AT(body, 21)[0])
         elif rtype == EXPIRE:
             self._ended(t, body, 16, _U32_AT(body, 12)[0])
-        elif rtype == DEAD and t.claimed_at:
-            pop = t.claimed_at.pop
-            for k in range(_U32_AT(body, 17)[0]):
-                pop(_ID1(body, 21 + 16 * k)[0], None)
+        elif rtype == DEAD:
+            self._ended(t, body, 21, _U32_AT(body, 17)[0], 16)
 
     @staticmethod
-    def _ended(t: Track, body: bytes, at: int, n: int) -> None:
+    def _ended(t: Track, body: bytes, at: int, n: int, step: int = 8) -> None:
+        """Jobs out of flight: a sampled one's claim time is void."""
         if t.claimed_at:
             pop = t.claimed_at.pop
-            for jid in _ids(body, at, n):
-                pop(jid, None)
+            for k in range(at, at + step * n, step):
+                pop(body[k:k + 8], None)
 
     # -- minutes ---------------------------------------------------------------------------------
 
@@ -417,7 +418,7 @@ class History:
                 t.restart(q)
                 if len(t.claimed_at) > 2 * len(q.indexes.leases) + 1024:   # jobs gone by DEL, QDROP ...
                     jobs = q.jobs
-                    t.claimed_at = {j: at for j, at in t.claimed_at.items() if j in jobs}
+                    t.claimed_at = {j: at for j, at in t.claimed_at.items() if _ID1(j)[0] in jobs}
             if not any(row):
                 continue
             s = self.series.get(name)
