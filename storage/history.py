@@ -304,6 +304,7 @@ class History:
         self.series: dict[bytes, Series] = {}      # queue name -> its kept minutes
         self._whole: dict[str, int] = {}           # file name -> length of its whole records, when torn
         self._track = self.tracks.get
+        self.sampled = 0      # sampled jobs in flight, all queues: while 0 the journal skips ACK, NACK ... records
 
     # -- counting (the journal calls this for every record it keeps) ------------------------------
 
@@ -333,7 +334,10 @@ class History:
                     if job is not None:
                         t.wait.add(ts - job.enqueued_at)
                 if len(claimed_at) < _INFLIGHT_CAP:
-                    claimed_at[body[at + 8 * k:at + 8 * k + 8]] = ts     # by the id's bytes: an ACK slices, no unpack
+                    key = body[at + 8 * k:at + 8 * k + 8]      # the id's bytes: an ACK slices, no unpack
+                    if key not in claimed_at:
+                        self.sampled += 1
+                    claimed_at[key] = ts
         elif rtype == ACK:
             if not t.claimed_at:
                 return
@@ -341,12 +345,14 @@ class History:
             if len(body) == 24:                  # one job: the common case
                 at = pop(body[16:24], None)
                 if at is not None:
+                    self.sampled -= 1
                     t.run.add(_TS_AT(body, 4)[0] - at)
                 return
             ts = _TS_AT(body, 4)[0]
             for k in range(16, 16 + 8 * _U32_AT(body, 12)[0], 8):
                 at = pop(body[k:k + 8], None)
                 if at is not None:
+                    self.sampled -= 1
                     t.run.add(ts - at)
         elif rtype == CANCEL:
             n = _U32_AT(body, 12)[0]
@@ -359,13 +365,13 @@ class History:
         elif rtype == DEAD:
             self._ended(t, body, 21, _U32_AT(body, 17)[0], 16)
 
-    @staticmethod
-    def _ended(t: Track, body: bytes, at: int, n: int, step: int = 8) -> None:
+    def _ended(self, t: Track, body: bytes, at: int, n: int, step: int = 8) -> None:
         """Jobs out of flight: a sampled one's claim time is void."""
         if t.claimed_at:
             pop = t.claimed_at.pop
             for k in range(at, at + step * n, step):
-                pop(body[k:k + 8], None)
+                if pop(body[k:k + 8], None) is not None:
+                    self.sampled -= 1
 
     # -- minutes ---------------------------------------------------------------------------------
 
@@ -381,6 +387,7 @@ class History:
             if self.minute is not None or self.series:
                 self.minute = None
                 self.tracks.clear()
+                self.sampled = 0
                 self.prune(now)
             return
         if self.minute is None:              # the first minute: counters count from now
@@ -426,6 +433,7 @@ class History:
                 s = self.series[name] = Series()
             s.put(minute // MINUTE, row)
             out.append(encode(minute, name[:MAX_NAME - 1], row))
+        self.sampled = sum(len(t.claimed_at) for t in self.tracks.values())
         if out:
             self._append(minute, b"".join(out))
 
@@ -441,12 +449,6 @@ class History:
                 f.write(data)
         except OSError as e:
             log.error("could not write the history of minute %d to %s: %s", minute, path, e)
-
-    def set_hours(self, hours: int, now: int) -> None:
-        self.hours = hours
-        if hours <= 0:
-            self.tracks.clear()
-        self.prune(now)
 
     def prune(self, now: int) -> None:
         """Forget the minutes, and delete the files, older than ``hours``."""

@@ -30,10 +30,10 @@ A journal without a log (``Journal(None)``) drops every record: that is how
 recovery replays the log through the live transitions without writing it
 again.
 
-A journal with a ``history`` (storage/history.py) shows it every job record
-it keeps but pushes, in every flavour (the compiled twins hand their records
-here too): claims, cancels and the wait and run times are counted there,
-once.
+A journal with a ``history`` (storage/history.py) shows it the job records
+it keeps that the history counts from, in every flavour (the compiled twins
+hand their records here too): every CLAIM and CANCEL, and while a sampled
+claim is in flight the records that end leases (ACK, NACK, EXPIRE, DEAD).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .queue import Queue
 from .logbuffer import LogBuffer, Ticket
 
 
-_PUSH = records.PUSH
+_PUSH, _CLAIM, _CANCEL = records.PUSH, records.CLAIM, records.CANCEL
 
 
 class _NoLog:
@@ -98,8 +98,9 @@ class Journal:
         (``LogBuffer.append``; inside a transaction it is ignored)."""
         if self.log is None or q.durability is MEMORY:
             return
-        if self.history is not None and rtype != _PUSH:      # (pushes: the history reads the queue's counter)
-            self.history.seen(q, rtype, body)
+        h = self.history
+        if h is not None and (rtype == _CLAIM or rtype == _CANCEL or (h.sampled and rtype != _PUSH)):
+            h.seen(q, rtype, body)    # (an ACK, NACK ... matters only while a sampled claim is in flight)
         self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync), blind_until)
 
     def note_record(self, q: Queue, rtype: int, body: bytes) -> None:
@@ -107,8 +108,9 @@ class Journal:
         is a memory queue, never fsync-waited."""
         if self.log is None or q.durability is MEMORY:
             return
-        if self.history is not None:
-            self.history.seen(q, rtype, body)
+        h = self.history
+        if h is not None and h.sampled:     # (EXPIRE: it drops a sampled claim's time)
+            h.seen(q, rtype, body)
         self._emit(rtype, body, False)
 
     def meta_record(self, rtype: int, body: bytes) -> None:

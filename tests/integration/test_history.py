@@ -143,6 +143,24 @@ def test_a_minute_of_single_claims_has_its_run_percentiles_apart(hd):
     assert m["wait_p50"] == m["wait_p99"] == 0, m        # claimed in the ms they were pushed
 
 
+def test_a_memory_queue_has_its_counts_and_depth_but_no_claims(hd):
+    """A memory queue's job records are never logged: its minutes come from
+    its counters and its depth alone."""
+    c = frozen(hd)
+    q = unique("memory")
+    c.execute_command("QCREATE", q, "DURABILITY", "memory")
+    start = to_next_minute(c, 5)
+    c.execute_command("QPUSHMANY", q, 3, b"a", b"b", b"c")
+    jobs = claim(c, q, "w", "COUNT", 2)
+    advance(c, 100)
+    c.execute_command("QACK", q, jobs[0][b"lease"])
+    to_next_minute(c)
+    [m] = minutes(c, q)
+    assert m["minute"] == start
+    assert (m["pushed"], m["acked"], m["ready"], m["in_flight"]) == (3, 1, 1, 1), m
+    assert (m["claimed"], m["wait_p99"], m["run_p99"]) == (0, 0, 0), m
+
+
 def test_qhistory_from_and_to_pick_minutes(hd):
     c = frozen(hd)
     q = unique("range")
