@@ -308,7 +308,7 @@ def _count(v) -> str:
 def _ms(v) -> str:
     if v is None:
         return "–"
-    if v < 2000:
+    if v < 1000:
         return f"{int(v)} ms"
     if v < 120_000:
         return f"{v / 1000:.3g} s"

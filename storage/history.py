@@ -11,10 +11,12 @@ daemon/_lane.pyx, alike):
   nothing.
 * the job records the journal keeps: ``Journal.job_record`` and
   ``note_record`` (storage/journal.py) call ``History.seen(q, type, body)``
-  for each, pushes excepted, after the journal's own test that the record
-  is kept at all (so recovery, whose journal has no log, counts nothing,
-  and a memory queue, whose job records are never kept, has counts and
-  depth but no claims, cancels, waits or runs).
+  for every CLAIM and CANCEL, and for the records that end leases (ACK,
+  NACK, EXPIRE, DEAD) while ``sampled`` jobs are in flight, after the
+  journal's own test that the record is kept at all (so recovery, whose
+  journal has no log, counts nothing, and a memory queue, whose job
+  records are never kept, has counts and depth but no claims, cancels,
+  waits or runs).
 
 =========  ================================================================
 field      counted from
@@ -41,8 +43,9 @@ one in ``stride``, the stride set every second from the last second's
 claims so that a minute samples about ``SAMPLES_A_MINUTE`` (4,096) records,
 and doubled whenever the minute's samples run ahead of their share of that
 by the time of the record (a burst, or a queue's first second).  A
-record not sampled costs a call, one ``unpack`` and two additions; an ACK
-one lookup of its job in the few sampled ones in flight.  The percentiles
+claim record not sampled costs a call, one ``unpack`` and two additions;
+an ACK nothing while no sampled job is in flight, else one lookup of its
+job among them.  The percentiles
 come from a small histogram per queue for the open minute (``Histogram``: 8
 buckets per power of two, so a value is reported within 6.25 %, exact below
 16 ms).  When a minute closes (``tick``, every second and when DEBUG moves
