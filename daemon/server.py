@@ -190,6 +190,7 @@ class Server:
         store.journal = datadir.journal(datadir.wal) if datadir.wal is not None else Journal()
         now = self.now_ms()
         store.boot(now, at_least=now // 1000)     # above any epoch the old primary reached by restarting
+        datadir.history.resume(store, now)       # its own minutes from now on
         self.alarm.attach(store)
         self.committer.touch()
 

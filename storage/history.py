@@ -400,6 +400,14 @@ class History:
         self.minute = minute
         self.prune(now)
 
+    def resume(self, store, now: int) -> None:
+        """Count again from ``now`` (a replica promoted: what its store
+        replayed meanwhile is its primary's history, not its own)."""
+        self.minute = None
+        self.tracks.clear()
+        self.sampled = 0
+        self.tick(store, now)
+
     def rebase(self, store) -> None:
         """The queues' counters as they stand start the open minute (at
         start, and for a store rebuilt after a disk fault, whose counters

@@ -10,14 +10,17 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 from leaseq.daemon.charts import Charts, QueueChart, _nice, render_charts
+from leaseq.storage.config import QueueConfig
 from leaseq.storage.history import (
     NFIELDS,
     Histogram,
+    History,
     Series,
     decode_file,
     encode,
     merge,
 )
+from leaseq.storage.store import Store
 
 
 @given(st.lists(st.integers(min_value=0, max_value=(1 << 32) - 1), min_size=1, max_size=300))
@@ -94,3 +97,21 @@ def test_names_are_escaped_and_the_states_are_said():
     assert "History is off" in render_charts(chart(off=True))
     assert "have the other 3" in render_charts(chart(more=3))
     assert render_charts(None) == ""
+
+
+def test_a_promoted_replica_counts_from_its_promotion(tmp_path):
+    """What a replica's store replayed raised its counters; once promoted
+    (``History.resume``) only its own changes count.  Without the resume the
+    first minute would take the replayed pushes as its own."""
+    t0 = 1_700_000_040_000 - 1_700_000_040_000 % 60_000
+    for promoted in (True, False):
+        store = Store()
+        q = store.create_queue(b"q", QueueConfig(), t0)
+        h = History(str(tmp_path / f"h{promoted}"))
+        h.tick(store, t0)                                  # the daemon attached: counters noted
+        q.counters.pushed += 5                             # replayed from the primary
+        if promoted:
+            h.resume(store, t0 + 1000)
+        q.counters.pushed += 2                             # its own pushes
+        h.tick(store, t0 + 60_000)
+        assert [row[0] for _m, row in h.rows(b"q")] == ([2] if promoted else [7])
