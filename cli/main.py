@@ -423,6 +423,19 @@ def bench_search(jobs, count, search_slice, json_path) -> None:
     _bench("search", jobs, count, search_slice, json_path)
 
 
+@bench.command("history")
+@click.option("--rate", type=click.IntRange(1), default=5000, show_default=True, help="Single QPUSHes a second.")
+@click.option("--seconds", type=click.FloatRange(1), default=4, show_default=True, help="Length of each CPU run.")
+@click.option("--rounds", type=click.IntRange(1), default=10, show_default=True,
+              help="CPU runs each way, history on and off alternating.")
+@click.option("--hours", type=click.IntRange(1), default=72, show_default=True, help="Hours of minutes filled.")
+@click.option("--queues", type=click.IntRange(1), default=20, show_default=True, help="Queues filled and charted.")
+@JSON_OPTION
+def bench_history(rate, seconds, rounds, hours, queues, json_path) -> None:
+    """History's CPU a job (on vs history-hours 0), its bytes a queue at 72 h, the page with charts."""
+    _bench("history", rate, seconds, rounds, hours, queues, json_path)
+
+
 @bench.command("flow")
 @click.option("--seconds", type=click.FloatRange(1), default=10, show_default=True, help="Length of each run.")
 @click.option("--n", type=click.IntRange(1), default=50, show_default=True, help="Jobs a window may hand out.")

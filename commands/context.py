@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from leaseq.commands.acl import Acl, User
+from leaseq.storage.history import History
 from leaseq.storage.queue import Queue
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults
@@ -90,6 +91,7 @@ class ServerContext(Protocol):
     replicas_gate: int               # min-replicas-to-write on a primary (0: off): -NOREPLICAS below it
     replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
     channels: "Channels"             # plain pub/sub channels (daemon/channels.py)
+    history: "History"               # every queue's minutes, QHISTORY (storage/history.py)
 
     @property
     def auth_required(self) -> bool: ...

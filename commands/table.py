@@ -32,7 +32,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import acl, connection, debug, inspect, jobs, keyspace, pubsub, queues, replication, results, schedules, server
+from . import (
+    acl,
+    connection,
+    debug,
+    history,
+    inspect,
+    jobs,
+    keyspace,
+    pubsub,
+    queues,
+    replication,
+    results,
+    schedules,
+    server,
+)
 from .replies import Map, Simple
 
 SINCE = "0.1.0"
@@ -221,6 +235,14 @@ _COMMANDS = [
        reply="map: name, every option, ready, delayed, in_flight, dead, completed, pushed, acked, nacked, "
              "lease_expired, dead_lettered, duplicates, oldest_ready_age_ms, consumers_blocked, next_id, "
              "throttled (ready jobs a claim could not take now: RATE, CONCURRENCY or a pause)"),
+    _c("qhistory", history.qhistory, -2, "readonly", "queue", "A queue's history: counts, wait and run "
+       "percentiles and depth, one map per minute", (QUEUE, opt("FROM", "ms-epoch"), opt("TO", "ms-epoch")),
+       "O(log N + M) in kept minutes",
+       reply="array of maps, oldest first: minute (ms epoch), pushed, claimed, acked, nacked, dead, cancelled, "
+             "expired, wait_p50, wait_p95, wait_p99 (push to first claim, ms), run_p50, run_p95, run_p99 (claim to "
+             "ack, ms), ready, in_flight (at the minute's end); -NOQUEUE if the queue neither exists nor has history",
+       notes="FROM (default 0) and TO (default now) are both included; FROM after TO gives an empty array. "
+             "Minutes are kept for history-hours (72); a minute with no job and no change is not kept."),
     _c("qpause", queues.qpause, -2, "write fast", "queue",
        "Stop handing out jobs of a queue, or of one group of it, until QRESUME",
        (QUEUE, GROUP_ARG), reply="+OK; -NOQUEUE if the queue does not exist",

@@ -99,6 +99,8 @@ class Settings:
                                               "for min-replicas-to-write (0: the check is off)")
     min_replicas_to_ack: int = _s(0, "int", "a reply that waits for the log's fsync also waits until this many "
                                             "replicas have the record on their disks (0: the primary's alone)")
+    history_hours: int = _s(72, "int", "hours of per-minute history kept per queue (QHISTORY, the status page's "
+                                        "charts) in the data directory's history/ folder (0: off)")
     # ``user`` lines of the config file, each as its words (name, rules...);
     # not a setting CONFIG GET shows, as in Redis
     users: tuple = field(default=())
@@ -169,6 +171,10 @@ def copy_to_storage(settings: "Settings", store, datadir) -> None:
     datadir.segment_size = settings.segment_size
     datadir.archive_dir = settings.archive_dir
     store.default_config = QueueConfig(durability=settings.default_durability)
+    history = datadir.history
+    history.hours = settings.history_hours
+    if store.journal.log is not None:
+        store.journal.history = history if history.hours > 0 else None
     if datadir.wal is not None:
         datadir.wal.set_segment_size(settings.segment_size)
 
@@ -200,6 +206,7 @@ def file_text(name: str, value) -> str:
     return f'"{text}"' if text == "" or " " in text else text
 
 
+MAX_HISTORY_HOURS = 24 * 366
 _PORTS = ("port", "tls-port", "http-port", "replica-announce-port")
 _AT_LEAST_ONE = ("search-slice",)
 
@@ -229,7 +236,8 @@ def parse_value(name: str, text: str):
             v = int(t)
         except ValueError:
             raise ConfigError(f"'{name}' must be an integer, not '{text}'") from None
-        if v < 0 or (name in _PORTS and v > 65535) or (name in _AT_LEAST_ONE and v < 1):
+        if v < 0 or (name in _PORTS and v > 65535) or (name in _AT_LEAST_ONE and v < 1) \
+                or (name == "history-hours" and v > MAX_HISTORY_HOURS):
             raise ConfigError(f"'{name}' is out of range: {v}")
         return v
     if kind == "bytes":

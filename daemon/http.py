@@ -14,6 +14,11 @@ metrics and a status page on the daemon's own event loop.
 ``GET /api/queues/<q>``  one queue's QINFO, JSON (what an autoscaler such as
                   KEDA's ``metrics-api`` scaler reads, e.g. ``ready``);
                   404 with ``{"error": ...}`` for a queue that is not there.
+``GET /api/queues/<q>/history?from=&to=``  the queue's kept minutes, JSON
+                  (``{"queue", "from", "to", "fields", "minutes": [{"minute",
+                  ...}]}``: what QHISTORY answers); ``from``/``to`` ms epoch
+                  (default 0 and now), 400 when not such a number, 404 for a
+                  queue that neither exists nor has history.
 ``GET /search?queue=q&...``  a queue's search, ``POST /search/confirm`` and
                   ``POST /search/act`` its bulk actions (``daemon.search``).
 ``POST /action/<name>``  one of the status page's actions (``daemon.actions``:
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 import logging
 import time
 
@@ -46,6 +52,7 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes
 from leaseq.commands.queues import info_items
 
 from .actions import MAX_FORM, Access, HttpError, run_action
+from .charts import DEFAULT_RANGE, chosen_range, history_json, read_charts
 from .search import SearchPages
 from .status import RateSamples, read_status, refusal_page, render
 
@@ -55,6 +62,7 @@ MAX_HEAD = 8192
 PATHS = (b"/", b"/healthz", b"/readyz", b"/metrics")
 SEARCH_PATHS = (b"/search", b"/search/confirm", b"/search/act")
 API = b"/api/queues"
+HISTORY = b"/history"
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
 BAD_REQUEST = ("400 Bad Request", "text/plain", b"bad request\n")
@@ -106,7 +114,7 @@ class HttpListener:
             elif request[1] in SEARCH_PATHS:
                 status, ctype, body, extra = await self._search(request, headers, reader, host)
             elif request[1] == API or request[1].startswith(API + b"/"):
-                status, ctype, body = await self.api(request[0], request[1], headers)
+                status, ctype, body = await self.api(request[0], request[1], headers, request[2])
             else:
                 status, ctype, body = self.answer(*request)
                 if body == self.status_page:
@@ -158,8 +166,9 @@ class HttpListener:
         location, done = await self.search.run(headers, body, host)
         return "303 See Other", "text/plain; charset=utf-8", (done + "\n").encode(), (("Location", location),)
 
-    async def api(self, method: bytes, target: bytes, headers: dict) -> tuple:
-        """GET /api/queues[/<q>]: QINFO as JSON, for whoever may see the page."""
+    async def api(self, method: bytes, target: bytes, headers: dict, query: bytes = b"") -> tuple:
+        """GET /api/queues[/<q>[/history]]: QINFO or the history as JSON, for
+        whoever may see the page."""
         if method not in (b"GET", b"HEAD"):
             return "405 Method Not Allowed", "text/plain", b"only GET\n"
         self.access.viewer(headers)                  # 401 without the credentials the page needs
@@ -171,7 +180,10 @@ class HttpListener:
         if target == API:
             queues = sorted(store.queues.values(), key=lambda q: q.name)
             return "200 OK", JSON, _json({"queues": [_info(server, q) for q in queues]})
-        name = unquote_to_bytes(target[len(API) + 1:])
+        rest = target[len(API) + 1:]
+        if rest.endswith(HISTORY):
+            return history_json(server, unquote_to_bytes(rest[:-len(HISTORY)]), query)
+        name = unquote_to_bytes(rest)
         q = store.queues.get(name)
         if q is None:
             return "404 Not Found", JSON, _json({"error": f"no such queue {name.decode(errors='replace')!r}"})
@@ -184,9 +196,10 @@ class HttpListener:
         user = self.access.viewer(headers)
         token = self.access.token(user)
         notice = parse_qs(query.decode("ascii", "replace")).get("done", [""])[0][:300]
+        span = chosen_range(query)
 
         async def page() -> bytes:
-            return await self.status_page(user, token, notice)
+            return await self.status_page(user, token, notice, span)
         return page
 
     def answer(self, method: bytes, target: bytes, query: bytes = b"") -> tuple:
@@ -212,11 +225,15 @@ class HttpListener:
             return "200 OK", "text/plain", b"ready\n"
         return "200 OK", CONTENT_TYPE_LATEST, self.metrics
 
-    async def status_page(self, user: str = "default", token: str = "", notice: str = "") -> bytes:
+    async def status_page(self, user: str = "default", token: str = "", notice: str = "",
+                          span: str = DEFAULT_RANGE) -> bytes:
         """The state is read on the loop (it is live); the HTML is written in
-        a worker thread, like the metrics' text."""
+        a worker thread, like the metrics' text.  ``span``: the range of the
+        history's charts (daemon/charts.py)."""
         await self.server.disk.until_rebuilt()       # never a page of refused changes (daemon/faults.py)
         status = read_status(self.server, self.rates, user=user, csrf=token, notice=notice)
+        if self.server.history is not None:
+            status = replace(status, charts=read_charts(self.server, span))
         return await asyncio.get_running_loop().run_in_executor(None, _html, status)
 
     async def metrics(self) -> bytes:

@@ -120,6 +120,7 @@ class Server:
         self._write_to(datadir.wal)
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
+        self.history_tick()                  # the history's first minute opens now
         self.alarm.attach(store)
         if s.replicaof:
             self.replication.anchor.restore(datadir)
@@ -134,6 +135,7 @@ class Server:
         if store is not None:
             self._serve(store)
             self.alarm.attach(store)
+            self.datadir.history.rebase(store)   # its counters are what its replay counted
         if wal is not None:
             self._write_to(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
@@ -185,9 +187,10 @@ class Server:
         self._replication_rules()
         store, datadir = self.store, self.datadir
         store.following = False
-        store.journal = Journal(datadir.wal, datadir.lease_sync) if datadir.wal is not None else Journal()
+        store.journal = datadir.journal(datadir.wal) if datadir.wal is not None else Journal()
         now = self.now_ms()
         store.boot(now, at_least=now // 1000)     # above any epoch the old primary reached by restarting
+        datadir.history.resume(store, now)       # its own minutes from now on
         self.alarm.attach(store)
         self.committer.touch()
 
@@ -224,10 +227,24 @@ class Server:
         self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(self.loop.create_task(coroutine))
 
+    @property
+    def history(self):
+        """Every queue's minutes (storage/history.py), kept by the data
+        directory; None while loading."""
+        return self.datadir.history if self.datadir is not None else None
+
+    def history_tick(self) -> None:
+        """Close the history's minute once the clock is past it (every
+        second, and when DEBUG moves the clock).  A replica counts nothing:
+        its history is what it had when it became one."""
+        if self.datadir is not None and not self.loading and not self.read_only:
+            self.datadir.history.tick(self.store, self.now_ms())
+
     def _clock_changed(self, offset: int, frozen: bool, frozen_at: int) -> None:
-        """DEBUG moved the clock: log it, then fold and re-arm every queue
-        someone waits on."""
+        """DEBUG moved the clock: log it, close the history's minute if it
+        ended, then fold and re-arm every queue someone waits on."""
         self.store.set_clock(offset, frozen, frozen_at)
+        self.history_tick()
         if self.blocking is not None:
             self.blocking.time_moved()
         if self.alarm is not None and not self.loading:
@@ -315,6 +332,7 @@ class Server:
         self.spawn(every(SAMPLE_EVERY, self.info.sample))
         self.spawn(every(MemoryGuard.PERIOD, self.memory.check))
         self.spawn(every(IdleReaper.PERIOD, self.reaper.scan))
+        self.spawn(every(1.0, self.history_tick))
         self.admission.warn_if_reachable_without_password(self.listeners.binds())
         log.info("leaseq listening on %s; recovering data directory %s", self.listeners.addresses(),
                  self.settings.dir)
@@ -352,6 +370,8 @@ class Server:
         for c in list(self.clients.values()):
             c.holdings.release_all()        # SESSION and QWORK leases end with their connections
         self.committer.flush_and_sync_now()
+        if not self.read_only:
+            self.datadir.history.close_minute(self.store)    # the open minute too (merged if the next run goes on)
         for c in list(self.clients.values()):
             c.flush()
             if c.transport is not None and not c.closed:

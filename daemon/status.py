@@ -41,6 +41,9 @@ from leaseq.storage import flow, queries
 from leaseq.storage.job import DEAD, IN_FLIGHT, Job
 from leaseq.storage.queue import Queue
 
+from .charts import CSS as CHARTS_CSS
+from .charts import DEFAULT_RANGE, render_charts
+
 REFRESH_SECONDS = 2
 JOBS_PER_QUEUE = 5          # jobs in flight, and next ready, listed per queue
 MAX_QUEUES = 500            # rows in the queue table; the rest is counted in a note
@@ -142,6 +145,7 @@ class Status:
     csrf: str = ""          # the token the page's forms carry
     read_only: bool = False  # a replica: its buttons are shown disabled (changes go to the primary)
     notice: str = ""        # what the last action did (the ?done= of its 303)
+    charts: object = None   # the history's charts (daemon.charts.Charts), read beside this
 
 
 def read_status(server, rates: RateSamples, user: str = "default", csrf: str = "", notice: str = "") -> Status:
@@ -320,16 +324,27 @@ def render(status: Status) -> str:
     state, css_class, alert = _state(status.info)
     return "".join([
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}; url=/">',
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}; url={_refresh_url(status)}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>leaseq: {_esc(state)}</title><style>{CSS}</style></head><body>",
+        f"<title>leaseq: {_esc(state)}</title><style>{CSS}{CHARTS_CSS if status.charts else ''}</style></head><body>",
         _header(status, state, css_class),
         f'<p class="alert {css_class}">{_esc(alert)}</p>' if alert else "",
         f'<p class="alert ok" id="notice">{_esc(status.notice)}</p>' if status.notice else "",
-        "<main>", _queues_and_dead_letters(status, state), _log_and_snapshots(status), "</main>",
+        "<main>", _queues_and_dead_letters(status, state), _history_charts(status, state), _log_and_snapshots(status),
+        "</main>",
         _footer(status),
         "</body></html>\n",
     ])
+
+
+def _refresh_url(status: Status) -> str:
+    """Where the page reloads itself: the same range of the charts."""
+    charts = status.charts
+    return "/" if charts is None or charts.range == DEFAULT_RANGE else f"/?range={charts.range}"
+
+
+def _history_charts(status: Status, state: str) -> str:
+    return "" if state == "loading" else render_charts(status.charts)
 
 
 def refusal_page(sentence: str) -> str:

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import records, snapshot
+from .history import History
 from .journal import Journal
 from .recovery import CorruptLog, RecoveryReport, Replayer, first_gap, read_log
 from .store import Store
@@ -59,6 +60,7 @@ class DataDir:
         self._lock_fd = lock_fd
         self._since_base = 0                 # log bytes after the newest snapshot, when recovered
         self._since_mark = 0                 # wal.bytes_written when that snapshot began
+        self.history = History(os.path.join(directory, "history"))   # per queue and minute (storage/history.py)
 
     @classmethod
     def open(cls, directory: str, now: int, segment_size: int = 64 << 20, lease_sync: bool = False,
@@ -70,6 +72,7 @@ class DataDir:
         d = cls(directory, lock_fd, segment_size, lease_sync)
         try:
             d.recover(repair)
+            d.history.load()
             d.resume(now, boot)
         except BaseException:
             d.wal = None
@@ -123,7 +126,7 @@ class DataDir:
         wal.faults = self.faults
         try:
             if boot:
-                self.store.journal = Journal(wal, self.lease_sync)
+                self.store.journal = self.journal(wal)
                 self.store.boot(now)
             wal.flush_and_sync()
         except OSError:
@@ -133,6 +136,11 @@ class DataDir:
         self.wal = wal
         self._since_mark = 0
         log.info("writing to %s; boot epoch %d", segment_name(first), self.store.epoch)
+
+    def journal(self, wal) -> Journal:
+        """The journal of a store that writes to ``wal``: with the history
+        unless ``history-hours`` is 0."""
+        return Journal(wal, self.lease_sync, self.history if self.history.hours > 0 else None)
 
     def install(self, path: str, now: int) -> None:
         """A replica's full sync: ``path``, a temporary file in this

@@ -29,6 +29,11 @@ they survive a crash of the process), and are fsynced within
 A journal without a log (``Journal(None)``) drops every record: that is how
 recovery replays the log through the live transitions without writing it
 again.
+
+A journal with a ``history`` (storage/history.py) shows it the job records
+it keeps that the history counts from, in every flavour (the compiled twins
+hand their records here too): every CLAIM and CANCEL, and while a sampled
+claim is in flight the records that end leases (ACK, NACK, EXPIRE, DEAD).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from . import records
 from .config import FSYNC, MEMORY
 from .queue import Queue
 from .logbuffer import LogBuffer, Ticket
+
+
+_PUSH, _CLAIM, _CANCEL = records.PUSH, records.CLAIM, records.CANCEL
 
 
 class _NoLog:
@@ -59,9 +67,10 @@ class _NoLog:
 
 
 class Journal:
-    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth")
+    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth",
+                 "history")
 
-    def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False) -> None:
+    def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False, history=None) -> None:
         if log is not None and not isinstance(log, LogBuffer):      # (the compiled lane relies on it)
             raise TypeError(f"a journal's log is a LogBuffer or None, not {type(log).__name__}")
         self.log = log
@@ -75,6 +84,7 @@ class Journal:
         self._txn: list | None = None       # records of the open transaction
         self._txn_sync = False
         self._txn_depth = 0
+        self.history = history if log is not None else None    # storage.history.History, or None: off
 
     # -- what transitions call -------------------------------------------------------------
 
@@ -88,6 +98,9 @@ class Journal:
         (``LogBuffer.append``; inside a transaction it is ignored)."""
         if self.log is None or q.durability is MEMORY:
             return
+        h = self.history
+        if h is not None and (rtype == _CLAIM or rtype == _CANCEL or (h.sampled and rtype != _PUSH)):
+            h.seen(q, rtype, body)    # (an ACK, NACK ... matters only while a sampled claim is in flight)
         self._emit(rtype, body, q.durability is FSYNC and (not lease or self.lease_sync), blind_until)
 
     def note_record(self, q: Queue, rtype: int, body: bytes) -> None:
@@ -95,6 +108,9 @@ class Journal:
         is a memory queue, never fsync-waited."""
         if self.log is None or q.durability is MEMORY:
             return
+        h = self.history
+        if h is not None and h.sampled:     # (EXPIRE: it drops a sampled claim's time)
+            h.seen(q, rtype, body)
         self._emit(rtype, body, False)
 
     def meta_record(self, rtype: int, body: bytes) -> None:

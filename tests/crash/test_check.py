@@ -30,12 +30,15 @@ def start(daemons, path, *args) -> Daemon:
 
 
 def contents(directory) -> dict[str, bytes]:
-    """Every file but the lock, by name, with its bytes."""
+    """Every file but the lock, by its path under ``directory`` (the
+    history's files in history/ too), with its bytes."""
     out = {}
-    for name in sorted(os.listdir(directory)):
-        if name != "LOCK":
-            with open(os.path.join(directory, name), "rb") as f:
-                out[name] = f.read()
+    for root, _dirs, files in os.walk(directory):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            if os.path.relpath(path, directory) != "LOCK":
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, directory)] = f.read()
     return out
 
 

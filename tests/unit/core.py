@@ -31,6 +31,7 @@ from leaseq.daemon.server import Stats
 from leaseq.storage import queries
 from leaseq.storage.config import QueueConfig
 from leaseq.storage.datadir import DataDir
+from leaseq.storage.history import History
 from leaseq.storage.journal import Journal
 from leaseq.storage.store import Store
 from leaseq.storage.wal import Faults, MemoryLog
@@ -62,6 +63,7 @@ class Core:
         self.channels = Channels()
         self.faults = Faults()
         self.metrics = Metrics(self)
+        self.history = History("")                 # no minute closes here: QHISTORY answers none
         self.dropped: list = []
         self.shutdown_reason = None
         self.last_save = 0
