@@ -14,6 +14,7 @@ import re
 import pytest
 from harness import DEBUG_ENV, http_daemon, http_get, unique
 from leaseq.bench.history import fill
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from test_status_browser import browser  # noqa: F401  (the fixture: headless Chromium)
@@ -94,13 +95,15 @@ def test_a_click_on_a_range_shows_that_range(charted, browser):  # noqa: F811
     browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
     browser.get(f"http://127.0.0.1:{charted.http}/")
     assert "HISTORY, LAST 1 H" in browser.find_element(By.ID, "history").text.upper()
+    # (the page reloads itself every 2 s: an element found just before a reload goes stale, so ask again)
+    wait = WebDriverWait(browser, 15, ignored_exceptions=(StaleElementReferenceException,))
     for shown in ("24h", "72h", "1h"):
-        browser.find_element(By.XPATH, f"//form[@class='ranges']/button[text()='{shown}']").click()
-        WebDriverWait(browser, 15).until(lambda drv, s=shown: f"LAST {s[:-1]} H" in
-                                          drv.find_element(By.ID, "history").text.upper())
+        button = f"//form[@class='ranges']/button[text()='{shown}']"
+        wait.until(lambda drv, b=button: drv.find_element(By.XPATH, b).click() or True)
+        wait.until(lambda drv, s=shown: f"LAST {s[:-1]} H" in drv.find_element(By.ID, "history").text.upper())
         assert browser.current_url.endswith(f"/?range={shown}")
-        svgs = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
-        assert len(svgs) == 3 * len(QUEUES) and all(s.size["width"] > 300 for s in svgs)
+        wait.until(lambda drv: [s.size["width"] > 300 for s in drv.find_elements(By.CSS_SELECTOR, "figure.chart svg")]
+                   == [True] * (3 * len(QUEUES)))
         where = os.environ.get("LEASEQ_SCREENSHOTS")
         if where:
             browser.save_screenshot(os.path.join(where, f"history-{shown}.png"))
