@@ -117,8 +117,9 @@ def _fold(store, q, now: int) -> None:
     """``Store.fold(q, now)``, called only when something in ``q`` is due (a
     fold with nothing due changes nothing)."""
     indexes = q.indexes
-    if (indexes.delayed.earliest <= now or indexes.leases.earliest <= now or indexes.dead.earliest <= now
-            or indexes.completed.earliest <= now or indexes.cancelled.earliest <= now or q.results.entries):
+    at = now
+    if (indexes.delayed.earliest <= at or indexes.leases.earliest <= at or indexes.dead.earliest <= at
+            or indexes.completed.earliest <= at or indexes.cancelled.earliest <= at or q.results.entries):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
 
 
