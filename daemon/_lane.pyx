@@ -8,9 +8,8 @@ the bookkeeping around each handler cost more than the handler's own work.
 Here they are one C function: the command's name is matched in C, the
 checks of ``dispatch._execute`` are read off the client and the server once,
 and the work goes straight to the store: ``storage.plain``'s
-``push_one``, ``claim_next`` and ``ack_tokens``, their compiled twin
-(``storage._plain``) asked first, so what a command does to the queues is
-defined once, in Python, and compiled once, in storage.
+``push_one``, ``claim_next`` and ``ack_tokens`` as C calls (storage/plain.py,
+compiled as it is), so what a command does to the queues is written once.
 
 ``run(client, args)`` answers what ``execute`` answers, ``(reply, ticket)``,
 or None when the command is not plain.  None is decided before anything
@@ -51,17 +50,18 @@ from heapq import heappush
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from leaseq.commands import errors
-from leaseq.commands.claims import claim_now, compact_replies, job_replies
+from leaseq.commands.claims import compact_replies, job_replies
 from leaseq.commands.claims cimport ClaimWait
 from leaseq.commands.jobs import MAX_CONSUMER, _claim_options
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
 from leaseq.daemon.metrics import BUCKETS
-from leaseq.storage import plain as plain_module
-from leaseq.storage cimport _plain as cplain     # storage.plain's twin as C calls, when plain_module.twin is it
+from leaseq.storage.plain cimport ack_tokens, claim_next, claimable   # compiled from storage/plain.py
+from leaseq.storage.plain cimport push_one
 from leaseq.storage cimport _job as cjob
 from leaseq.daemon._clock cimport Reading
 from leaseq.storage.logbuffer cimport LogBuffer      # compiled from storage/logbuffer.py
+from leaseq.storage.journal cimport Journal          # compiled from storage/journal.py
 from leaseq.daemon.waiter cimport Waiter            # compiled from daemon/waiter.py
 from leaseq.daemon.connection cimport Connection   # compiled from daemon/connection.py
 from leaseq.daemon.blocking cimport Blocking       # compiled from daemon/blocking.py
@@ -145,27 +145,23 @@ cdef enum:
 cdef Slots SETTINGS = Slots("leaseq.daemon.config.Settings", ("max_payload",))
 cdef Slots STATS = Slots("leaseq.daemon.server.Stats", ("commands",))
 cdef Slots METRICS = Slots("leaseq.daemon.metrics.Metrics", ("commands",))
-cdef Slots JOURNAL = Slots("leaseq.storage.journal.Journal", ("log",))
-cdef enum:
-    J_LOG
-
 # A journal's log is a LogBuffer or None (no log: no records, so no reply
-# waits; Journal refuses anything else); the three below are its methods of
-# the same names, as C calls.
+# waits); the three below are the journal's methods of the same names, as C
+# calls.
 
 
-cdef inline object _mark(journal):
-    log = get(JOURNAL, journal, J_LOG)
+cdef inline object _mark(Journal journal):
+    log = journal.log
     return 0 if log is None else (<LogBuffer>log).mark()
 
 
-cdef object _settled_since(journal, mark, claim_at):
-    log = get(JOURNAL, journal, J_LOG)
+cdef object _settled_since(Journal journal, mark, claim_at):
+    log = journal.log
     return None if log is None else (<LogBuffer>log).settled_since(mark, claim_at)
 
 
-cdef object _ticket_since(journal, mark):
-    log = get(JOURNAL, journal, J_LOG)
+cdef object _ticket_since(Journal journal, mark):
+    log = journal.log
     return None if log is None else (<LogBuffer>log).ticket_since(mark)
 
 
@@ -302,31 +298,19 @@ cdef object _run(client, list args):
     else:
         client.last_command = name
     started = _seconds()
-    plain = plain_module.twin        # storage.plain's compiled twin (None: not built, or a test turned it off)
     try:
         if kind == PUSH:
-            now = _now(server)
-            reply = None if plain is None else cplain.c_push_one(store, q, payload, PRIORITY, now)
-            if reply is None:
-                reply = plain_module.push_one(store, q, payload, PRIORITY, now)
+            reply = push_one(store, q, payload, PRIORITY, _now(server))
         elif kind == CLAIM:
             if lease_ms is None:
                 lease_ms = get(CONFIG, config, K_LEASE)
             now = _now(server)          # claim_now's work, without holder
-            jobs = None if plain is None else cplain.c_claim_next(store, q, now, count, now + lease_ms, consumer)
-            if jobs is None:
-                reply = claim_now(server, q, consumer, count, lease_ms, None, compact)
-            elif not jobs:
-                reply = []
-            else:
-                reply = compact_replies(jobs) if compact else _job_replies(jobs)
+            jobs = claim_next(store, q, now, count, now + lease_ms, consumer)
+            reply = (compact_replies(jobs) if compact else _job_replies(jobs)) if jobs else []
             if not reply and block is not None and not client.in_exec:
                 reply = ClaimWait(server, q, consumer, count, lease_ms, block, None, False, compact)
         else:
-            now = _now(server)
-            reply = None if plain is None else cplain.c_ack_tokens(store, q, args[2:], now)
-            if reply is None:
-                reply = plain_module.ack_tokens(store, q, args[2:], now)
+            reply = ack_tokens(store, q, args[2:], _now(server))
     except Error as e:
         reply = e
     except Exception:
@@ -349,12 +333,11 @@ cdef enum:
 
 def serve_plain(Blocking blocking, queue):
     """``Blocking.serve(queue)`` when only plain claims wait on it (no work
-    stream, no cohort, no SESSION, no closed connection) and the queue is
-    plain (``storage._plain``): True when served, False (before anything
-    changed) for the ordinary ``serve``.  The jobs the rules let out are
-    dealt as ``deal`` deals them, and each claimer's share is claimed in
-    waiting order, by the compiled ``claim_next`` or, for jobs it declines
-    (a job with a rare field), by the claim's own ``take``."""
+    stream, no cohort, no SESSION, no closed connection): True when
+    served, False (before anything changed) for the ordinary ``serve``.
+    The jobs the rules let out (``plain.claimable``) are dealt as ``deal``
+    deals them, and each claimer's share is claimed in waiting order by
+    ``plain.claim_next``, what the claim's own ``take`` calls."""
     return _serve_plain(blocking, queue)
 
 
@@ -364,9 +347,6 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
     cdef ClaimWait wait
     waiters = (<dict>blocking.by_queue).get(queue)
     if not waiters or queue in blocking.workers or queue in blocking.cohorts:
-        return False
-    plain = plain_module.twin
-    if plain is None:
         return False
     cdef Py_ssize_t i, n = len(<list>waiters), total = 0
     for w in <list>waiters:
@@ -382,9 +362,7 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
     if n == 1:           # the commonest: one claimer takes what there is, up to its COUNT, as claim_next does
         takers, shares = waiters, None
     else:
-        available = cplain.c_claimable(store, queue, _now(server), total)
-        if available is None:
-            return False
+        available = claimable(store, queue, _now(server), total)
         takers = list(<list>waiters)
         shares = deal(available, [(<ClaimWait>w.wait).count for w in takers])
     for i in range(n):
@@ -395,13 +373,8 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
             continue
         mark = _mark(journal)
         now = _now(server)
-        jobs = cplain.c_claim_next(store, queue, now, share, now + wait.lease_ms, wait.consumer)
-        if jobs is None:
-            if shares is None:
-                return False            # (at most a fold changed, which the ordinary serve repeats)
-            replies = wait.take(share)
-        else:
-            replies = (compact_replies(jobs) if wait.compact else _job_replies(jobs)) if jobs else jobs
+        jobs = claim_next(store, queue, now, share, now + wait.lease_ms, wait.consumer)
+        replies = (compact_replies(jobs) if wait.compact else _job_replies(jobs)) if jobs else jobs
         if not replies:
             break
         ticket = _settled_since(journal, mark, _now(server))
@@ -418,5 +391,4 @@ cdef bint _serve_plain(Blocking blocking, queue) except -1:
 
 def layouts():
     """The ``Slots`` this module reads through (tests/unit/test_slots.py)."""
-    return [USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, JOURNAL, HISTOGRAM,
-            CONFIG]
+    return [USER, HOLDINGS, SERVER, SETTINGS, STATS, METRICS, HISTOGRAM, CONFIG]

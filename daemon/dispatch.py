@@ -152,7 +152,7 @@ def _transaction(client, name: bytes):
 
 
 # The plain forms of QPUSH, QCLAIM and QACK, and the serve of plain claims
-# parked on a plain queue (``Blocking.serve_woken`` asks it), compiled
+# parked on a queue (``Blocking.serve_woken`` asks it), compiled
 # (daemon/_lane.pyx): None when not built.  Imported last: the lane knows
 # the connection's type, and the connection's module imports ``execute``.
 _lane = compiled_twin("leaseq.daemon._lane")

@@ -10,16 +10,16 @@ loaded in either; this module only reckons what loaded."""
 from __future__ import annotations
 
 from leaseq.commands import claims
-from leaseq.storage import bands, indexes, logbuffer, queue, store
+from leaseq.storage import bands, indexes, journal, logbuffer, plain, queue, store
 from leaseq.storage.flavour import compiled_twin, is_compiled
 
 from . import blocking, committer, connection, dispatch, faults, outbox, resp, timeouts, waiter
 
 # compiled from their own .py (setup.py's ONE_SOURCE)
 ONE_SOURCE = (bands, logbuffer, indexes, queue, store, outbox, timeouts, connection, committer, dispatch, blocking,
-              waiter, faults, claims)
+              waiter, faults, claims, plain, journal)
 DAEMON_COMPILED = tuple(m.__name__.rpartition(".")[2] for m in ONE_SOURCE) + (
-    "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_plain", "_lane")
+    "_resp", "_parser", "_job", "_jobtable", "_index", "_clock", "_lane")
 COMPILED = ([m.__name__.rpartition(".")[2] for m in ONE_SOURCE if is_compiled(m)] + resp.COMPILED
             + (["_lane"] if dispatch.lane is not None else []))
 FLAVOUR = ("compiled" if len(COMPILED) == len(DAEMON_COMPILED) else "pure" if not COMPILED

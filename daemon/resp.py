@@ -43,7 +43,7 @@ from leaseq.commands import errors
 from functools import lru_cache
 
 from leaseq.daemon import clock
-from leaseq.storage import index, job, jobtable, plain
+from leaseq.storage import index, job, jobtable
 from leaseq.storage.flavour import compiled_twin
 from leaseq.commands.replies import NULL_ARRAY, Error, Frames, Ints, Map, Push, Raw, Record, Simple, Verbatim
 
@@ -504,5 +504,3 @@ if index.COMPILED:
     COMPILED.append("_index")
 if clock.COMPILED:
     COMPILED.append("_clock")
-if plain.twin is not None:
-    COMPILED.append("_plain")

@@ -1,5 +1,5 @@
 # The C side of storage/_index.pyx, for the compiled modules that cimport it
-# (storage/_plain.pyx): the layout of the two indexes and the operations a
+# (storage/indexes.py, storage/plain.py): the layout of the two indexes and the operations a
 # job's claim and ack call on them, reached as C calls (docs/performance.md,
 # "C calls between the compiled modules").  What each does is written in the .pyx.
 
@@ -35,13 +35,13 @@ cdef class TimeIndex(_Index):
     cdef readonly int64_t earliest
     cdef void _moved(self)
     cpdef object first(self)
-    cdef int add_ids(self, int64_t when, object jids) except -1
-    cdef int remove_ids(self, int64_t when, object jids) except -1
+    cpdef add_many(self, int64_t when, object jids)
+    cpdef remove_many(self, int64_t when, object jids)
 
 
 @cython.final
 cdef class ReadyIndex(_Index):
     cdef uint64_t _key(self, int band, object jid) except? 0xFFFFFFFFFFFFFFFF
-    cdef int add_ids(self, int band, object jids) except -1
-    cdef list first_ids(self, Py_ssize_t count)
-    cdef void pop_ids(self, Py_ssize_t count)
+    cpdef append_new(self, int band, object jids)
+    cpdef list first(self, Py_ssize_t count)
+    cpdef pop_first(self, Py_ssize_t count)

@@ -348,18 +348,13 @@ cdef class TimeIndex(_Index):
         if when < self.earliest:
             self.earliest = when
 
-    def add_many(self, int64_t when, jids):
-        self.add_ids(when, jids)
-
-    cdef int add_ids(self, int64_t when, object jids) except -1:
-        """``add_many`` (what storage._plain calls)."""
+    cpdef add_many(self, int64_t when, object jids):
         cdef bint any_added = False
         for jid in jids:
             insert[leaseq_wide](self._keys, wide_key(when, id_bits(jid, 0x7FFFFFFFFFFFFFFF)))
             any_added = True
         if any_added and when < self.earliest:
             self.earliest = when
-        return 0
 
     def remove(self, int64_t when, jid):
         """Remove an entry that is present (KeyError otherwise: a bug)."""
@@ -368,12 +363,8 @@ cdef class TimeIndex(_Index):
         if when == self.earliest:
             self._moved()
 
-    def remove_many(self, int64_t when, jids):
+    cpdef remove_many(self, int64_t when, object jids):
         """``remove`` of several entries at one moment, all present."""
-        self.remove_ids(when, jids)
-
-    cdef int remove_ids(self, int64_t when, object jids) except -1:
-        """``remove_many`` (what storage._plain calls)."""
         cdef Py_ssize_t missing = 0
         for jid in jids:
             if not erase[leaseq_wide](self._keys, wide_key(when, id_bits(jid, 0x7FFFFFFFFFFFFFFF))):
@@ -382,7 +373,6 @@ cdef class TimeIndex(_Index):
             self._moved()
         if missing:
             raise KeyError(f"not all of {len(jids)} ids were indexed at {when}")
-        return 0
 
     cpdef object first(self):
         """The earliest moment, or None when empty."""
@@ -436,38 +426,25 @@ cdef class ReadyIndex(_Index):
     def add(self, int band, jid):
         insert[uint64_t](self._keys, self._key(band, jid))
 
-    def append_new(self, int band, jids):
+    cpdef append_new(self, int band, object jids):
         """Ids above every id in the band, ascending (new jobs)."""
-        self.add_ids(band, jids)
-
-    def update(self, int band, jids):
-        self.add_ids(band, jids)
-
-    cdef int add_ids(self, int band, object jids) except -1:
-        """``update``, and ``append_new`` (what storage._plain calls)."""
         for jid in jids:
             insert[uint64_t](self._keys, self._key(band, jid))
-        return 0
+
+    def update(self, int band, jids):
+        self.append_new(band, jids)
 
     def remove(self, int band, jid):
         """Remove an entry that is present (ValueError otherwise: a bug)."""
         if not erase[uint64_t](self._keys, self._key(band, jid)):
             raise ValueError(f"{jid} not in band {band}")
 
-    def first(self, Py_ssize_t count):
+    cpdef list first(self, Py_ssize_t count):
         """The first ``count`` ids in claim order."""
-        return self.first_ids(count)
-
-    cdef list first_ids(self, Py_ssize_t count):
-        """``first`` (what storage._plain calls)."""
         return keys_list[uint64_t](self._keys, 0, count, False, False, <uint64_t *>NULL)
 
-    def pop_first(self, Py_ssize_t count):
+    cpdef pop_first(self, Py_ssize_t count):
         """Remove the first ``count`` ids in claim order."""
-        self.pop_ids(count)
-
-    cdef void pop_ids(self, Py_ssize_t count):
-        """``pop_first`` (what storage._plain calls)."""
         self._keys.pop_front(count)
 
     def oldest(self):

@@ -221,6 +221,15 @@ cdef inline int _hex(char *out, unsigned long long v) noexcept:
     return n
 
 
+def payload_sizes(jobs):
+    """``storage.job.payload_sizes``: the sum of the jobs' payload sizes
+    (of any job that has a ``payload_len``; of this Job's as C)."""
+    cdef unsigned long long total = 0
+    for job in jobs:
+        total += (<Job>job).payload_len if type(job) is Job else job.payload_len
+    return total
+
+
 def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
     """``storage.leasing``'s ``TOKEN`` for a new lease on each of ``jobs``,
     the lease numbers counting from ``first_seq``, written digit by digit

@@ -1,5 +1,5 @@
 # Included (not imported) by the compiled modules that read the state of
-# Python objects on every request: storage/_plain.pyx, daemon/_lane.pyx.
+# Python objects on every request: daemon/_lane.pyx.
 #
 # Reading ``obj.name`` from compiled code goes through the generic attribute
 # lookup: the type's attribute cache, then the instance's dictionary or the

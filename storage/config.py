@@ -38,9 +38,13 @@ class QueueConfig:
     # CONCURRENCY, RATE): read at every claim, so worked out once (the
     # options never change in place: QCONFIG SET makes new ones).
     limited: bool = field(init=False, repr=False, compare=False)
+    # Whether a job ending frees a slot someone may wait for (CONCURRENCY,
+    # GROUP-CONCURRENCY): read at every ack, so worked out once too.
+    slots: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "limited", bool(self.paused or self.concurrency or self.rate[0]))
+        object.__setattr__(self, "slots", bool(self.concurrency or self.group_concurrency))
 
     @property
     def grouped(self) -> bool:
@@ -49,7 +53,7 @@ class QueueConfig:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        del d["limited"]
+        del d["limited"], d["slots"]
         d["backoff"] = list(self.backoff)
         d["rate"] = list(self.rate)
         d["group_rate"] = list(self.group_rate)

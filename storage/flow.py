@@ -109,7 +109,7 @@ def handed_out(q, ts: int, n: int) -> None:
 def has_slots(q) -> bool:
     """Whether a job ending frees a slot someone may wait for (CONCURRENCY,
     GROUP-CONCURRENCY)."""
-    return bool(q.config.concurrency or q.config.group_concurrency)
+    return q.config.slots
 
 
 def next_room(q, now: int) -> int | None:

@@ -1,9 +1,9 @@
 """A queue's history, minute by minute: what QHISTORY, ``GET
 /api/queues/<q>/history`` and the status page's charts show.
 
-Where it is counted.  Two sources, each seen by every flavour (the pure
-transitions and their compiled twins, storage/_plain.pyx and
-daemon/_lane.pyx, alike):
+Where it is counted.  Two sources, each seen by every flavour and every
+way in (the ``Store`` transitions and the plain transitions' short ways,
+storage/plain.py, which the compiled lane daemon/_lane.pyx calls, alike):
 
 * the queue's own counters (``Queue.counters``, which QINFO and /metrics
   show and both flavours keep): a minute's pushed, acked, nacked, dead and

@@ -7,8 +7,9 @@ from leaseq.storage._index cimport TimeIndex as BuiltTimeIndex    # storage/inde
 
 
 cdef class Indexes:
-    cdef public object ready, dead, completed, waiting, cancelled, groups
+    cdef public object ready, waiting, groups
     cdef public BuiltTimeIndex delayed, leases      # (next_due calls their first as C)
+    cdef public BuiltTimeIndex dead, completed, cancelled   # (a plain claim reads when each is due as C)
     cdef dict _place
 
     cpdef object next_due(self)

@@ -153,15 +153,11 @@ def _pure_payload_sizes(jobs) -> int:
     return sum(map(len, map(_PAYLOAD, jobs)))
 
 
-def _compiled_payload_sizes(jobs) -> int:
-    return sum(map(_PAYLOAD_LEN, jobs))
-
-
-_PAYLOAD, _PAYLOAD_LEN = attrgetter("payload"), attrgetter("payload_len")
+_PAYLOAD = attrgetter("payload")
 PureJob = Job
-payload_sizes = _pure_payload_sizes     # the sum of the payload sizes of ``jobs``, at C speed in both flavours
+payload_sizes = _pure_payload_sizes     # the sum of the payload sizes of ``jobs`` (compiled: its loop over payload_len)
 _twin = compiled_twin("leaseq.storage._job")   # (it imports JobExtra and _extra_field from here)
 COMPILED = _twin is not None
 if COMPILED:
     Job = _twin.Job     # noqa: F811
-    payload_sizes = _compiled_payload_sizes
+    payload_sizes = _twin.payload_sizes     # noqa: F811

@@ -31,8 +31,8 @@ recovery replays the log through the live transitions without writing it
 again.
 
 A journal with a ``history`` (storage/history.py) shows it the job records
-it keeps that the history counts from, in every flavour (the compiled twins
-hand their records here too): every CLAIM and CANCEL, and while a sampled
+it keeps that the history counts from, in every flavour (the plain
+transitions' short ways hand their records here too): every CLAIM and CANCEL, and while a sampled
 claim is in flight the records that end leases (ACK, NACK, EXPIRE, DEAD).
 """
 

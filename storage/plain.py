@@ -1,57 +1,89 @@
 """What a plain command changes, as one function each: a QPUSH of one job
-without options (``push_one``), a claim (``claim_next``: ``take_claimable``,
-then ``claim`` of what it took; ``claimable``, what a serve of parked claims
-deals out) and a QACK without RESULT
-(``ack_tokens``), over the ``Store`` transitions.
+without options (``push_one``), a claim (``claim_next``; ``claimable``, what
+a serve of parked claims deals out) and a QACK without RESULT
+(``ack_tokens``).
 
-At one job per command a job's life is these three, and they are where
-the daemon spends its time on a plain queue, so each has a compiled twin
-(``storage/_plain.pyx``, docs/performance.md "The plain transitions"),
-asked first: it answers what the function below would, or None, decided
-before anything changes, for everything that is not plain (a queue's
-features, jobs with rare fields ...); then the function runs on.  The
-plain lane (daemon/_lane.pyx) asks ``twin`` itself, with no Python frame
-in between.  tests/unit/test_lane.py holds the twin to these
-definitions."""
+At one job per command a job's life is these three, and they are where the
+daemon spends its time, so each takes a short way on a *plain* queue: one
+function over the queue's parts (its job table, indexes and counters, the
+store's woken set, the journal's records) instead of the dozen small
+transitions of ``Store`` (``push`` -> ``arrive`` -> ``Queue.add_many``
+...), whose calls cost more than the work.  The short way changes exactly
+what those transitions would; anything it does not cover goes the way of
+``Store``, decided before anything changes.  Plain means: the queue has
+no groups (and so no group rules), no pause, CONCURRENCY or RATE
+(``QueueConfig.limited``), no MAXDELIVERIES or EXPIRE; a push needs no new
+IDMARK (one in 65,536); the jobs claimed or acked have none of the rare
+fields (``Job.extra``: a key, an error, a holder ...), the jobs acked are
+all in flight, their queue keeps no completed jobs, and no job waits for
+another (``Store.deps``).
+
+One source: Cython compiles this file as it is, with the C types of
+plain.pxd beside it (docs/performance.md, "One source, two flavours"); the
+pure flavour runs the same text.  tests/unit/test_lane.py runs generated
+command sequences with the short ways (``SHORT``) and without, and holds
+them to the same replies, records and store."""
 
 from __future__ import annotations
 
-from . import flow
-from .flavour import compiled_twin
-from .job import Job
+from . import flow, records
+from .bands import band
+from .config import FSYNC
+from .job import IN_FLIGHT, READY, Job, payload_sizes
+from .leasing import drop_leases, jobs_for_tokens, lease_tokens, take_leases
+from .store import unseen_by_claims_until
 
-twin = compiled_twin("leaseq.storage._plain")     # None when not built, or LEASEQ_PURE=1
+SHORT = True        # take the short ways on plain queues (tests turn it off to compare)
 
 
 def push_one(store, q, payload: bytes, priority: int, now: int) -> int:
     """One job with no options but ``priority``: ``take_ids``, then ``push``;
     the job's id."""
-    if twin is not None:
-        jid = twin.push_one(store, q, payload, priority, now)
-        if jid is not None:
-            return jid
-    jid = store.take_ids(q, 1)
-    store.push(q, [Job(jid, payload, priority, now, now)], now)
+    jid = q.next_id
+    if not SHORT or q.indexes.groups is not None or jid + 1 > q.id_mark:    # (take_ids logs an IDMARK first)
+        jid = store.take_ids(q, 1)
+        store.push(q, [Job(jid, payload, priority, now, now)], now)
+        return jid
+    job = Job(jid, payload, priority, now, now)
+    journal = store.journal
+    logged = journal.logs_jobs_of(q)
+    body = records.push(q.qid, now, [job]) if logged else b""     # encoded first, as push does
+    q.next_id = jid + 1
+    job.state = READY
+    q.jobs.extend([job])
+    ready = q.indexes.ready
+    ready.append_new(band(priority, False), (jid,))
+    q.payload_bytes += len(payload)
+    q.counters.pushed += 1
+    store.woken.add(q)
+    if logged:
+        journal.job_record(q, records.PUSH, body)
     return jid
 
 
 def claimable(store, q, now: int, want: int) -> int:
     """What a serve of parked claims asks before it deals jobs out: the
     fold, then how many of ``want`` jobs the rules let out now."""
-    if twin is not None:
-        n = twin.claimable(store, q, now, want)
-        if n is not None:
-            return n
+    if SHORT and _claims_plainly(q):
+        _fold(store, q, now)
+        return min(want, len(q.indexes.ready))
     store.fold(q, now)
     return flow.claimable(q, now, want)
 
 
-def claim_next(store, q, now: int, count: int, deadline: int, consumer: bytes) -> list[Job]:
+def claim_next(store, q, now: int, count: int, deadline: int, consumer: bytes) -> list:
     """A claim's whole change: ``take_claimable``, then ``claim`` of the jobs
     it took (leased until ``deadline``); those jobs."""
-    if twin is not None:
-        jobs = twin.claim_next(store, q, now, count, deadline, consumer)
-        if jobs is not None:
+    if SHORT and _claims_plainly(q):
+        _fold(store, q, now)
+        ready = q.indexes.ready
+        ids = ready.first(count)
+        if not ids:
+            return []
+        table = q.jobs
+        jobs = [table[i] for i in ids]
+        if _all_plain(jobs):
+            _lease_front(store, q, jobs, now, deadline, consumer)
             return jobs
     jobs = store.take_claimable(q, now, count)
     if jobs:
@@ -62,11 +94,88 @@ def claim_next(store, q, now: int, count: int, deadline: int, consumer: bytes) -
 def ack_tokens(store, q, tokens, now: int) -> int:
     """QACK without RESULT: the jobs these tokens still hold, completed
     (``ack``); how many."""
-    if twin is not None:
-        n = twin.ack_tokens(store, q, tokens, now)
-        if n is not None:
-            return n
-    jobs = q.jobs_for_tokens(tokens)
-    if jobs:
+    table = q.jobs
+    jobs = jobs_for_tokens(table, tokens)
+    if not jobs:
+        return 0
+    if (SHORT and not q.config.retain_completed and q.indexes.groups is None and not store.deps.children
+            and _all_in_flight(jobs)):
+        _complete(store, q, jobs, now)
+    else:
         store.ack(q, jobs, now)
     return len(jobs)
+
+
+def _claims_plainly(q) -> bool:
+    """Whether a claim of ``q`` is plain: no groups, nothing that limits
+    (``limited``), no MAXDELIVERIES or EXPIRE."""
+    config = q.config
+    return not (q.indexes.groups is not None or config.limited or config.maxdeliveries or config.expire)
+
+
+def _fold(store, q, now: int) -> None:
+    """``Store.fold(q, now)``, called only when something in ``q`` is due (a
+    fold with nothing due changes nothing)."""
+    indexes = q.indexes
+    at = now
+    if (indexes.delayed.earliest <= at or indexes.leases.earliest <= at or indexes.dead.earliest <= at
+            or indexes.completed.earliest <= at or indexes.cancelled.earliest <= at or q.results.entries):
+        store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
+
+
+def _all_plain(jobs: list) -> bool:
+    """None of ``jobs`` has a rare field (its own MAXDELIVERIES ...)."""
+    for job in jobs:
+        if job.extra is not None:
+            return False
+    return True
+
+
+def _all_in_flight(jobs: list) -> bool:
+    """Every one of ``jobs`` is in flight, without rare fields."""
+    for job in jobs:
+        if job.extra is not None or job.state is not IN_FLIGHT:
+            return False
+    return True
+
+
+def _lease_front(store, q, jobs: list, now: int, deadline: int, consumer: bytes) -> None:
+    """``Store.claim(q, jobs, ..., front=True)`` on a plain queue: the jobs
+    are the head of ``ready``, and the queue keeps no rate window."""
+    n = len(jobs)
+    first_seq = store.lease_seq + 1
+    store.lease_seq = first_seq + n - 1
+    tokens = lease_tokens(jobs, store.epoch, first_seq)
+    indexes = q.indexes
+    ready = indexes.ready
+    ready.pop_first(n)
+    ids = take_leases(jobs, tokens, deadline, consumer)
+    indexes.leases.add_many(deadline, ids)
+    journal = store.journal
+    if journal.logs_jobs_of(q):
+        journal.job_record(q, records.CLAIM, records.claim(q.qid, now, deadline, first_seq, consumer, ids,
+                                                           [job.deliveries for job in jobs]), lease=True)
+
+
+def _complete(store, q, jobs: list, now: int) -> None:
+    """``Store.ack(q, jobs, now)`` of jobs all in flight, on a queue that keeps
+    none and whose jobs nobody waits for (``Queue.complete_many`` in bulk)."""
+    blind_until = unseen_by_claims_until(q, jobs) if q.durability is FSYNC else 0
+    table = q.jobs
+    by_deadline, _rare = drop_leases(jobs, table)
+    indexes = q.indexes
+    leases = indexes.leases
+    for deadline, ids in by_deadline.items():
+        leases.remove_many(deadline, ids)
+    q.payload_bytes -= payload_sizes(jobs)
+    table.compact()
+    q.counters.acked += len(jobs)
+    journal = store.journal
+    if journal.logs_jobs_of(q):
+        journal.job_record(q, records.ACK, records.ack(q.qid, now, [job.id for job in jobs]),
+                           lease=False, blind_until=blind_until)
+    endings = store.endings
+    if endings.watched:
+        endings.ended(q, jobs)
+    if q.config.slots:            # (flow.has_slots)
+        store.woken.add(q)     # a slot is free: a blocked claimer may take it

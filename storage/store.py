@@ -198,7 +198,7 @@ class Store:
         """Completed; ``result``: the one job's result (QACK ... RESULT), kept
         for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
         # (only an fsync queue's plain ACK record can be blind: skip the look at the jobs otherwise)
-        blind_until = (_unseen_by_claims_until(q, jobs)
+        blind_until = (unseen_by_claims_until(q, jobs)
                        if q.durability is FSYNC and result is None and not self.deps.children else 0)
         q.complete_many(jobs, ts)
         if self.deps.children or result is not None:
@@ -319,7 +319,7 @@ class Store:
         self.journal.meta_record(records.CLOCK, records.clock(offset, frozen, frozen_at))
 
 
-def _unseen_by_claims_until(q: Queue, jobs: list[Job]) -> int:
+def unseen_by_claims_until(q: Queue, jobs: list[Job]) -> int:
     """Until when no claim can tell whether the ack of ``jobs`` happened
     (0: a claim may at once), for ``LogBuffer.settled_since``: jobs in flight are
     claimable again only at the end of their leases, and on a queue without

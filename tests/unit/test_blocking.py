@@ -149,8 +149,8 @@ def test_deal_divides_in_proportion_never_above_a_count(available, counts):
 # -- the compiled serve of plain claims (daemon/_lane.pyx serve_plain) against Blocking.serve --------
 
 def _compiled_serve():
-    """The compiled serve and plain transitions (skips in the pure flavour)."""
-    return compiled("leaseq.daemon._lane").serve_plain, compiled("leaseq.storage._plain")
+    """The compiled serve (skips in the pure flavour)."""
+    return compiled("leaseq.daemon._lane").serve_plain
 
 SERVED_QUEUES = {b"mem": [b"DURABILITY", b"memory"], b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100"],
                  b"slots": [b"CONCURRENCY", b"1", b"DURABILITY", b"memory"]}
@@ -188,11 +188,11 @@ class ServeSide:
 
     def run(self, args):
         dispatch_module, plain_module = self.modules
-        saved = dispatch_module.serve_plain, plain_module.twin
+        saved = dispatch_module.serve_plain, plain_module.SHORT
         if self.compiled:
-            dispatch_module.serve_plain, plain_module.twin = _compiled_serve()
+            dispatch_module.serve_plain, plain_module.SHORT = _compiled_serve(), True
         else:
-            dispatch_module.serve_plain, plain_module.twin = None, None
+            dispatch_module.serve_plain, plain_module.SHORT = None, False
         self.blocking.serve_plain = dispatch_module.serve_plain     # (a Blocking takes it when made)
         try:
             if args == "turn":
@@ -200,7 +200,7 @@ class ServeSide:
                 return None
             return execute(self.client, args)[0]
         finally:
-            dispatch_module.serve_plain, plain_module.twin = saved
+            dispatch_module.serve_plain, plain_module.SHORT = saved
 
     def do(self, op) -> None:
         kind = op[0]

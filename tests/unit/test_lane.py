@@ -1,6 +1,6 @@
-"""The plain lane (daemon/_lane.pyx) and the plain transitions
-(storage/_plain.pyx) against ``dispatch.execute``'s ordinary path and
-``storage.plain``'s functions that define them: generated command sequences, run once
+"""The plain lane (daemon/_lane.pyx) and the short ways of the plain
+transitions (storage/plain.py) against ``dispatch.execute``'s ordinary path
+and ``Store``'s transitions: generated command sequences, run once
 with both and once with neither, on two stores that start alike, give the
 same reply bytes, the same tickets, the same counters and command
 statistics, the same log records and the same store.  The sequences mix
@@ -9,12 +9,12 @@ features, jobs with rare fields, MULTI, a full memory, a failed log, bad
 arguments, names in any case, leases that ran out), so both sides of each
 check are run.  The lane is built against the compiled one-source classes
 (the Outbox, the log buffer), which the pure flavour does not load: with
-LEASEQ_PURE=1 this module skips, saying so."""
+LEASEQ_PURE=1 the sequences compare the short ways alone, and the tests of
+the lane itself skip, saying so."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import re
 import shutil
@@ -34,8 +34,7 @@ from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
 from leaseq.storage import plain as plain_module
 
-LANE = compiled("leaseq.daemon._lane").run       # (the whole module skips in the pure flavour, saying why)
-PLAIN = importlib.import_module("leaseq.storage._plain")
+LANE = dispatch.lane           # the compiled lane's run; None in the pure flavour (or not built)
 
 QUEUES = {
     b"mem": [b"DURABILITY", b"memory"],
@@ -101,12 +100,12 @@ class Side:
             self.execute([b"QCREATE", name] + options)
 
     def execute(self, args: list):
-        saved = dispatch.lane, plain_module.twin
-        dispatch.lane, plain_module.twin = (LANE, PLAIN) if self.lane else (None, None)
+        saved = dispatch.lane, plain_module.SHORT
+        dispatch.lane, plain_module.SHORT = (LANE, True) if self.lane else (None, False)
         try:
             reply, ticket = execute(self.client, args)
         finally:
-            dispatch.lane, plain_module.twin = saved
+            dispatch.lane, plain_module.SHORT = saved
         if isinstance(reply, ClaimWait):
             shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
                      reply.cohort, reply.compact)
@@ -238,8 +237,8 @@ TOKEN = re.compile(rb"[0-9a-f]+\.[0-9a-f]+\.[0-9a-f]+")
 def test_plain_commands_take_the_lane_and_others_do_not():
     """The lane answers the plain forms itself (the ordinary path is not
     asked) and leaves everything else to it."""
+    lane = compiled("leaseq.daemon._lane").run      # (skips in the pure flavour, saying why)
     side = Side(lane=True)
-    lane = LANE
     assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is not None
     assert lane(side.client, [b"qclaim", b"mem", b"w", b"COUNT", b"1"]) is not None
     assert lane(side.client, [b"QACK", b"mem", b"1.1.1"]) is not None
@@ -256,8 +255,8 @@ def test_plain_commands_take_the_lane_and_others_do_not():
 
 
 def test_the_lane_is_built_and_used_unless_told_otherwise():
-    assert LANE is not None or not (shutil.which("cc") or shutil.which("gcc"))
     if os.environ.get("LEASEQ_PURE") == "1":
         assert dispatch.lane is None
     else:
-        assert dispatch.lane is LANE
+        assert LANE is not None or not (shutil.which("cc") or shutil.which("gcc"))
+        assert LANE is compiled("leaseq.daemon._lane").run

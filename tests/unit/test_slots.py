@@ -1,4 +1,4 @@
-"""``Slots`` (storage/_slots.pxi): the compiled lane and plain transitions
+"""``Slots`` (storage/_slots.pxi): the compiled lane
 read the daemon's objects at their slots' offsets.  Two things are held
 here: every name they read is a slot of the class they name (a name that is
 not, say a property added later, would still be read right, by ``getattr``,
@@ -16,7 +16,7 @@ import types
 import pytest
 from harness import compiled
 
-MODULES = ("leaseq.daemon._lane", "leaseq.storage._plain")
+MODULES = ("leaseq.daemon._lane",)
 
 
 def _layouts():
@@ -112,12 +112,9 @@ def test_the_daemons_objects_are_read_at_their_offsets(monkeypatch):
     with LEASEQ_PURE=1 too they run.)"""
     from leaseq.bench import path
     from leaseq.daemon import dispatch
-    from leaseq.storage import plain
-
     lane = compiled("leaseq.daemon._lane")
     monkeypatch.setattr(dispatch, "lane", lane.run)
     monkeypatch.setattr(dispatch, "serve_plain", lane.serve_plain)
-    monkeypatch.setattr(plain, "twin", importlib.import_module("leaseq.storage._plain"))
     path.loop("single", rounds=1, repeats=1)
     for module, s in _layouts():
         assert s.learnt is not None and issubclass(s.learnt, _class(s.of)), (module, s.of, s.learnt)
