@@ -198,10 +198,11 @@ class Daemon:
         self.kill() if exc[0] else self.stop()
 
 
-def http_daemon(data_dir, env: dict | None = None) -> Daemon:
-    """A started daemon with its HTTP listener on a free port (``d.http``)."""
+def http_daemon(data_dir, env: dict | None = None, args: tuple = ()) -> Daemon:
+    """A started daemon with its HTTP listener on a free port (``d.http``);
+    ``args``: more of its command line (``("--replicaof", "127.0.0.1 6479")``)."""
     port = free_port()
-    d = Daemon(str(data_dir), env={"LEASEQ_HTTP_PORT": str(port), **(env or {})}).start()
+    d = Daemon(str(data_dir), *args, env={"LEASEQ_HTTP_PORT": str(port), **(env or {})}).start()
     d.http = port
     return d
 

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from harness import Daemon, claim_one, free_port, qget, qinfo, unique, wait_for
+from harness import Daemon, claim_one, free_port, http_daemon, qget, qinfo, unique, wait_for
 
 PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
 
@@ -246,10 +246,7 @@ def test_malformed_credentials_and_oversized_forms_are_refused(secured):
 
 def test_a_replicas_page_shows_its_buttons_disabled_and_refuses_an_action_with_readonly(tmp_path):
     primary = Daemon(str(tmp_path / "primary")).start()
-    port = free_port()
-    replica = Daemon(str(tmp_path / "replica"), "--replicaof", f"127.0.0.1 {primary.port}",
-                     env={"LEASEQ_HTTP_PORT": str(port)}).start()
-    replica.http = port
+    replica = http_daemon(tmp_path / "replica", args=("--replicaof", f"127.0.0.1 {primary.port}"))
     try:
         primary.client().execute_command("QPUSH", "q", "x")
         wait_for(lambda: replica.client().execute_command("EXISTS", "q") == 1, 20, "the queue on the replica")

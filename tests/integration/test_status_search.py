@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 import redis
 
-from harness import Daemon, as_map, claim_one, free_port, qget, unique, wait_for
+from harness import Daemon, as_map, claim_one, http_daemon, qget, unique, wait_for
 from test_status_actions import acl_daemon, csrf_of, ops_client, request
 from test_status_page import Tables
 
@@ -253,10 +253,7 @@ def test_retry_dead_matches_of_a_dead_letter_queue_sends_them_back_to_their_sour
 
 def test_a_replica_searches_but_its_bulk_buttons_are_disabled_and_an_action_is_refused(tmp_path):
     primary = Daemon(str(tmp_path / "primary")).start()
-    port = free_port()
-    replica = Daemon(str(tmp_path / "replica"), "--replicaof", f"127.0.0.1 {primary.port}",
-                     env={"LEASEQ_HTTP_PORT": str(port)}).start()
-    replica.http = port
+    replica = http_daemon(tmp_path / "replica", args=("--replicaof", f"127.0.0.1 {primary.port}"))
     try:
         primary.client().execute_command("QPUSHMANY", "q", 3, "a1", "a2", "b1")
         wait_for(lambda: replica.client().execute_command("QLEN", "q") == 3, 20, "the jobs on the replica")
