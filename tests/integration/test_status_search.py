@@ -256,7 +256,9 @@ def test_a_replica_searches_but_its_bulk_buttons_are_disabled_and_an_action_is_r
     replica = http_daemon(tmp_path / "replica", args=("--replicaof", f"127.0.0.1 {primary.port}"))
     try:
         primary.client().execute_command("QPUSHMANY", "q", 3, "a1", "a2", "b1")
-        wait_for(lambda: replica.client().execute_command("QLEN", "q") == 3, 20, "the jobs on the replica")
+        # (QLEN of a queue the replica does not have yet is NOQUEUE: EXISTS first)
+        wait_for(lambda: replica.client().execute_command("EXISTS", "q") == 1
+                 and replica.client().execute_command("QLEN", "q") == 3, 20, "the jobs on the replica")
         assert '<button type="submit" title="Search: q">Search</button>' in request(replica, "/")[2]
         status, page = search(replica, "q", user=None, match="a*")
         assert status == 200 and match_count(page) == 2
