@@ -108,7 +108,8 @@ def keep_alive(transport, seconds: int) -> None:
 class IdleReaper:
     """``timeout``: every 0.1 s (``scan``) close the connections idle longer
     than the setting, read each time; a blocked claim is not idle.  The
-    same tick drops replicas silent beyond ``repl-timeout``."""
+    same tick looks after the replication links (``Liveness``,
+    daemon/liveness.py)."""
 
     PERIOD = 0.1
 
@@ -117,7 +118,7 @@ class IdleReaper:
 
     def scan(self) -> None:
         now = time.monotonic()
-        self.server.replication.drop_silent(now)      # repl-timeout
+        self.server.replication.liveness.scan(now)    # repl-timeout, repl-ping-replica-period
         timeout = self.server.settings.timeout
         if not timeout:
             return

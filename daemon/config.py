@@ -89,7 +89,10 @@ class Settings:
     repl_backlog_size: int = _s(64 << 20, "bytes",
                                 "how much of the replication stream a primary keeps for replicas that reconnect")
     repl_timeout: int = _s(60, "int", "a primary drops a replica that has acknowledged nothing for this many "
-                                      "seconds (replicas acknowledge every second)")
+                                      "seconds (replicas acknowledge every second), and a replica its link to a "
+                                      "primary it heard nothing from (0: never); above repl-ping-replica-period")
+    repl_ping_replica_period: int = _s(10, "int", "a primary whose replication stream carried nothing for this many "
+                                                  "seconds sends its replicas a PING record (at least 1)")
     replica_priority: int = _s(100, "int", "Sentinel promotes the replica with the lowest; 0: never")
     replica_announce_ip: str = _s("", "str", "the address a replica tells its primary (and Sentinel) it is at")
     replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)")
@@ -208,7 +211,7 @@ def file_text(name: str, value) -> str:
 
 MAX_HISTORY_HOURS = 24 * 366
 _PORTS = ("port", "tls-port", "http-port", "replica-announce-port")
-_AT_LEAST_ONE = ("search-slice",)
+_AT_LEAST_ONE = ("search-slice", "repl-ping-replica-period")
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
 

@@ -191,6 +191,12 @@ class ReplicaLink(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def drop_if_silent(self, now: float, timeout: int) -> None:
+        """``repl-timeout``: close a link the primary said nothing on for
+        ``timeout`` seconds; it connects again (daemon/liveness.py)."""
+        if self.transport is not None and now - self.last_io > timeout:
+            self._fail(f"nothing from the primary for {now - self.last_io:.0f} s (repl-timeout {timeout} s)")
+
     # -- what comes ---------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:

@@ -42,6 +42,7 @@ from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
 from leaseq.storage import snapshot
 
+from .liveness import Liveness
 from .replanchor import Anchor
 from .replicawaits import ReplicaWaits
 
@@ -139,6 +140,7 @@ class Replication:
         self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
         self.down_since = time.monotonic()
         self.anchor = Anchor(self)       # a replica's history and offset, kept for its restart (daemon/replanchor.py)
+        self.liveness = Liveness(self)   # repl-timeout both ways, and PINGs in an idle stream (daemon/liveness.py)
 
     # -- the stream -------------------------------------------------------------------------------
 
@@ -319,16 +321,16 @@ class Replication:
         log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip, peer.port, size,
                  peer.cut)
 
-    def drop_silent(self, now: float) -> None:
+    def drop_silent(self, now: float, timeout: int) -> None:
         """``repl-timeout``: drop the replicas that have acknowledged nothing
-        for that long (a replica acknowledges every second; one that stopped
-        is hung, or gone without closing).  A replica still receiving its
+        for ``timeout`` seconds (a replica acknowledges every second; one that stopped
+        is hung, or gone without closing: daemon/liveness.py).  A replica still receiving its
         full sync is not counted silent."""
-        timeout = self.server.settings.repl_timeout
-        if not timeout:
-            return
         for peer in [p for p in self.peers if p.state == "online" and now - p.ack_time > timeout]:
             self._drop(peer, f"no acknowledgement for {now - peer.ack_time:.0f} s (repl-timeout {timeout} s)")
+
+    def has_online_peer(self) -> bool:
+        return any(p.state == "online" for p in self.peers)
 
     def _drop(self, peer: Peer, why: str) -> None:
         log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)

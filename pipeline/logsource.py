@@ -62,7 +62,8 @@ PURGE     ``purge`` (QPURGE), one per job
 DROP      ``purge``, one row with no id: QDROP, the queue and all its jobs
 ========  ==============================================================
 
-SCHEDULE and UNSCHEDULE records (definitions) and PROGRESS records give no rows.
+SCHEDULE and UNSCHEDULE records (definitions), PROGRESS records and PING
+records (a primary's keepalive) give no rows.
 
 Expiry is lazy: an ``expire`` row has the time the daemon noticed the
 lease had run out (a claim or an inspection looked), not its deadline.
@@ -354,7 +355,8 @@ def _batch(pa, cols: list, columns: list, types: tuple, map_type, source: str):
 
 def _rows(rtype: int, f: tuple, names: dict):
     """(ts, queue, event, id, deliveries, consumer, priority, payload_bytes, error, meta) rows; ts in ms."""
-    if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE):
+    if rtype in (records.BOOT, records.QUEUE, records.IDMARK, records.CLOCK, records.SCHEDULE, records.UNSCHEDULE,
+                 records.PING):
         return
     qid, ts = f[0], f[1]
     queue = names.get(qid, f"#{qid}")

@@ -22,4 +22,5 @@ cdef class Journal:
     cpdef job_record(self, Queue q, int rtype, bytes body, bint lease=*, long long blind_until=*)
     cpdef note_record(self, Queue q, int rtype, bytes body)
     cpdef meta_record(self, int rtype, bytes body)
+    cpdef stream_record(self, int rtype, bytes body)
     cpdef _emit(self, int rtype, bytes body, bint sync, long long blind_until=*)

@@ -118,6 +118,12 @@ class Journal:
         if self.log is not None:
             self._emit(rtype, body, True)
 
+    def stream_record(self, rtype: int, body: bytes) -> None:
+        """A record about nothing that the log carries to the replicas
+        (PING: daemon/liveness.py): written, never fsync-waited."""
+        if self.log is not None:
+            self._emit(rtype, body, False)
+
     def begin(self) -> None:
         """Hold the records of the following transitions for one TXN record,
         applied all or none (nestable: only the outermost ``commit`` emits)."""

@@ -110,6 +110,12 @@ not repeated in every record); ``ts`` is when the change happened.
 31 CANCEL  ``qid u32, ts u64, count u32, ids u64 x count`` (as ACK): QCANCEL
            ended these jobs (state cancelled); children waiting on them die
            in DEAD records of the same transaction.
+34 PING    ``ts u64``: nothing happened.  A primary writes one when its
+           replication stream (which is its log) has carried nothing for
+           ``repl-ping-replica-period`` seconds while replicas follow it,
+           so that a replica hears from a primary that is alive but idle
+           and can tell a hung or unreachable one by silence
+           (``repl-timeout``; docs/replication.md).  Replay skips it.
 
 Readers skip nothing: an unknown type is corruption, so a newer daemon's log
 is refused by an older one rather than half-read.
@@ -130,12 +136,13 @@ from .frames import (FRAME, FRAME_SIZE, MAGIC, SEGMENT_HEADER, SEGMENT_HEADER_SI
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
 SCHEDULE, UNSCHEDULE, FIRE, REPLACE, RELEASE, PROGRESS, RESULT, CANCEL = 18, 19, 26, 27, 28, 29, 30, 31
-# (20-25 and 32: snapshot records)
+PING = 34
+# (20-25, 32 and 33: snapshot records)
 NAMES = {BOOT: "BOOT", QUEUE: "QUEUE", DROP: "DROP", PUSH: "PUSH", CLAIM: "CLAIM", ACK: "ACK",
          NACK: "NACK", EXTEND: "EXTEND", IDMARK: "IDMARK", TXN: "TXN", DEAD: "DEAD", REDRIVE: "REDRIVE",
          MOVE: "MOVE", DEL: "DEL", CLOCK: "CLOCK", EXPIRE: "EXPIRE", PURGE: "PURGE",
          SCHEDULE: "SCHEDULE", UNSCHEDULE: "UNSCHEDULE", FIRE: "FIRE", REPLACE: "REPLACE",
-         RELEASE: "RELEASE", PROGRESS: "PROGRESS", RESULT: "RESULT", CANCEL: "CANCEL"}
+         RELEASE: "RELEASE", PROGRESS: "PROGRESS", RESULT: "RESULT", CANCEL: "CANCEL", PING: "PING"}
 NACK_ERROR, NACK_CLOSED = 1, 2
 PUSH_GROUP = 4            # a PUSH job's flags bit: its group follows the key
 REASONS = {1: b"max-deliveries", 2: b"nack", 3: b"expired", 4: b"parent-failed", 5: b"parent-failed"}
@@ -168,6 +175,7 @@ _U16 = struct.Struct("<H")
 _AFTER = struct.Struct("<QBI")
 _PARENT = struct.Struct("<IQ")
 _META_NAME = struct.Struct("<B")
+_PING = struct.Struct("<Q")
 
 
 # The id and count lists of records: one Struct per length, made once (a
@@ -193,6 +201,10 @@ def _u32s(n: int) -> struct.Struct:
 
 def boot(epoch: int, ts: int) -> bytes:
     return _BOOT.pack(epoch, ts)
+
+
+def ping(ts: int) -> bytes:
+    return _PING.pack(ts)
 
 
 def queue(qid: int, ts: int, name: bytes, config: dict) -> bytes:
@@ -431,6 +443,12 @@ def _d_boot(b):
     return _BOOT.unpack(b)
 
 
+def _d_ping(b):
+    if len(b) != _PING.size:
+        raise FormatError("PING record has the wrong size")
+    return _PING.unpack(b)
+
+
 def _d_queue(b):
     qid, ts, n = _QUEUE.unpack_from(b)
     name = b[_QUEUE.size:_QUEUE.size + n]
@@ -646,4 +664,5 @@ _DECODERS = {BOOT: _d_boot, QUEUE: _d_queue, DROP: _d_drop, PUSH: _d_push, CLAIM
              ACK: _d_ack, NACK: _d_nack, EXTEND: _d_extend, IDMARK: _d_idmark, TXN: _d_txn,
              DEAD: _d_dead, REDRIVE: _d_ack, MOVE: _d_move, DEL: _d_ack, CLOCK: _d_clock, EXPIRE: _d_ack,
              PURGE: _d_ack, SCHEDULE: _d_schedule, UNSCHEDULE: _d_unschedule, FIRE: _d_fire,
-             REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress, RESULT: _d_result, CANCEL: _d_ack}
+             REPLACE: _d_replace, RELEASE: _d_ack, PROGRESS: _d_progress, RESULT: _d_result, CANCEL: _d_ack,
+             PING: _d_ping}

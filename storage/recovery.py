@@ -296,6 +296,10 @@ def _boot(store: Store, fields) -> None:
     store.lease_seq = 0
 
 
+def _ping(store: Store, fields) -> None:
+    """A primary's keepalive in its stream (docs/replication.md): nothing to apply."""
+
+
 def _clock(store: Store, fields) -> None:
     store.set_clock(*fields)
 
@@ -419,7 +423,7 @@ def _fire(store: Store, q: Queue, fields) -> None:
         store.timetable.apply_fire(q, schedule, ts, pairs, next_tick, skipped)
 
 
-STORE_RECORDS = {records.BOOT: _boot, records.CLOCK: _clock, records.QUEUE: _queue}
+STORE_RECORDS = {records.BOOT: _boot, records.CLOCK: _clock, records.QUEUE: _queue, records.PING: _ping}
 
 QUEUE_RECORDS = {
     records.PUSH: _push, records.CLAIM: _claim, records.EXPIRE: _expire, records.ACK: _ack,

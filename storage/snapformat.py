@@ -135,7 +135,7 @@ from .records import PARENT_FAILED_AS_PARENT, REASON_CODES, REASONS, FormatError
 
 SNAP_STORE, SNAP_QUEUE, SNAP_JOBS, SNAP_END, SNAP_GROUPS, SNAP_SCHEDULES = range(20, 26)
 SNAP_RESULTS = 32
-SNAP_PLAIN = 33               # (the next number neither the log nor a snapshot uses)
+SNAP_PLAIN = 33               # (the log's PING is 34; 35 is the next number neither uses)
 
 SNAPSHOT_VERSION = 3          # what ``snapshot_header`` writes
 READ_VERSIONS = (1, 2, 3)     # what ``check_snapshot_header`` accepts (1: no SNAP_PLAIN; 1, 2: the dead reason in bits)

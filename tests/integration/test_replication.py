@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import re
 import subprocess
+import time
 
 import pytest
 import redis
@@ -518,7 +519,7 @@ def test_a_wait_given_up_by_its_connection_leaves_nothing_behind(pair):
 
 def test_a_replica_silent_beyond_repl_timeout_is_dropped_and_comes_back(tmp_path):
     import signal
-    primary, replica = start_pair(tmp_path, "--repl-timeout", "1")
+    primary, replica = start_pair(tmp_path, "--repl-timeout", "2", "--repl-ping-replica-period", "1")
     try:
         p = primary.client()
         p.execute_command("QPUSH", "silent", "x")
@@ -526,7 +527,7 @@ def test_a_replica_silent_beyond_repl_timeout_is_dropped_and_comes_back(tmp_path
         replica.proc.send_signal(signal.SIGSTOP)                # hung: it acknowledges nothing
         wait_for(lambda: p.info("replication")["connected_slaves"] == 0, timeout=10,
                  what="the primary to drop its silent replica")
-        assert "no acknowledgement for" in primary.log() and "(repl-timeout 1 s)" in primary.log()
+        assert "no acknowledgement for" in primary.log() and "(repl-timeout 2 s)" in primary.log()
         p.execute_command("QPUSH", "silent", "y")
         replica.proc.send_signal(signal.SIGCONT)                # back: it reconnects and catches up
         wait_for(lambda: p.info("replication")["connected_slaves"] == 1, timeout=20, what="the replica back")
@@ -536,6 +537,84 @@ def test_a_replica_silent_beyond_repl_timeout_is_dropped_and_comes_back(tmp_path
         replica.proc.send_signal(signal.SIGCONT)
         replica.kill()
         primary.kill()
+
+
+def pings_in_log(data_dir) -> int:
+    """The PING records in a node's log segments."""
+    from leaseq.storage import records
+    n = 0
+    for seg in sorted(pathlib.Path(data_dir).glob("seg-*.wal")):
+        data = seg.read_bytes()
+        n += sum(rtype == records.PING for _at, rtype, _body in records.iter_frames(data, records.SEGMENT_HEADER_SIZE))
+    return n
+
+
+def test_an_idle_primary_pings_its_replicas_which_stay_linked_and_log_the_pings(tmp_path):
+    """docs/replication.md, "Silent peers": an idle primary writes a PING
+    record every repl-ping-replica-period; the replica hears it (so its
+    repl-timeout, shorter than the idle time here, never fires), writes it
+    to its own log at the same offset, and restarts from that log."""
+    primary, replica = start_pair(tmp_path, "--repl-timeout", "3", "--repl-ping-replica-period", "1")
+    try:
+        p, r = primary.client(), replica.client()
+        p.execute_command("QPUSH", "idle", "x")
+        caught_up(primary, replica)
+        start = p.info("replication")["master_repl_offset"]
+        quiet_until = time.monotonic() + 5                       # idle well past repl-timeout
+        while time.monotonic() < quiet_until:
+            info = r.info("replication")
+            assert info["master_link_status"] == "up" and info["master_last_io_seconds_ago"] <= 2, info
+            time.sleep(0.2)
+        assert p.info("replication")["master_repl_offset"] > start            # the PINGs moved the stream
+        caught_up(primary, replica)
+        assert "nothing from the primary" not in replica.log()
+        replica.kill()                                           # SIGKILL: its log, PINGs and all, replays
+        assert pings_in_log(replica.data_dir) >= 3
+        check = subprocess.run(LEASEQ + ["check", replica.data_dir], capture_output=True, text=True, check=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+        replica.restart()
+        wait_for(lambda: linked(replica), timeout=20, what="the restarted replica's link")
+        caught_up(primary, replica)
+        assert replica.client().execute_command("QLEN", "idle") == 1
+        assert "(partial sync)" in replica.log()
+    finally:
+        replica.kill()
+        primary.kill()
+    assert pings_in_log(primary.data_dir) >= 3
+
+
+def test_a_replica_drops_the_link_to_a_hung_primary_and_links_again(tmp_path):
+    """A primary that hangs with its connection open (SIGSTOP) sends no
+    PING: after repl-timeout the replica says its link is down, and once
+    the primary runs again the replica links and continues."""
+    import signal
+    primary, replica = start_pair(tmp_path, "--repl-timeout", "2", "--repl-ping-replica-period", "1")
+    try:
+        p, r = primary.client(), replica.client()
+        p.execute_command("QPUSH", "hung", "x")
+        caught_up(primary, replica)
+        primary.proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: r.info("replication")["master_link_status"] == "down", timeout=15,
+                 what="the replica to give up its silent primary")
+        assert "nothing from the primary for" in replica.log() and "(repl-timeout 2 s)" in replica.log()
+        primary.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: linked(replica), timeout=20, what="the link back")
+        p.execute_command("QPUSH", "hung", "y")
+        caught_up(primary, replica)
+        assert r.execute_command("QLEN", "hung") == 2
+    finally:
+        primary.proc.send_signal(signal.SIGCONT)
+        replica.kill()
+        primary.kill()
+
+
+def test_repl_ping_replica_period_must_be_at_least_one(daemon):
+    c = daemon.client()
+    with pytest.raises(redis.ResponseError, match="repl-ping-replica-period"):
+        c.config_set("repl-ping-replica-period", 0)
+    assert c.config_get("repl-ping-replica-period") == {"repl-ping-replica-period": "10"}
+    c.config_set("repl-ping-replica-period", 3)
+    assert c.config_get("repl-ping-replica-period") == {"repl-ping-replica-period": "3"}
 
 
 @pytest.mark.parametrize("seconds", [7, 0])

@@ -155,6 +155,19 @@ def test_a_torn_tail_is_skipped_and_corruption_elsewhere_is_named(spark, tmp_pat
     assert f"{first} at offset {size}: a record fails its checksum or is cut short" in str(e.value)
 
 
+def test_a_primarys_ping_records_give_no_rows(spark, tmp_path):
+    """PING (a primary's keepalive in its replication stream) is in the log
+    of a primary and of its replicas, and is no event."""
+    d = Daemon(str(tmp_path / "data")).start()
+    d.client().execute_command("QPUSHMANY", "q", 2, "a", "b")
+    d.kill()
+    newest = max(n for n in os.listdir(d.data_dir) if n.endswith(".wal"))
+    pings = b"".join(records.frame(records.PING, records.ping(1_700_000_000_000 + i)) for i in range(3))
+    write_segment(d.data_dir, int(newest[4:24]) + 1, pings)
+    events = read(spark, d.data_dir).groupBy("event").count().collect()
+    assert {r["event"]: r["count"] for r in events} == {"push": 2}
+
+
 def test_a_path_that_is_not_a_directory_is_refused(spark, tmp_path):
     with pytest.raises(Exception) as e:
         read(spark, tmp_path / "nope").count()

@@ -151,6 +151,18 @@ def test_redrive_move_del_and_clock_round_trip():
     assert records.decode(records.CLOCK, records.clock(-25, True, 1234)) == (-25, True, 1234)
 
 
+def test_ping_round_trips_is_replayed_as_nothing_and_refuses_a_wrong_size():
+    """PING, a primary's keepalive in its stream: its time, and no change to the store."""
+    body = records.ping(1_700_000_000_123)
+    assert records.decode(records.PING, body) == (1_700_000_000_123,)
+    store = Store()
+    before = (store.epoch, dict(store.queues))
+    recovery.Replayer(store).apply(records.PING, body)
+    assert (store.epoch, dict(store.queues)) == before
+    with pytest.raises(FormatError, match="PING record has the wrong size"):
+        records.decode(records.PING, body + b"\0")
+
+
 def test_extend_round_trip():
     assert records.decode(records.EXTEND, records.extend(6, 7, 8, [1, 3])) == (6, 7, 8, (1, 3))
 
@@ -178,7 +190,7 @@ def test_record_type_numbers_are_the_documented_ones():
             records.MOVE, records.DEL, records.CLOCK) == tuple(range(1, 16))
     assert (records.SCHEDULE, records.UNSCHEDULE, records.FIRE, records.REPLACE, records.RELEASE,
             records.PROGRESS, records.RESULT, records.CANCEL) == (18, 19, 26, 27, 28, 29, 30, 31)
-    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28, 29, 30, 31}
+    assert set(records.NAMES) == set(range(1, 20)) | {26, 27, 28, 29, 30, 31, 34}
 
 
 # -- malformed bodies ---------------------------------------------------------------------
