@@ -115,7 +115,7 @@ class Deaths:
         with them."""
         for job in jobs:
             q.cancel(job, ts)
-        return self.store.ended(q, jobs, CANCELLED, ts)
+        return self.store.ended(q, jobs, CANCELLED, ts, CANCELLED)
 
     def redrive(self, q, jobs: list[Job], ts: int) -> None:
         """Dead jobs of ``q`` back to ready, deliveries reset to 0."""

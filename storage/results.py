@@ -27,7 +27,7 @@ ACKED = b"acked"            # QACK (with the ack's RESULT value as the step's ``
 DELETED = b"deleted"        # QDEL, QPURGE
 DROPPED = b"dropped"        # QDROP of their queue
 DIED = b"died"              # dead-lettered or dead in place (the reason as ``detail``)
-CANCELLED = b"cancelled"    # QCANCEL (also the reason kept for QRESULT)
+CANCELLED = b"cancelled"    # QCANCEL (and its reason, the step's ``detail``, kept for QRESULT)
 
 
 class Ending:
@@ -80,11 +80,11 @@ class Results:
         self.bytes = 0
 
 
-def keep(q, jobs, how: bytes, detail: bytes | None, ts: int) -> None:
+def keep(q, jobs, how: bytes, detail: bytes, ts: int) -> None:
     """The results' part in a job's end (``Store.ended``, which calls it only
-    when ``detail`` is given or ``how`` is CANCELLED): how ``jobs`` of ``q``
-    ended, kept for the queue's RESULT-TTL from ``ts``: an ack's value (the
-    one job's, ``detail``), a death's reason (``detail``) or b"cancelled"."""
+    when there is a ``detail``): how ``jobs`` of ``q`` ended, kept for the
+    queue's RESULT-TTL from ``ts``: an ack's value (the one job's), or the
+    reason a death or a cancel gives."""
     ttl = q.config.result_ttl
     if not ttl:
         return
@@ -93,9 +93,8 @@ def keep(q, jobs, how: bytes, detail: bytes | None, ts: int) -> None:
     if how is ACKED:
         results.put(jobs[0].id, until, value=detail)
         return
-    reason = CANCELLED if how is CANCELLED else detail
     for job in jobs:
-        results.put(job.id, until, reason=reason)
+        results.put(job.id, until, reason=detail)
 
 
 class EndWatch:

@@ -35,7 +35,7 @@ from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
 from .deaths import Deaths
 from .deps import NOBODY_DOOMED, Deps
-from .results import ACKED, CANCELLED, DELETED, DROPPED, EndWatch
+from .results import ACKED, DELETED, DROPPED, EndWatch
 from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
@@ -314,7 +314,7 @@ class Store:
         """The one step of a job's end: ``jobs`` of ``q`` just ended ``how``
         (``storage.results``: ACKED, DELETED, DROPPED, DIED, CANCELLED), the
         change of their state done; ``detail``: an ack's RESULT value, a
-        death's reason.  Every transition that ends jobs calls it, live and
+        death's or a cancel's reason (b"cancelled").  Every transition that ends jobs calls it, live and
         in replay alike (docs/architecture.md, "A job's end"); what reacts
         to an end takes part here, in this order, each only when its flag
         says it has something to do:
@@ -330,16 +330,14 @@ class Store:
         caused (RESULT, the doomed children's DEAD, RELEASE).  Returns the
         children that must die with the jobs, ``[(queue, [child, ...])]``."""
         doomed = NOBODY_DOOMED
-        if detail is not None or how is CANCELLED:
+        if detail is not None:
             results.keep(q, jobs, how, detail, ts)
         if self.deps.children:
             doomed = self.deps.ended(q, jobs, how, ts)
-        if how is not DROPPED:
-            endings = self.endings
-            if endings.watched:
-                endings.ended(q, jobs)
-            if q.config.slots:          # (flow.has_slots)
-                self.woken.add(q)       # a slot is free: a blocked claimer may take it
+        if self.endings.watched and how is not DROPPED:
+            self.endings.ended(q, jobs)
+        if q.config.slots and how is not DROPPED:       # (flow.has_slots)
+            self.woken.add(q)       # a slot is free: a blocked claimer may take it
         return doomed
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
