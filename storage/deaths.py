@@ -12,13 +12,17 @@ the live path and replay (``storage.recovery``).
 
 Apart from ``Store`` so that the store keeps the transitions of a job's
 ordinary life; these reach the store's journal, queues and dependencies
-through ``self.store``.
+through ``self.store``.  A death and a cancel change the jobs' state, then
+take the one step of a job's end (``Store.ended``: results, dependants,
+waiters, flow slots), live and in replay alike; the children it dooms die
+by ``dead_letter`` on the live path, by their own DEAD records in replay.
 """
 
 from __future__ import annotations
 
-from . import flow, records
+from . import records
 from .job import Job, Provenance
+from .results import CANCELLED, DIED
 
 
 class Deaths:
@@ -30,19 +34,13 @@ class Deaths:
         with defaults if missing) with provenance, or dead in their own queue.
         Children waiting on them (AFTER) die too, with reason parent-failed,
         each queue's in a DEAD record of its own, in one transaction."""
-        dead = []
         with self.store.journal.transaction():
             work = [(q, jobs, reason)]
             while work:
                 q, jobs, reason = work.pop()
-                dead.append((q, jobs))
                 doomed = self._dead_letter(q, jobs, reason, ts)
                 work += [(cq, children, b"parent-failed") for cq, children in doomed]
             self.store.log_released(ts)                # children with ONFAIL run
-        endings = self.store.endings
-        if endings.watched:
-            for dq, djobs in dead:
-                endings.ended(dq, djobs)
 
     def _dead_letter(self, q, jobs: list[Job], reason: bytes, ts: int) -> list:
         target = None
@@ -57,8 +55,6 @@ class Deaths:
         doomed = self.apply_dead(q, ts, reason, target, pairs)
         self.store.journal.job_record(q, records.DEAD, records.dead(q.qid, ts, records.REASON_CODES[reason],
                                                 target.qid if target else 0, pairs))
-        if flow.has_slots(q):
-            self.store.wake(q)       # a job that held a slot may have died
         return doomed
 
     def apply_dead(self, q, ts: int, reason: bytes, target, pairs,
@@ -70,11 +66,10 @@ class Deaths:
         parent (``Provenance.parent``), so that QREDRIVE sends it home;
         ``parent_as_origin``: a DEAD record as logs before 2026-11-27 wrote
         it, replayed as it was then (the parent's provenance).  Returns the
-        children (AFTER) that must die with them (``Deps.failed``)."""
+        children (AFTER) that must die with them (the end's step,
+        ``Store.ended``, which follows the change of their state)."""
         jobs = q.jobs
         dying = [jobs[jid] for jid, _ in pairs]
-        doomed = self.store.deps.failed(q, dying, ts) if self.store.deps.children else []
-        self._remember(q, dying, reason, ts)
         if reason == b"parent-failed":
             for job in dying:
                 job.failed_parent = self.store.deps.failed_parent(job)
@@ -83,7 +78,7 @@ class Deaths:
                 if job.failed_parent is not None:
                     job.origin = _provenance(q, job, reason, parent_as_origin)
                 q.bury(job, reason, ts)
-            return doomed
+            return self.store.ended(q, dying, DIED, ts, reason)
         moved = []
         for job, (_jid, new_id) in zip(dying, pairs):
             copy = Job(new_id, job.payload, job.priority, ts, ts)
@@ -93,6 +88,7 @@ class Deaths:
             moved.append(copy)
             q.remove(job)
             q.counters.dead_lettered += 1
+        doomed = self.store.ended(q, dying, DIED, ts, reason)
         if copies:
             target.add_many(moved, ts)
             self.store.wake(target)
@@ -110,26 +106,16 @@ class Deaths:
             for cq, children in doomed:
                 self.dead_letter(cq, children, b"parent-failed", ts)
             store.log_released(ts)                # children with ONFAIL run
-        if store.endings.watched:
-            store.endings.ended(q, jobs)
-        store.wake(q)       # a cancelled job may have held a slot, or been a claimer's next
+        store.wake(q)       # a cancelled job may have been a claimer's next
 
     def apply_cancel(self, q, jobs: list[Job], ts: int) -> list:
-        """The state change of a CANCEL record; returns the children (AFTER)
-        that must die with them (``Deps.failed``)."""
+        """The state change of a CANCEL record, then the end's step
+        (``Store.ended``: after, so that a child cancelled by the same
+        QCANCEL waits no more); returns the children (AFTER) that must die
+        with them."""
         for job in jobs:
             q.cancel(job, ts)
-        self._remember(q, jobs, b"cancelled", ts)
-        deps = self.store.deps          # after: a child cancelled by the same QCANCEL waits no more
-        return deps.failed(q, jobs, ts) if deps.children else []
-
-    def _remember(self, q, jobs: list[Job], reason: bytes, ts: int) -> None:
-        """For QRESULT: these jobs died (or were cancelled), kept for RESULT-TTL."""
-        ttl = q.config.result_ttl
-        if ttl:
-            results = q.results
-            for job in jobs:
-                results.put(job.id, ts + ttl, reason=reason)
+        return self.store.ended(q, jobs, CANCELLED, ts, CANCELLED)
 
     def redrive(self, q, jobs: list[Job], ts: int) -> None:
         """Dead jobs of ``q`` back to ready, deliveries reset to 0."""

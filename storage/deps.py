@@ -22,6 +22,10 @@ so a snapshot holds it through the jobs themselves.
   DEAD records of their own in the same transaction (replay applies those
   records, so it ignores the list).
 
+Both are the dependants' part in a job's end: ``Store.ended`` calls
+``ended``, which picks one by how the jobs ended, only while ``children``
+is not empty.
+
 Every step touches only the jobs involved: an ack costs one dict look-up
 when its job has no children, a chain of N jobs or a fan-in of N parents
 costs O(N) in all.
@@ -29,7 +33,10 @@ costs O(N) in all.
 
 from __future__ import annotations
 
+from . import results
 from .job import CANCELLED, DEAD, WAITING, Job, Provenance
+
+NOBODY_DOOMED: tuple = ()       # ``ended``'s answer when no child must die
 
 
 class Deps:
@@ -68,6 +75,15 @@ class Deps:
             child = cq.jobs.get(cid) if cq is not None else None
             if child is not None and child.state is WAITING and parent in child.extra.waiting_for:
                 yield cq, child
+
+    def ended(self, q, jobs: list[Job], how: bytes, ts: int):
+        """``jobs`` of ``q`` ended (``Store.ended``): done (acked, deleted,
+        dropped: ``finished``) or dead (died, cancelled: ``failed``); the
+        children that must die with them, as ``failed`` returns them."""
+        if how is results.DIED or how is results.CANCELLED:
+            return self.failed(q, jobs, ts)
+        self.finished(q, jobs, ts)
+        return NOBODY_DOOMED
 
     def finished(self, q, jobs: list[Job], ts: int) -> None:
         """``jobs`` of ``q`` are done: children waiting on nothing else are released."""

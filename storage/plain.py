@@ -31,6 +31,7 @@ from .bands import band
 from .config import FSYNC
 from .job import IN_FLIGHT, READY, Job, payload_sizes
 from .leasing import drop_leases, jobs_for_tokens, lease_tokens, take_leases
+from .results import ACKED
 from .store import unseen_by_claims_until
 
 SHORT = True        # take the short ways on plain queues (tests turn it off to compare)
@@ -170,12 +171,8 @@ def _complete(store, q, jobs: list, now: int) -> None:
     q.payload_bytes -= payload_sizes(jobs)
     table.compact()
     q.counters.acked += len(jobs)
+    store.ended(q, jobs, ACKED, now)     # the one step of a job's end
     journal = store.journal
     if journal.logs_jobs_of(q):
         journal.job_record(q, records.ACK, records.ack(q.qid, now, [job.id for job in jobs]),
                            lease=False, blind_until=blind_until)
-    endings = store.endings
-    if endings.watched:
-        endings.ended(q, jobs)
-    if q.config.slots:            # (flow.has_slots)
-        store.woken.add(q)     # a slot is free: a blocked claimer may take it

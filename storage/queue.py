@@ -24,7 +24,10 @@ page, MEMORY USAGE, dedupe look-ups) are functions in ``storage.queries``.
 A lease may have a *holder*: the connection whose SESSION claim or QWORK
 stream holds it.  Whenever a lease ends (ack, nack, claim by someone else,
 removal) the holder's ``lease_ended(job)`` is called (``job.end_lease``);
-holders live in the daemon, the queue only calls them.
+holders live in the daemon, the queue only calls them.  What reacts to a
+job's *end* (results, dependants, QRESULT waiters, flow slots) is not
+reached from here: the store's transitions take that step after the
+queue's (``Store.ended``).
 
 Expiry is lazy: ``fold(now)`` moves due delayed jobs and expired leases to
 ``ready`` when someone looks (a claim, an inspection).  A job whose lease

@@ -8,15 +8,26 @@ the job itself has left its queue for a dead-letter queue, or its
 RETAIN-DEAD ran out).  An ack without RESULT keeps nothing.  Entries are let
 go by ``fold`` once their time is over, like retained jobs.
 
-Entries come from the transitions (an ACK with its RESULT record, a DEAD or
-CANCEL record), live and in replay alike, and from snapshots
-(SNAP_RESULTS); ``bytes`` is what the values hold, counted with the queue's
-payloads in its memory.
+Entries come from a job's end (``keep``, the results' part in
+``Store.ended``: an ack with RESULT, a death, a cancel), live and in replay
+alike, from a RESULT record in replay, and from snapshots (SNAP_RESULTS);
+``bytes`` is what the values hold, counted with the queue's payloads in its
+memory.
+
+``ACKED`` ... ``CANCELLED`` say how jobs ended, the ``how`` of
+``Store.ended`` (docs/architecture.md, "A job's end").
 """
 
 from __future__ import annotations
 
 from .index import TimeIndex
+
+# how jobs ended: the ``how`` of ``Store.ended``
+ACKED = b"acked"            # QACK (with the ack's RESULT value as the step's ``detail``, if any)
+DELETED = b"deleted"        # QDEL, QPURGE
+DROPPED = b"dropped"        # QDROP of their queue
+DIED = b"died"              # dead-lettered or dead in place (the reason as ``detail``)
+CANCELLED = b"cancelled"    # QCANCEL (and its reason, the step's ``detail``, kept for QRESULT)
 
 
 class Ending:
@@ -69,12 +80,30 @@ class Results:
         self.bytes = 0
 
 
+def keep(q, jobs, how: bytes, detail: bytes, ts: int) -> None:
+    """The results' part in a job's end (``Store.ended``, which calls it only
+    when there is a ``detail``): how ``jobs`` of ``q`` ended, kept for the
+    queue's RESULT-TTL from ``ts``: an ack's value (the one job's), or the
+    reason a death or a cancel gives."""
+    ttl = q.config.result_ttl
+    if not ttl:
+        return
+    results = q.results
+    until = ts + ttl
+    if how is ACKED:
+        results.put(jobs[0].id, until, value=detail)
+        return
+    for job in jobs:
+        results.put(job.id, until, reason=detail)
+
+
 class EndWatch:
     """The jobs whose end someone waits for (QRESULT BLOCK, ``daemon.resultwaits``),
     as ``(qid, id)`` in ``watched``, and whom to ``tell(q, id)`` when one ends.
-    The store's transitions that end jobs (an ack, a death, a cancel, a
-    deletion) call ``ended`` only while ``watched`` is not empty: a set's
-    truth test is all an ack pays when nobody waits."""
+    The waiters' part in a job's end: ``Store.ended`` calls ``ended`` (for an
+    ack, a death, a cancel, a deletion; a drop answers its waiters itself)
+    only while ``watched`` is not empty: a set's truth test is all an ack
+    pays when nobody waits."""
 
     __slots__ = ("watched", "tell")
 

@@ -2,6 +2,8 @@
 # compiled flavour: docs/performance.md, "One source, two flavours").  The
 # store's transitions are written there; here only what each field and
 # method is in C.
+from leaseq.storage.queue cimport Queue
+
 
 cdef class Store:
     cdef object __weakref__
@@ -11,3 +13,4 @@ cdef class Store:
     cdef public bint following
 
     cpdef set take_woken(self)
+    cpdef object ended(self, Queue q, object jobs, object how, object ts, object detail=*)

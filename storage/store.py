@@ -13,6 +13,12 @@ records are written and which replies wait for fsync).  Recovery
 transitions with a journal that writes nothing, so live state and
 recovered state come from one piece of code.
 
+Every transition that ends jobs (an ack, a deletion, a drop, a death, a
+cancel) changes their state, then takes the one step of a job's end,
+``ended``, where what reacts to an end takes part in a fixed order
+(results, dependants, waiters, flow slots: docs/architecture.md, "A job's
+end"), and then writes its records.
+
 The store knows nothing of files or sockets: a data directory
 (``storage.datadir``) gives it a journal over the write-ahead log; a
 ``Journal(MemoryLog())`` runs it in memory.  Queues whose ready jobs or next
@@ -22,14 +28,14 @@ due moment changed are collected for the daemon, which takes them with
 
 from __future__ import annotations
 
-from . import flow, leasing, records
+from . import flow, leasing, records, results
 from .config import ASYNC, FSYNC, MEMORY, QueueConfig
 from .job import IN_FLIGHT, READY, Job
 from .journal import Journal
 from .queue import Queue, death_reason, nobody_doomed
 from .deaths import Deaths
-from .deps import Deps
-from .results import EndWatch
+from .deps import NOBODY_DOOMED, Deps
+from .results import ACKED, DELETED, DROPPED, EndWatch
 from .schedules import Timetable
 
 # ids are reserved in blocks: one fsynced IDMARK record per block per queue
@@ -124,12 +130,13 @@ class Store:
         self.dropped_marks[q.name] = max(q.next_id, q.id_mark)
         self.woken.discard(q)
         self.timetable.queue_dropped(q)
+        jobs = list(q.jobs.values()) if self.deps.children else []
+        n = q.remove_all()
+        self.ended(q, jobs, DROPPED, ts)
         with self.journal.transaction():
             self.journal.meta_record(records.DROP, records.drop(q.qid, ts))
-            if self.deps.children:
-                self.deps.finished(q, list(q.jobs.values()), ts)
-                self.log_released(ts)
-        return q.remove_all()
+            self.log_released(ts)
+        return n
 
     def take_ids(self, q: Queue, n: int) -> int:
         """Reserve ``n`` consecutive job ids; return the first."""
@@ -197,28 +204,22 @@ class Store:
     def ack(self, q: Queue, jobs: list[Job], ts: int, result: bytes | None = None) -> None:
         """Completed; ``result``: the one job's result (QACK ... RESULT), kept
         for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
+        waited_on = bool(self.deps.children)      # (before the end's step, which forgets the jobs' children)
         # (only an fsync queue's plain ACK record can be blind: skip the look at the jobs otherwise)
         blind_until = (unseen_by_claims_until(q, jobs)
-                       if q.durability is FSYNC and result is None and not self.deps.children else 0)
+                       if q.durability is FSYNC and result is None and not waited_on else 0)
         q.complete_many(jobs, ts)
-        if self.deps.children or result is not None:
+        self.ended(q, jobs, ACKED, ts, result)
+        if waited_on or result is not None:
             with self.journal.transaction():
-                if self.deps.children:
-                    self.deps.finished(q, jobs, ts)
                 self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
-                if result is not None and q.config.result_ttl:
-                    until = ts + q.config.result_ttl
-                    q.results.put(jobs[0].id, until, value=result)
-                    self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
+                if result is not None and q.config.result_ttl:      # (kept by the end's step)
+                    self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id,
+                                                                              ts + q.config.result_ttl, result))
                 self.log_released(ts)
         elif self.journal.logs_jobs_of(q):
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]),
                                     blind_until=blind_until)
-        endings = self.endings
-        if endings.watched:
-            endings.ended(q, jobs)
-        if flow.has_slots(q):
-            self.woken.add(q)       # a slot is free: a blocked claimer may take it
 
     def nack(self, q: Queue, jobs: list[Job], visible_at: int, error: bytes | None, ts: int,
              closed: bool = False) -> None:
@@ -301,17 +302,43 @@ class Store:
         leases become stale."""
         for job in jobs:
             q.remove(job)
+        self.ended(q, jobs, DELETED, ts)
         with self.journal.transaction():
-            if self.deps.children:
-                self.deps.finished(q, jobs, ts)
             self.journal.job_record(q, records.PURGE if purge else records.DEL,
                                     records.delete(q.qid, ts, [j.id for j in jobs]))
             self.log_released(ts)
-        endings = self.endings
-        if endings.watched:
-            endings.ended(q, jobs)
-        if flow.has_slots(q):
-            self.woken.add(q)       # a deleted job in flight frees its slot
+
+    # -- a job's end ---------------------------------------------------------------------
+
+    def ended(self, q: Queue, jobs: list[Job], how: bytes, ts: int, detail: bytes | None = None):
+        """The one step of a job's end: ``jobs`` of ``q`` just ended ``how``
+        (``storage.results``: ACKED, DELETED, DROPPED, DIED, CANCELLED), the
+        change of their state done; ``detail``: an ack's RESULT value, a
+        death's or a cancel's reason (b"cancelled").  Every transition that ends jobs calls it, live and
+        in replay alike (docs/architecture.md, "A job's end"); what reacts
+        to an end takes part here, in this order, each only when its flag
+        says it has something to do:
+
+        1. results (``results.keep``): how they ended, for QRESULT;
+        2. dependants (``Deps.ended``, while any job waits for another):
+           children released, or marked to die with them;
+        3. waiters (``EndWatch.ended``, while a QRESULT BLOCK waits);
+        4. flow slots (``flow.has_slots``): a freed slot wakes the queue.
+
+        (A drop takes part only in 2: its queue is gone.)  It writes no
+        record: the transition writes its own, then those of what the step
+        caused (RESULT, the doomed children's DEAD, RELEASE).  Returns the
+        children that must die with the jobs, ``[(queue, [child, ...])]``."""
+        doomed = NOBODY_DOOMED
+        if detail is not None:
+            results.keep(q, jobs, how, detail, ts)
+        if self.deps.children:
+            doomed = self.deps.ended(q, jobs, how, ts)
+        if self.endings.watched and how is not DROPPED:
+            self.endings.ended(q, jobs)
+        if q.config.slots and how is not DROPPED:       # (flow.has_slots)
+            self.woken.add(q)       # a slot is free: a blocked claimer may take it
+        return doomed
 
     def set_clock(self, offset: int, frozen: bool, frozen_at: int) -> None:
         """The DEBUG clock, logged so a restart keeps the test's time."""

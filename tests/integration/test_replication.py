@@ -673,3 +673,36 @@ def test_a_replica_of_a_replica_holds_what_the_primary_wrote(tmp_path):
         last.kill()
         middle.kill()
         primary.kill()
+
+
+@pytest.mark.parametrize("end", ["QNACK", "QCANCEL"])
+def test_a_replicas_blocked_qresult_hears_of_a_death_or_a_cancel_on_the_primary(pair, end):
+    """A job's end is one step, replayed records included: a QRESULT BLOCK
+    parked on the replica is answered -DEAD when the primary's DEAD or
+    CANCEL record arrives (not left to its BLOCK's end, a nil)."""
+    import threading
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    jid = p.execute_command("QPUSH", "rq", "doomed")
+    lease = claim_one(p, "rq", "w1")[b"lease"]
+    caught_up(primary, replica)
+    got: dict = {}
+
+    def wait() -> None:
+        w = replica.client(protocol=2)
+        try:
+            got["reply"] = w.execute_command("QRESULT", "rq", jid, "BLOCK", 20_000)
+        except redis.ResponseError as e:
+            got["reply"] = str(e)
+        w.close()
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    wait_for(lambda: r.info("clients")["blocked_clients"] == 1, 5, "QRESULT blocked on the replica")
+    if end == "QNACK":
+        assert p.execute_command("QNACK", "rq", lease, "DEAD") == 1
+    else:
+        assert p.execute_command("QCANCEL", "rq", jid) == 1
+    t.join(25)
+    assert not t.is_alive()
+    assert got["reply"] == ("DEAD nack" if end == "QNACK" else "DEAD cancelled")
