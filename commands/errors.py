@@ -200,7 +200,6 @@ BAD_STATE = err("STATE must be delayed, ready, in_flight, dead, completed, waiti
 BAD_DURABILITY = err("DURABILITY must be fsync, async or memory")
 BACKOFF_EXPONENT = err("BACKOFF exponent must be between 0 and 10")
 INVALID_CURSOR = err("invalid cursor")
-PATTERN_TOO_LONG = err("a MATCH, META or ERROR pattern is at most 1024 bytes")
 CLOCK_BACKWARDS = err("the clock only moves forward")
 DEBUG_NOT_ALLOWED = err(
     "DEBUG command not allowed. If the enable-debug-command option is set to \"no\", set it to \"yes\" "
@@ -216,6 +215,10 @@ SHUTDOWN_ABORT_UNSUPPORTED = err("SHUTDOWN ABORT is not supported: leaseq shuts 
 
 def not_a_float(option: str) -> Error:
     return err(f"{option} is not a valid float")
+
+
+def pattern_too_long(limit: int) -> Error:
+    return err(f"a MATCH, META or ERROR pattern is at most {limit} bytes")
 
 
 def key_too_long(limit: int) -> Error:

@@ -122,7 +122,7 @@ class JobFilter:
                  meta: tuple[bytes, bytes] | None = None, error: bytes | None = None) -> None:
         for pattern in (match, error, meta[1] if meta else None):
             if pattern is not None and len(pattern) > MAX_PATTERN:
-                raise errors.PATTERN_TOO_LONG
+                raise errors.pattern_too_long(MAX_PATTERN)
         self.state, self.match, self.meta, self.error = state, match, meta, error
         self.keep = self._predicate()
 

@@ -1,5 +1,5 @@
-"""Whether the replication links are alive (docs/replication.md, "A link
-that goes silent").
+"""Whether the replication links are alive (docs/replication.md, "Silent
+peers").
 
 A link is a TCP connection, and TCP tells nothing of a peer that hangs
 (a stopped process, a full disk it waits on) or of a network that drops
@@ -55,8 +55,17 @@ class Liveness:
                 replication.link.drop_if_silent(now, timeout)
             return
         if timeout:
-            replication.drop_silent(now, timeout)
+            self._drop_silent(now, timeout)
         self._ping_if_idle(now, settings.repl_ping_replica_period)
+
+    def _drop_silent(self, now: float, timeout: int) -> None:
+        """Drop the replicas that acknowledged nothing for ``timeout``
+        seconds (hung, or gone without closing).  The clock of a replica
+        starts when its full sync ends: one still receiving it is not online."""
+        for peer in self.replication.online_peers():
+            if now - peer.ack_time > timeout:
+                self.replication.drop_peer(
+                    peer, f"no acknowledgement for {now - peer.ack_time:.0f} s (repl-timeout {timeout} s)")
 
     def _ping_if_idle(self, now: float, period: int) -> None:
         """Write a PING when the stream has not moved for ``period`` seconds
@@ -66,7 +75,7 @@ class Liveness:
         if offset != self._seen_offset:
             self._seen_offset, self._seen_at = offset, now
             return
-        if now - self._seen_at < period or not replication.has_online_peer():
+        if now - self._seen_at < period or not replication.online_peers():
             return
         server = replication.server
         if server.loading or server.read_only or server.disk_error is not None:

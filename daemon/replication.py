@@ -256,7 +256,7 @@ class Replication:
             return
         if not snapshots.start("a replica's full sync"):
             for peer in waiting:
-                self._drop(peer, "cannot take a snapshot for its full sync")
+                self.drop_peer(peer, "cannot take a snapshot for its full sync")
             return
         for peer in waiting:           # the snapshot's cut is the stream as written up to now
             peer.cut = self.offset
@@ -275,7 +275,7 @@ class Replication:
             return
         if covers is None:
             for peer in waiting:
-                self._drop(peer, "its snapshot failed")
+                self.drop_peer(peer, "its snapshot failed")
             return
         path = os.path.join(self.server.datadir.directory, snapshot.snapshot_name(covers))
         for peer in waiting:
@@ -309,7 +309,7 @@ class Replication:
                     peer.send(chunk)
                     left -= len(chunk)
         except OSError as e:
-            self._drop(peer, f"cannot send it the snapshot: {e}")
+            self.drop_peer(peer, f"cannot send it the snapshot: {e}")
             return
         if conn.closed or peer not in self.peers:
             return
@@ -321,18 +321,12 @@ class Replication:
         log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip, peer.port, size,
                  peer.cut)
 
-    def drop_silent(self, now: float, timeout: int) -> None:
-        """``repl-timeout``: drop the replicas that have acknowledged nothing
-        for ``timeout`` seconds (a replica acknowledges every second; one that stopped
-        is hung, or gone without closing: daemon/liveness.py).  A replica still receiving its
-        full sync is not counted silent."""
-        for peer in [p for p in self.peers if p.state == "online" and now - p.ack_time > timeout]:
-            self._drop(peer, f"no acknowledgement for {now - peer.ack_time:.0f} s (repl-timeout {timeout} s)")
+    def online_peers(self) -> list[Peer]:
+        """The replicas streamed to as the log is written (past their full sync)."""
+        return [p for p in self.peers if p.state == "online"]
 
-    def has_online_peer(self) -> bool:
-        return any(p.state == "online" for p in self.peers)
-
-    def _drop(self, peer: Peer, why: str) -> None:
+    def drop_peer(self, peer: Peer, why: str) -> None:
+        """Close a replica's connection; it connects again and continues with PSYNC."""
         log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)
         self.forget(peer.conn)
         peer.conn.kill()
@@ -351,7 +345,7 @@ class Replication:
         wal = self._wal
         if not n or wal is None or not wal.ack_needed:
             return
-        offsets = sorted((p.ack_offset for p in self.peers if p.state == "online"), reverse=True)
+        offsets = sorted((p.ack_offset for p in self.online_peers()), reverse=True)
         if len(offsets) >= n and wal.replicated_to(offsets[n - 1] - self._base):
             self.server.committer.touch()
 
@@ -365,7 +359,7 @@ class Replication:
         """Replicas online that acknowledged within min-replicas-max-lag."""
         lag = self.server.settings.min_replicas_max_lag
         now = time.monotonic()
-        return sum(1 for p in self.peers if p.state == "online" and now - p.ack_time <= lag)
+        return sum(1 for p in self.online_peers() if now - p.ack_time <= lag)
 
     def is_peer(self, conn) -> bool:
         return self._peer_of(conn) is not None
@@ -388,7 +382,7 @@ class Replication:
         self.master = (host, port)
         self.down_since = time.monotonic()
         for peer in list(self.peers):       # sub-replicas start again from this node's new history
-            self._drop(peer, "this node now follows another")
+            self.drop_peer(peer, "this node now follows another")
         self.waits.release()
         server.become_replica()
         self.link = ReplicaLink(server, host, port)
@@ -407,7 +401,7 @@ class Replication:
         self.replid2, self.second_offset = self.replid, self.offset + 1
         self.replid = new_id()
         for peer in list(self.peers):
-            self._drop(peer, "its primary was promoted: it continues with PSYNC")
+            self.drop_peer(peer, "its primary was promoted: it continues with PSYNC")
         self.server.become_primary()
         log.info("promoted to primary: replication id %s, %s kept up to offset %d", self.replid, self.replid2,
                  self.second_offset)
@@ -483,7 +477,7 @@ class Replication:
         if self.master is None:
             return [b"master", self.offset,
                     [[p.ip.encode(), str(p.port).encode(), str(p.ack_offset).encode()]
-                     for p in self.peers if p.state == "online"]]
+                     for p in self.online_peers()]]
         link = self.link
         return [b"slave", self.master[0].encode(), self.master[1],
                 (link.state if link is not None else "connect").encode(),
