@@ -20,7 +20,6 @@ minute's.  At most ``MAX_CHART_QUEUES`` queues (by name) are drawn.
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from bisect import bisect_left
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from leaseq.storage.history import FIELDS, MINUTE, NFIELDS
+
+from .html import esc
 
 RANGES = {"1h": (60, 1), "24h": (1440, 5), "72h": (4320, 15)}     # name -> (minutes shown, minutes a point)
 DEFAULT_RANGE = "1h"
@@ -182,8 +183,8 @@ def render_charts(charts: Charts | None) -> str:
     """The history section: its title, the range buttons, then a row of charts per queue."""
     if charts is None:
         return ""
-    links = "".join(f"<b>{_esc(r)}</b>" if r == charts.range else
-                    f'<button name="range" value="{r}" title="History over the last {r[:-1]} h">{_esc(r)}</button>'
+    links = "".join(f"<b>{esc(r)}</b>" if r == charts.range else
+                    f'<button name="range" value="{r}" title="History over the last {r[:-1]} h">{esc(r)}</button>'
                     for r in RANGES)
     per = charts.point_ms // MINUTE
     title = (f'<h2 id="history">History, last {charts.range[:-1]} h'
@@ -201,7 +202,7 @@ def render_charts(charts: Charts | None) -> str:
 
 
 def _chart_row(q: QueueChart, charts: Charts) -> str:
-    head = f"<h3>{_esc(q.name)}</h3>"
+    head = f"<h3>{esc(q.name)}</h3>"
     if not q.kept:
         return (f'<div class="chartrow">{head}<p class="empty">No minute kept in the last {charts.range[:-1]} h '
                 "yet: a minute is kept once it ends.</p></div>")
@@ -229,24 +230,24 @@ def _chart(title: str, charts: Charts, lines, fmt) -> str:
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     n = charts.points
     parts = [f'<figure class="chart"><svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
-             f"<title>{_esc(title)}: {_esc(_summary(lines, fmt))}</title>",
-             f'<text class="title" x="{LEFT}" y="11">{_esc(title)}</text>']
+             f"<title>{esc(title)}: {esc(_summary(lines, fmt))}</title>",
+             f'<text class="title" x="{LEFT}" y="11">{esc(title)}</text>']
     x = LEFT
     for values, name, css in lines:                # the legend, under the title: each line's latest value
         label = f"{name} {fmt(_last(values))}"
         parts.append(f'<rect class="{css}" x="{x}" y="18" width="9" height="9" rx="2"/>'
-                     f'<text class="tick" x="{x + 12}" y="26">{_esc(label)}</text>')
+                     f'<text class="tick" x="{x + 12}" y="26">{esc(label)}</text>')
         x += 7 * len(label) + 26
     for frac in (0, 0.5, 1):
         y = TOP + ph - frac * ph
         parts.append(f'<line class="{"axis" if frac == 0 else "grid"}" x1="{LEFT}" x2="{W - RIGHT}" '
                      f'y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_esc(tick(top * frac))}'
+                     f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{esc(tick(top * frac))}'
                      "</text>")
     for frac, anchor in ((0, "start"), (0.5, "middle"), (1, "end")):
         at = charts.start_ms + frac * n * charts.point_ms
         parts.append(f'<text class="tick" x="{LEFT + frac * pw:.1f}" y="{H - 5}" text-anchor="{anchor}">'
-                     f"{_esc(_clock(at, charts.range))}</text>")
+                     f"{esc(_clock(at, charts.range))}</text>")
     step = pw / max(1, n - 1) if n > 1 else 0
     for i, (values, _name, css) in enumerate(lines):
         css = f"{css} second" if i else css         # the second line dashed: it may lie on the first
@@ -321,6 +322,3 @@ def _clock(ms: float, span: str) -> str:
     t = time.gmtime(ms / 1000)
     return time.strftime("%H:%M" if span == "1h" else "%a %H:%M", t)
 
-
-def _esc(value) -> str:
-    return html.escape(str(value), quote=True)

@@ -48,8 +48,9 @@ from leaseq.commands.table import TABLE
 from leaseq.storage import queries
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING
 
-from .actions import HttpError, _status_of, parse_form, run_as
-from .status import CSS, MAX_ERROR_BYTES, _duration, _esc, _text
+from .actions import HttpError, parse_form, run_as, status_of
+from .html import cut, document, duration, esc, header, text
+from .status import MAX_ERROR_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ class SearchPages:
                 if isinstance(reply, hiredis.ReplyError):
                     log.info("status page: user %s from %s: bulk %s on %s stopped after %d jobs: -%s",
                              user.name, peer or "?", action.name, plan.search.queue, acted, reply)
-                    raise HttpError(_status_of(str(reply)), f"{reply} (after {acted:,} jobs {action.done})")
+                    raise HttpError(status_of(str(reply)), f"{reply} (after {acted:,} jobs {action.done})")
                 acted += reply
             await asyncio.sleep(0)
         log.info("status page: user %s from %s ran bulk %s on %s matching %s: %d of %d jobs in %d slices",
@@ -353,12 +354,9 @@ class Row:
 
 
 def _row(job) -> Row:
-    payload = job.payload
-    shown = _text(payload[:PAYLOAD_SHOWN]) + (" …" if len(payload) > PAYLOAD_SHOWN else "")
-    meta = " ".join(f"{_text(k)}={_text(v)}" for k, v in job.meta or ())
-    error = job.last_error or b""
-    return Row(job.id, _text(job.state), job.priority, job.deliveries, job.enqueued_at, shown,
-               meta[:MAX_ERROR_BYTES], _text(error[:MAX_ERROR_BYTES]) + (" …" if len(error) > MAX_ERROR_BYTES else ""))
+    meta = " ".join(f"{text(k)}={text(v)}" for k, v in job.meta or ())
+    return Row(job.id, text(job.state), job.priority, job.deliveries, job.enqueued_at, cut(job.payload, PAYLOAD_SHOWN),
+               meta[:MAX_ERROR_BYTES], cut(job.last_error, MAX_ERROR_BYTES))
 
 
 @dataclass(frozen=True)
@@ -391,21 +389,8 @@ p.question b { font-variant-numeric: tabular-nums; }
 """
 
 
-def _page(title: str, body: str) -> str:
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>leaseq: {_esc(title)}</title><style>{CSS}{SEARCH_CSS}</style></head><body>"
-            f"{body}</body></html>\n")
-
-
-def _head(word: str, facts: list) -> str:
-    items = "".join(f"<li>{_esc(k)} <b>{_esc(v)}</b></li>" for k, v in facts)
-    return (f'<header><h1><a href="/" style="color:inherit;text-decoration:none">leaseq</a></h1>'
-            f'<span class="state ok">{_esc(word)}</span><ul class="facts">{items}</ul></header>')
-
-
 def _hidden(search: Search) -> str:
-    return "".join(f'<input type="hidden" name="{k}" value="{_esc(getattr(search, k))}">' for k in Search.FIELDS)
+    return "".join(f'<input type="hidden" name="{k}" value="{esc(getattr(search, k))}">' for k in Search.FIELDS)
 
 
 def render_search(page: SearchPage) -> str:
@@ -414,21 +399,21 @@ def render_search(page: SearchPage) -> str:
     options = "".join(f'<option value="{v}"{" selected" if v == s.state else ""}>{v or "any"}</option>'
                       for v in ("",) + tuple(x.decode() for x in STATES))
     form = (f'<form class="search" method="get" action="/search">'
-            f'<input type="hidden" name="queue" value="{_esc(s.queue)}">'
-            f'<label>payload glob<input name="match" value="{_esc(s.match)}" placeholder="order:*"></label>'
-            f'<label>META field<input name="meta_field" value="{_esc(s.meta_field)}" placeholder="customer"></label>'
-            f'<label>META glob<input name="meta" value="{_esc(s.meta)}" placeholder="acme*"></label>'
-            f'<label>error glob<input name="error" value="{_esc(s.error)}" placeholder="*timeout*"></label>'
+            f'<input type="hidden" name="queue" value="{esc(s.queue)}">'
+            f'<label>payload glob<input name="match" value="{esc(s.match)}" placeholder="order:*"></label>'
+            f'<label>META field<input name="meta_field" value="{esc(s.meta_field)}" placeholder="customer"></label>'
+            f'<label>META glob<input name="meta" value="{esc(s.meta)}" placeholder="acme*"></label>'
+            f'<label>error glob<input name="error" value="{esc(s.error)}" placeholder="*timeout*"></label>'
             f'<label>state<select name="state">{options}</select></label>'
             '<button type="submit">Search</button></form>')
-    by_state = " · ".join(f"{_text(st)} {found.counts[st]:,}" for st in STATE_ORDER if found.counts.get(st))
+    by_state = " · ".join(f"{text(st)} {found.counts[st]:,}" for st in STATE_ORDER if found.counts.get(st))
     summary = (f'<h2>Matches<span class="count" id="match-count">{found.total:,}</span></h2>'
-               f'<p class="note">{_esc(by_state) + "; " if by_state else ""}{found.looked_at:,} jobs searched in '
+               f'<p class="note">{esc(by_state) + "; " if by_state else ""}{found.looked_at:,} jobs searched in '
                f"{found.slices:,} {'slice' if found.slices == 1 else 'slices'}, "
-               f"{_esc(_duration(found.seconds * 1000))}.</p>")
-    return _page(f"search {s.queue}", "".join([
-        _head("search", [("queue", s.queue), ("matching", s.describe()), ("user", page.user)]),
-        f'<p class="alert ok" id="notice">{_esc(page.notice)}</p>' if page.notice else "",
+               f"{esc(duration(found.seconds * 1000))}.</p>")
+    return document(f"search {s.queue}", SEARCH_CSS, "".join([
+        header("search", "ok", [("queue", s.queue), ("matching", s.describe()), ("user", page.user)], linked=True),
+        f'<p class="alert ok" id="notice">{esc(page.notice)}</p>' if page.notice else "",
         "<main>", '<p class="back"><a href="/">Back to the status page</a></p>', form, summary,
         _bulk_bar(page) if found.total else "", _matches(page), "</main>"]))
 
@@ -444,9 +429,9 @@ def _bulk_bar(page: SearchPage) -> str:
             " (a replica refuses changes: use the primary's page)" if page.read_only else "")
         buttons.append(f'<form class="bulk" method="post" action="/search/confirm">{_hidden(s)}'
                        f'<input type="hidden" name="action" value="{action}">'
-                       f'<input type="hidden" name="csrf" value="{_esc(page.csrf)}">'
-                       f'<button type="submit" class="danger" title="{_esc(title)}"'
-                       f'{" disabled" if disabled else ""}>{_esc(label)}…</button></form>')
+                       f'<input type="hidden" name="csrf" value="{esc(page.csrf)}">'
+                       f'<button type="submit" class="danger" title="{esc(title)}"'
+                       f'{" disabled" if disabled else ""}>{esc(label)}…</button></form>')
     return (f'<div class="bulkbar">{"".join(buttons)}<span class="note">on every match, after a confirmation '
             "that names the count</span></div>")
 
@@ -457,14 +442,14 @@ def _matches(page: SearchPage) -> str:
         return '<p class="note">No matches' + (" after this page." if page.after else ".") + "</p>"
     now_ms = int(time.time() * 1000)
     rows = "".join(
-        f'<tr><td class="n">{r.id}</td><td>{_esc(r.state)}</td><td class="n">{r.priority}</td>'
-        f'<td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(max(0, now_ms - r.enqueued_at)))}</td>'
-        f'<td class="payload mono">{_esc(r.payload)}</td><td class="mono">{_esc(r.meta) or "–"}</td>'
-        f'<td class="error mono">{_esc(r.error) or "–"}</td></tr>' for r in found.jobs)
+        f'<tr><td class="n">{r.id}</td><td>{esc(r.state)}</td><td class="n">{r.priority}</td>'
+        f'<td class="n">{r.deliveries}</td><td class="n">{esc(duration(max(0, now_ms - r.enqueued_at)))}</td>'
+        f'<td class="payload mono">{esc(r.payload)}</td><td class="mono">{esc(r.meta) or "–"}</td>'
+        f'<td class="error mono">{esc(r.error) or "–"}</td></tr>' for r in found.jobs)
     first = "the first" if not page.after else f"after job {page.after}, the next"
     nxt = ""
     if found.more:
-        nxt = (f'<p class="note"><a id="next-page" href="/search?{_esc(page.search.query(after=found.jobs[-1].id))}">'
+        nxt = (f'<p class="note"><a id="next-page" href="/search?{esc(page.search.query(after=found.jobs[-1].id))}">'
                f"Next {PAGE} matches</a></p>")
     return (f'<h3 class="note">{first} {len(found.jobs)} by id</h3><table id="matches"><thead><tr>'
             '<th class="n">job</th><th>state</th><th class="n">priority</th><th class="n">deliveries</th>'
@@ -475,24 +460,25 @@ def _matches(page: SearchPage) -> str:
 def render_confirmation(plan: Plan, csrf: str) -> str:
     """"Cancel 1,234 jobs matching …?": the count, the filter, one button."""
     a, s = plan.action, plan.search
-    back = f'<p class="back"><a href="/search?{_esc(s.query())}">No, back to the search</a></p>'
+    back = f'<p class="back"><a href="/search?{esc(s.query())}">No, back to the search</a></p>'
     others = plan.matches - plan.count
     why = {"cancel": "already ended (completed, dead or cancelled)", "delete": "",
            "retry": "not dead letters"}[a.name]
     note = (f'<p class="note">{others:,} other {"match is" if others == 1 else "matches are"} {why}: '
             "left as they are.</p>" if others else "")
     if not plan.count:
-        body = (f'<p class="question" id="question">No job matching {_esc(s.describe())} in {_esc(s.queue)} can be '
+        body = (f'<p class="question" id="question">No job matching {esc(s.describe())} in {esc(s.queue)} can be '
                 f"{a.done}.</p>{note}{back}")
     else:
         body = (f'<p class="question" id="question">{a.verb} <b>{plan.count:,}</b> {_jobs(plan.count)} matching '
-                f'<span class="mono">{_esc(s.describe())}</span> in <span class="mono">{_esc(s.queue)}</span>?</p>'
-                f'{note}<p class="note">Each slice of {_esc(a.command.decode())} runs as you, logged like any '
+                f'<span class="mono">{esc(s.describe())}</span> in <span class="mono">{esc(s.queue)}</span>?</p>'
+                f'{note}<p class="note">Each slice of {esc(a.command.decode())} runs as you, logged like any '
                 "client's command; jobs that change state before their slice runs are skipped.</p>"
                 f'<form class="confirm" method="post" action="/search/act">'
-                f'<input type="hidden" name="plan" value="{_esc(plan.id)}">'
-                f'<input type="hidden" name="csrf" value="{_esc(csrf)}">'
+                f'<input type="hidden" name="plan" value="{esc(plan.id)}">'
+                f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
                 f'<button type="submit" class="danger" id="confirm">{a.verb} {plan.count:,} '
                 f"{_jobs(plan.count)}</button></form>{back}")
-    return _page(f"confirm {a.name}", _head("confirm", [("queue", s.queue), ("user", plan.user)])
-                 + f"<main>{body}</main>")
+    return document(f"confirm {a.name}", SEARCH_CSS,
+                    header("confirm", "ok", [("queue", s.queue), ("user", plan.user)], linked=True)
+                    + f"<main>{body}</main>")
