@@ -1,5 +1,6 @@
-"""The history's charts on the status page, and its JSON (``GET
-/api/queues/<q>/history``).
+"""The history's charts on the status page (its JSON, ``GET
+/api/queues/<q>/history``, is daemon/http.py's, from QHISTORY's
+``commands.history.minutes``).
 
 Per queue three charts over the last hour, 24 hours or 72 hours (the page's
 ``?range=1h|24h|72h``, chosen by buttons of a GET form: no script, and the
@@ -20,7 +21,6 @@ minute's.  At most ``MAX_CHART_QUEUES`` queues (by name) are drawn.
 
 from __future__ import annotations
 
-import json
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -33,39 +33,10 @@ from .html import esc
 RANGES = {"1h": (60, 1), "24h": (1440, 5), "72h": (4320, 15)}     # name -> (minutes shown, minutes a point)
 DEFAULT_RANGE = "1h"
 MAX_CHART_QUEUES = 20
-MS_MAX = 1 << 53
 
 _F = {name: i for i, name in enumerate(FIELDS)}
 PUSHED, CLAIMED, ACKED = _F["pushed"], _F["claimed"], _F["acked"]
 WAIT95, RUN95, READY, IN_FLIGHT = _F["wait_p95"], _F["run_p95"], _F["ready"], _F["in_flight"]
-
-
-# -- JSON -------------------------------------------------------------------------------------------
-
-def history_json(server, name: bytes, query: bytes) -> tuple[str, str, bytes]:
-    """(status line, content type, body) of ``GET /api/queues/<q>/history``."""
-    args = parse_qs(query.decode("ascii", "replace"), keep_blank_values=True)
-    bounds = {}
-    for key, default in (("from", 0), ("to", server.now_ms())):
-        values = args.get(key)
-        if not values:
-            bounds[key] = default
-            continue
-        text = values[-1]
-        if not text.isdigit() or int(text) > MS_MAX:
-            return "400 Bad Request", "application/json", _json(
-                {"error": f"{key} must be a time in ms since the epoch (0 to 2^53), not {text!r}"})
-        bounds[key] = int(text)
-    history = server.history
-    if name not in server.store.queues and not history.has(name):
-        return "404 Not Found", "application/json", _json({"error": f"no such queue {name.decode(errors='replace')!r}"})
-    minutes = [dict(zip(("minute",) + FIELDS, (m,) + row)) for m, row in history.rows(name, bounds["from"], bounds["to"])]
-    return "200 OK", "application/json", _json({"queue": name.decode(errors="replace"), "from": bounds["from"],
-                                                "to": bounds["to"], "fields": list(FIELDS), "minutes": minutes})
-
-
-def _json(value) -> bytes:
-    return (json.dumps(value, separators=(",", ":")) + "\n").encode()
 
 
 # -- the numbers, read on the loop ------------------------------------------------------------------
