@@ -189,10 +189,9 @@ def _chart_row(q: QueueChart, charts: Charts) -> str:
 def _chart(title: str, charts: Charts, lines, fmt) -> str:
     most = max((v for values, _n, _c in lines for v in values if v is not None), default=0)
     tick = fmt
-    if fmt is _ms:                                 # a round top, and every label, in one unit
-        unit = next((u for u in (3_600_000, 60_000, 1000) if most >= 2 * u), 1)
+    if fmt is _ms:                                 # a round top, and every label, in the legend's unit
+        unit, unit_name = ms_unit(most)
         top = _nice(most / unit) * unit
-        unit_name = {3_600_000: "h", 60_000: "min", 1000: "s", 1: "ms"}[unit]
 
         def tick(v):
             return f"{v / unit:.3g} {unit_name}" if v else "0"
@@ -277,16 +276,23 @@ def _count(v) -> str:
     return f"{v:.3g}" if v != int(v) else str(int(v))
 
 
+# The units of a time in ms, largest first: (ms in the unit, the least value
+# shown in it, its name).  Seconds from 1 s; minutes and hours only from two
+# of them ("90 s" reads better than "1.5 min").
+UNITS = ((3_600_000, 7_200_000, "h"), (60_000, 120_000, "min"), (1000, 1000, "s"), (1, 0, "ms"))
+
+
+def ms_unit(v: float) -> tuple[int, str]:
+    """(ms in it, name) of the unit ``v`` ms is shown in: a legend's value,
+    and every tick of a chart whose highest value is ``v``."""
+    return next(((size, name) for size, least, name in UNITS if v >= least), (1, "ms"))
+
+
 def _ms(v) -> str:
     if v is None:
         return "–"
-    if v < 1000:
-        return f"{int(v)} ms"
-    if v < 120_000:
-        return f"{v / 1000:.3g} s"
-    if v < 7_200_000:
-        return f"{v / 60_000:.3g} min"
-    return f"{v / 3_600_000:.3g} h"
+    size, name = ms_unit(v)
+    return f"{int(v)} ms" if size == 1 else f"{v / size:.3g} {name}"
 
 
 def _clock(ms: float, span: str) -> str:
