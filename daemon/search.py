@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode
 
@@ -43,7 +44,8 @@ import hiredis
 
 from leaseq.commands import acl
 from leaseq.commands.errors import Error
-from leaseq.commands.inspect import STATES, JobFilter
+from leaseq.commands.inspect import STATES, JobFilter, redrivable
+from leaseq.commands.results import ENDED
 from leaseq.commands.table import TABLE
 from leaseq.storage import queries
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING
@@ -65,21 +67,35 @@ STATE_CODE = {s: i for i, s in enumerate(STATE_ORDER)}
 
 @dataclass(frozen=True)
 class BulkAction:
+    """A bulk action: its words, its command, and which matches it takes."""
     name: str
     verb: str               # "Cancel"
     done: str               # "cancelled"
+    label: str              # its button: "Cancel matches"
+    left: str               # why the matches it does not take are left ("" when it takes every match)
     command: bytes
-    states: tuple           # the states in which a match is taken
-    dead_letters: bool = False  # also a ready job that came as a dead letter (QREDRIVE moves it back)
+    rule: Callable          # whether a match is taken: a function of its state, or (not by_state) of the job
+    by_state: bool = True
+    before_ids: tuple = ()  # what the command takes between the queue and the ids
 
     def takes(self, job) -> bool:
-        return job.state in self.states or (self.dead_letters and job.state is READY and job.origin is not None)
+        return self.rule(job.state if self.by_state else job)
+
+    def taken(self, counts: dict) -> int | None:
+        """How many of the matches, counted by state, it would take; None
+        when their states alone do not say."""
+        return sum(n for state, n in counts.items() if self.rule(state)) if self.by_state else None
+
+    def args(self, queue: bytes, ids: list[bytes]) -> list[bytes]:
+        return [self.command, queue, *self.before_ids, *ids]
 
 
 BULK = {a.name: a for a in (
-    BulkAction("cancel", "Cancel", "cancelled", b"QCANCEL", (READY, DELAYED, WAITING, IN_FLIGHT)),
-    BulkAction("delete", "Delete", "deleted", b"QDEL", STATE_ORDER),
-    BulkAction("retry", "Retry", "retried", b"QREDRIVE", (DEAD,), dead_letters=True),
+    BulkAction("cancel", "Cancel", "cancelled", "Cancel matches", "already ended (completed, dead or cancelled)",
+               b"QCANCEL", lambda state: state not in ENDED),
+    BulkAction("delete", "Delete", "deleted", "Delete matches", "", b"QDEL", lambda state: True),
+    BulkAction("retry", "Retry", "retried", "Retry dead matches", "not dead letters", b"QREDRIVE", redrivable,
+               by_state=False, before_ids=(b"ID",)),
 )}
 
 
@@ -274,8 +290,7 @@ class SearchPages:
             i += size
             slices += 1
             if take:
-                args = [action.command, name] + ([b"ID"] if action.command == b"QREDRIVE" else []) + take
-                reply = await run_as(server, user, peer, args)
+                reply = await run_as(server, user, peer, action.args(name, take))
                 if isinstance(reply, hiredis.ReplyError):
                     log.info("status page: user %s from %s: bulk %s on %s stopped after %d jobs: -%s",
                              user.name, peer or "?", action.name, plan.search.queue, acted, reply)
@@ -419,16 +434,15 @@ def render_search(page: SearchPage) -> str:
 
 
 def _bulk_bar(page: SearchPage) -> str:
-    s, counts = page.search, page.found.counts
-    cancellable = sum(counts.get(st, 0) for st in BULK["cancel"].states)
+    s = page.search
     buttons = []
-    for action, label, n in (("cancel", "Cancel matches", cancellable), ("delete", "Delete matches", page.found.total),
-                             ("retry", "Retry dead matches", None)):
-        disabled = page.read_only or n == 0
+    for action in BULK.values():
+        label = action.label
+        disabled = page.read_only or action.taken(page.found.counts) == 0
         title = f"{label} of {s.queue} ({s.describe()})" + (
             " (a replica refuses changes: use the primary's page)" if page.read_only else "")
         buttons.append(f'<form class="bulk" method="post" action="/search/confirm">{_hidden(s)}'
-                       f'<input type="hidden" name="action" value="{action}">'
+                       f'<input type="hidden" name="action" value="{action.name}">'
                        f'<input type="hidden" name="csrf" value="{esc(page.csrf)}">'
                        f'<button type="submit" class="danger" title="{esc(title)}"'
                        f'{" disabled" if disabled else ""}>{esc(label)}…</button></form>')
@@ -462,9 +476,7 @@ def render_confirmation(plan: Plan, csrf: str) -> str:
     a, s = plan.action, plan.search
     back = f'<p class="back"><a href="/search?{esc(s.query())}">No, back to the search</a></p>'
     others = plan.matches - plan.count
-    why = {"cancel": "already ended (completed, dead or cancelled)", "delete": "",
-           "retry": "not dead letters"}[a.name]
-    note = (f'<p class="note">{others:,} other {"match is" if others == 1 else "matches are"} {why}: '
+    note = (f'<p class="note">{others:,} other {"match is" if others == 1 else "matches are"} {a.left}: '
             "left as they are.</p>" if others else "")
     if not plan.count:
         body = (f'<p class="question" id="question">No job matching {esc(s.describe())} in {esc(s.queue)} can be '
