@@ -316,7 +316,8 @@ class SearchPages:
         await self.server.disk.until_rebuilt()
         found = await self.find(search, after)
         page = SearchPage(search=search, found=found, after=after, user=viewer, csrf=self.access.token(viewer),
-                          notice=fields.get("done", "")[:300], read_only=self.server.read_only)
+                          now_ms=self.server.now_ms(), notice=fields.get("done", "")[:300],
+                          read_only=self.server.read_only)
         return (await asyncio.get_running_loop().run_in_executor(None, render_search, page)).encode()
 
     async def confirm(self, headers: dict, body: bytes, peer: str | None) -> bytes:
@@ -381,6 +382,7 @@ class SearchPage:
     after: int
     user: str
     csrf: str
+    now_ms: int             # the daemon's clock (a job's age is on it)
     notice: str = ""
     read_only: bool = False
 
@@ -454,7 +456,7 @@ def _matches(page: SearchPage) -> str:
     found = page.found
     if not found.jobs:
         return '<p class="note">No matches' + (" after this page." if page.after else ".") + "</p>"
-    now_ms = int(time.time() * 1000)
+    now_ms = page.now_ms
     rows = "".join(
         f'<tr><td class="n">{r.id}</td><td>{esc(r.state)}</td><td class="n">{r.priority}</td>'
         f'<td class="n">{r.deliveries}</td><td class="n">{esc(duration(max(0, now_ms - r.enqueued_at)))}</td>'
