@@ -57,6 +57,7 @@ def ago(unix_seconds: float, now: float) -> str:
 
 # -- the page -------------------------------------------------------------------------------------
 
+# Every page's style sheet; a page adds its own after it (charts.CSS, search.SEARCH_CSS).
 CSS = """
 :root { --fg: #1f2328; --muted: #656d76; --faint: #b1bac4; --line: #d8dee4; --band: #f6f8fa;
         --ok: #1a7f37; --ok-bg: #dafbe1; --warn: #9a6700; --warn-bg: #fff8c5; --bad: #cf222e; --bad-bg: #ffebe9; }
