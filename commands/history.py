@@ -19,13 +19,29 @@ from .args import OptionReader, queue_name
 from .queues import MS_MAX
 from .replies import Map
 
-KEYS = (b"minute",) + tuple(f.encode() for f in FIELDS)
+COLUMNS = ("minute",) + FIELDS           # of each minute listed
+KEYS = tuple(c.encode() for c in COLUMNS)
+
+
+def window(server, lo: int | None = None, hi: int | None = None) -> tuple[int, int]:
+    """FROM and TO as given, or by default 0 and now (the daemon's clock)."""
+    return 0 if lo is None else lo, server.now_ms() if hi is None else hi
+
+
+def minutes(server, name: bytes, lo: int, hi: int) -> list[dict] | None:
+    """The kept minutes of queue ``name`` from ``lo`` to ``hi`` (ms epoch,
+    both included), oldest first, each ``{column: value}`` in ``COLUMNS``'
+    order; None for a queue that does not exist and has no kept minute."""
+    history = server.history
+    if name not in server.store.queues and not history.has(name):
+        return None
+    return [dict(zip(COLUMNS, (minute,) + row)) for minute, row in history.rows(name, lo, hi)]
 
 
 def qhistory(client, args):
     server = client.server
     name = queue_name(args[1])
-    lo, hi = 0, server.now_ms()
+    lo = hi = None
     r = OptionReader(args, 2)
     for kw in r:
         r.once(kw)
@@ -35,7 +51,7 @@ def qhistory(client, args):
             hi = r.int_in("TO", 0, MS_MAX)
         else:
             r.unknown()
-    history = server.history
-    if name not in server.store.queues and not history.has(name):
+    found = minutes(server, name, *window(server, lo, hi))
+    if found is None:
         raise errors.no_queue(name)
-    return [Map(list(zip(KEYS, (minute,) + row))) for minute, row in history.rows(name, lo, hi)]
+    return [Map(list(zip(KEYS, m.values()))) for m in found]

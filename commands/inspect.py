@@ -227,6 +227,12 @@ def qpurge(client, args):
     return len(jobs)
 
 
+def redrivable(job: Job) -> bool:
+    """Whether QREDRIVE ID takes ``job``: a dead job (back to ready), or a
+    ready one that came as a dead letter (back to its source queue)."""
+    return job.state is DEAD or (job.state is READY and job.origin is not None)
+
+
 def qredrive(client, args):
     """The dead jobs of the queue back to ready (deliveries 0); and, on a
     dead-letter queue, its ready jobs back to their source queues.  ``ID
@@ -255,9 +261,11 @@ def qredrive(client, args):
         dead = []
         for jid in sorted(set(only)):
             job = q.jobs.get(jid)
-            if job is not None and job.state is DEAD:
+            if job is None or not redrivable(job):
+                continue
+            if job.state is DEAD:
                 dead.append(job)
-            elif job is not None and job.state is READY and job.origin is not None:
+            else:
                 by_source.setdefault(job.origin.source, []).append(job)
         left = 0
     else:

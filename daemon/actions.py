@@ -227,7 +227,7 @@ async def run_action(server, access: Access, name: str, headers: dict, body: byt
     shown = " ".join(a.decode(errors="replace") for a in args)
     log.info("status page: user %s from %s ran %s: %s", user.name, peer or "?", shown, _describe(reply))
     if isinstance(reply, hiredis.ReplyError):
-        raise HttpError(_status_of(str(reply)), str(reply))
+        raise HttpError(status_of(str(reply)), str(reply))
     return _done(action, queue, jid, reply)
 
 
@@ -239,7 +239,8 @@ def _done(action: Action, queue: str, jid: str | None, reply) -> str:
     return f"{reply} {'job' if reply == 1 else 'jobs'} {verb} ({action.command} {what})."
 
 
-def _status_of(error: str) -> str:
+def status_of(error: str) -> str:
+    """The HTTP status line of a command's error reply (its code: NOPERM is 403 ...)."""
     code = error.split(" ", 1)[0]
     return {"NOPERM": "403 Forbidden", "NOQUEUE": "404 Not Found", "MISCONF": "503 Service Unavailable",
             "LOADING": "503 Service Unavailable", "OOM": "503 Service Unavailable",

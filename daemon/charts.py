@@ -1,5 +1,6 @@
-"""The history's charts on the status page, and its JSON (``GET
-/api/queues/<q>/history``).
+"""The history's charts on the status page (its JSON, ``GET
+/api/queues/<q>/history``, is daemon/http.py's, from QHISTORY's
+``commands.history.minutes``).
 
 Per queue three charts over the last hour, 24 hours or 72 hours (the page's
 ``?range=1h|24h|72h``, chosen by buttons of a GET form: no script, and the
@@ -20,8 +21,6 @@ minute's.  At most ``MAX_CHART_QUEUES`` queues (by name) are drawn.
 
 from __future__ import annotations
 
-import html
-import json
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -29,42 +28,15 @@ from urllib.parse import parse_qs
 
 from leaseq.storage.history import FIELDS, MINUTE, NFIELDS
 
+from .html import esc
+
 RANGES = {"1h": (60, 1), "24h": (1440, 5), "72h": (4320, 15)}     # name -> (minutes shown, minutes a point)
 DEFAULT_RANGE = "1h"
 MAX_CHART_QUEUES = 20
-MS_MAX = 1 << 53
 
 _F = {name: i for i, name in enumerate(FIELDS)}
 PUSHED, CLAIMED, ACKED = _F["pushed"], _F["claimed"], _F["acked"]
 WAIT95, RUN95, READY, IN_FLIGHT = _F["wait_p95"], _F["run_p95"], _F["ready"], _F["in_flight"]
-
-
-# -- JSON -------------------------------------------------------------------------------------------
-
-def history_json(server, name: bytes, query: bytes) -> tuple[str, str, bytes]:
-    """(status line, content type, body) of ``GET /api/queues/<q>/history``."""
-    args = parse_qs(query.decode("ascii", "replace"), keep_blank_values=True)
-    bounds = {}
-    for key, default in (("from", 0), ("to", server.now_ms())):
-        values = args.get(key)
-        if not values:
-            bounds[key] = default
-            continue
-        text = values[-1]
-        if not text.isdigit() or int(text) > MS_MAX:
-            return "400 Bad Request", "application/json", _json(
-                {"error": f"{key} must be a time in ms since the epoch (0 to 2^53), not {text!r}"})
-        bounds[key] = int(text)
-    history = server.history
-    if name not in server.store.queues and not history.has(name):
-        return "404 Not Found", "application/json", _json({"error": f"no such queue {name.decode(errors='replace')!r}"})
-    minutes = [dict(zip(("minute",) + FIELDS, (m,) + row)) for m, row in history.rows(name, bounds["from"], bounds["to"])]
-    return "200 OK", "application/json", _json({"queue": name.decode(errors="replace"), "from": bounds["from"],
-                                                "to": bounds["to"], "fields": list(FIELDS), "minutes": minutes})
-
-
-def _json(value) -> bytes:
-    return (json.dumps(value, separators=(",", ":")) + "\n").encode()
 
 
 # -- the numbers, read on the loop ------------------------------------------------------------------
@@ -182,8 +154,8 @@ def render_charts(charts: Charts | None) -> str:
     """The history section: its title, the range buttons, then a row of charts per queue."""
     if charts is None:
         return ""
-    links = "".join(f"<b>{_esc(r)}</b>" if r == charts.range else
-                    f'<button name="range" value="{r}" title="History over the last {r[:-1]} h">{_esc(r)}</button>'
+    links = "".join(f"<b>{esc(r)}</b>" if r == charts.range else
+                    f'<button name="range" value="{r}" title="History over the last {r[:-1]} h">{esc(r)}</button>'
                     for r in RANGES)
     per = charts.point_ms // MINUTE
     title = (f'<h2 id="history">History, last {charts.range[:-1]} h'
@@ -201,7 +173,7 @@ def render_charts(charts: Charts | None) -> str:
 
 
 def _chart_row(q: QueueChart, charts: Charts) -> str:
-    head = f"<h3>{_esc(q.name)}</h3>"
+    head = f"<h3>{esc(q.name)}</h3>"
     if not q.kept:
         return (f'<div class="chartrow">{head}<p class="empty">No minute kept in the last {charts.range[:-1]} h '
                 "yet: a minute is kept once it ends.</p></div>")
@@ -217,10 +189,9 @@ def _chart_row(q: QueueChart, charts: Charts) -> str:
 def _chart(title: str, charts: Charts, lines, fmt) -> str:
     most = max((v for values, _n, _c in lines for v in values if v is not None), default=0)
     tick = fmt
-    if fmt is _ms:                                 # a round top, and every label, in one unit
-        unit = next((u for u in (3_600_000, 60_000, 1000) if most >= 2 * u), 1)
+    if fmt is _ms:                                 # a round top, and every label, in the legend's unit
+        unit, unit_name = ms_unit(most)
         top = _nice(most / unit) * unit
-        unit_name = {3_600_000: "h", 60_000: "min", 1000: "s", 1: "ms"}[unit]
 
         def tick(v):
             return f"{v / unit:.3g} {unit_name}" if v else "0"
@@ -229,24 +200,24 @@ def _chart(title: str, charts: Charts, lines, fmt) -> str:
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     n = charts.points
     parts = [f'<figure class="chart"><svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img">',
-             f"<title>{_esc(title)}: {_esc(_summary(lines, fmt))}</title>",
-             f'<text class="title" x="{LEFT}" y="11">{_esc(title)}</text>']
+             f"<title>{esc(title)}: {esc(_summary(lines, fmt))}</title>",
+             f'<text class="title" x="{LEFT}" y="11">{esc(title)}</text>']
     x = LEFT
     for values, name, css in lines:                # the legend, under the title: each line's latest value
         label = f"{name} {fmt(_last(values))}"
         parts.append(f'<rect class="{css}" x="{x}" y="18" width="9" height="9" rx="2"/>'
-                     f'<text class="tick" x="{x + 12}" y="26">{_esc(label)}</text>')
+                     f'<text class="tick" x="{x + 12}" y="26">{esc(label)}</text>')
         x += 7 * len(label) + 26
     for frac in (0, 0.5, 1):
         y = TOP + ph - frac * ph
         parts.append(f'<line class="{"axis" if frac == 0 else "grid"}" x1="{LEFT}" x2="{W - RIGHT}" '
                      f'y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_esc(tick(top * frac))}'
+                     f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{esc(tick(top * frac))}'
                      "</text>")
     for frac, anchor in ((0, "start"), (0.5, "middle"), (1, "end")):
         at = charts.start_ms + frac * n * charts.point_ms
         parts.append(f'<text class="tick" x="{LEFT + frac * pw:.1f}" y="{H - 5}" text-anchor="{anchor}">'
-                     f"{_esc(_clock(at, charts.range))}</text>")
+                     f"{esc(_clock(at, charts.range))}</text>")
     step = pw / max(1, n - 1) if n > 1 else 0
     for i, (values, _name, css) in enumerate(lines):
         css = f"{css} second" if i else css         # the second line dashed: it may lie on the first
@@ -305,22 +276,26 @@ def _count(v) -> str:
     return f"{v:.3g}" if v != int(v) else str(int(v))
 
 
+# The units of a time in ms, largest first: (ms in the unit, the least value
+# shown in it, its name).  Seconds from 1 s; minutes and hours only from two
+# of them ("90 s" reads better than "1.5 min").
+UNITS = ((3_600_000, 7_200_000, "h"), (60_000, 120_000, "min"), (1000, 1000, "s"), (1, 0, "ms"))
+
+
+def ms_unit(v: float) -> tuple[int, str]:
+    """(ms in it, name) of the unit ``v`` ms is shown in: a legend's value,
+    and every tick of a chart whose highest value is ``v``."""
+    return next(((size, name) for size, least, name in UNITS if v >= least), (1, "ms"))
+
+
 def _ms(v) -> str:
     if v is None:
         return "–"
-    if v < 1000:
-        return f"{int(v)} ms"
-    if v < 120_000:
-        return f"{v / 1000:.3g} s"
-    if v < 7_200_000:
-        return f"{v / 60_000:.3g} min"
-    return f"{v / 3_600_000:.3g} h"
+    size, name = ms_unit(v)
+    return f"{int(v)} ms" if size == 1 else f"{v / size:.3g} {name}"
 
 
 def _clock(ms: float, span: str) -> str:
     t = time.gmtime(ms / 1000)
     return time.strftime("%H:%M" if span == "1h" else "%a %H:%M", t)
 
-
-def _esc(value) -> str:
-    return html.escape(str(value), quote=True)

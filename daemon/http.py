@@ -49,10 +49,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from urllib.parse import parse_qs, quote, unquote_to_bytes
 
-from leaseq.commands.queues import info_items
+from leaseq.commands.history import minutes, window
+from leaseq.commands.queues import MS_MAX, info_items
+from leaseq.storage.history import FIELDS
 
 from .actions import MAX_FORM, Access, HttpError, run_action
-from .charts import DEFAULT_RANGE, chosen_range, history_json, read_charts
+from .charts import DEFAULT_RANGE, chosen_range, read_charts
 from .search import SearchPages
 from .status import RateSamples, read_status, refusal_page, render
 
@@ -182,7 +184,7 @@ class HttpListener:
             return "200 OK", JSON, _json({"queues": [_info(server, q) for q in queues]})
         rest = target[len(API) + 1:]
         if rest.endswith(HISTORY):
-            return history_json(server, unquote_to_bytes(rest[:-len(HISTORY)]), query)
+            return _history(server, unquote_to_bytes(rest[:-len(HISTORY)]), query)
         name = unquote_to_bytes(rest)
         q = store.queues.get(name)
         if q is None:
@@ -258,6 +260,25 @@ async def _form_body(headers: dict, reader: asyncio.StreamReader) -> bytes:
 def _info(server, q) -> dict:
     """A queue's QINFO as a JSON object: names and text as str."""
     return {k.decode(): (v.decode(errors="replace") if isinstance(v, bytes) else v) for k, v in info_items(server, q)}
+
+
+def _history(server, name: bytes, query: bytes) -> tuple[str, str, bytes]:
+    """GET /api/queues/<q>/history: what QHISTORY answers
+    (``commands.history``), its FROM and TO read from ``?from=&to=``."""
+    args = parse_qs(query.decode("ascii", "replace"), keep_blank_values=True)
+    given = []
+    for key in ("from", "to"):
+        text = args[key][-1] if args.get(key) else None
+        if text is not None and (not text.isdigit() or int(text) > MS_MAX):
+            return "400 Bad Request", JSON, _json(
+                {"error": f"{key} must be a time in ms since the epoch (0 to 2^53), not {text!r}"})
+        given.append(None if text is None else int(text))
+    lo, hi = window(server, *given)
+    found = minutes(server, name, lo, hi)
+    if found is None:
+        return "404 Not Found", JSON, _json({"error": f"no such queue {name.decode(errors='replace')!r}"})
+    return "200 OK", JSON, _json({"queue": name.decode(errors="replace"), "from": lo, "to": hi,
+                                  "fields": list(FIELDS), "minutes": found})
 
 
 def _json(value) -> bytes:

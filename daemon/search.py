@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode
 
@@ -43,13 +44,15 @@ import hiredis
 
 from leaseq.commands import acl
 from leaseq.commands.errors import Error
-from leaseq.commands.inspect import STATES, JobFilter
+from leaseq.commands.inspect import STATES, JobFilter, redrivable
+from leaseq.commands.results import ENDED
 from leaseq.commands.table import TABLE
 from leaseq.storage import queries
 from leaseq.storage.job import CANCELLED, COMPLETED, DEAD, DELAYED, IN_FLIGHT, READY, WAITING
 
-from .actions import HttpError, _status_of, parse_form, run_as
-from .status import CSS, MAX_ERROR_BYTES, _duration, _esc, _text
+from .actions import HttpError, parse_form, run_as, status_of
+from .html import cut, document, duration, esc, header, text
+from .status import MAX_ERROR_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +67,35 @@ STATE_CODE = {s: i for i, s in enumerate(STATE_ORDER)}
 
 @dataclass(frozen=True)
 class BulkAction:
+    """A bulk action: its words, its command, and which matches it takes."""
     name: str
     verb: str               # "Cancel"
     done: str               # "cancelled"
+    label: str              # its button: "Cancel matches"
+    left: str               # why the matches it does not take are left ("" when it takes every match)
     command: bytes
-    states: tuple           # the states in which a match is taken
-    dead_letters: bool = False  # also a ready job that came as a dead letter (QREDRIVE moves it back)
+    rule: Callable          # whether a match is taken: a function of its state, or (not by_state) of the job
+    by_state: bool = True
+    before_ids: tuple = ()  # what the command takes between the queue and the ids
 
     def takes(self, job) -> bool:
-        return job.state in self.states or (self.dead_letters and job.state is READY and job.origin is not None)
+        return self.rule(job.state if self.by_state else job)
+
+    def taken(self, counts: dict) -> int | None:
+        """How many of the matches, counted by state, it would take; None
+        when their states alone do not say."""
+        return sum(n for state, n in counts.items() if self.rule(state)) if self.by_state else None
+
+    def args(self, queue: bytes, ids: list[bytes]) -> list[bytes]:
+        return [self.command, queue, *self.before_ids, *ids]
 
 
 BULK = {a.name: a for a in (
-    BulkAction("cancel", "Cancel", "cancelled", b"QCANCEL", (READY, DELAYED, WAITING, IN_FLIGHT)),
-    BulkAction("delete", "Delete", "deleted", b"QDEL", STATE_ORDER),
-    BulkAction("retry", "Retry", "retried", b"QREDRIVE", (DEAD,), dead_letters=True),
+    BulkAction("cancel", "Cancel", "cancelled", "Cancel matches", "already ended (completed, dead or cancelled)",
+               b"QCANCEL", lambda state: state not in ENDED),
+    BulkAction("delete", "Delete", "deleted", "Delete matches", "", b"QDEL", lambda state: True),
+    BulkAction("retry", "Retry", "retried", "Retry dead matches", "not dead letters", b"QREDRIVE", redrivable,
+               by_state=False, before_ids=(b"ID",)),
 )}
 
 
@@ -273,12 +290,11 @@ class SearchPages:
             i += size
             slices += 1
             if take:
-                args = [action.command, name] + ([b"ID"] if action.command == b"QREDRIVE" else []) + take
-                reply = await run_as(server, user, peer, args)
+                reply = await run_as(server, user, peer, action.args(name, take))
                 if isinstance(reply, hiredis.ReplyError):
                     log.info("status page: user %s from %s: bulk %s on %s stopped after %d jobs: -%s",
                              user.name, peer or "?", action.name, plan.search.queue, acted, reply)
-                    raise HttpError(_status_of(str(reply)), f"{reply} (after {acted:,} jobs {action.done})")
+                    raise HttpError(status_of(str(reply)), f"{reply} (after {acted:,} jobs {action.done})")
                 acted += reply
             await asyncio.sleep(0)
         log.info("status page: user %s from %s ran bulk %s on %s matching %s: %d of %d jobs in %d slices",
@@ -300,7 +316,8 @@ class SearchPages:
         await self.server.disk.until_rebuilt()
         found = await self.find(search, after)
         page = SearchPage(search=search, found=found, after=after, user=viewer, csrf=self.access.token(viewer),
-                          notice=fields.get("done", "")[:300], read_only=self.server.read_only)
+                          now_ms=self.server.now_ms(), notice=fields.get("done", "")[:300],
+                          read_only=self.server.read_only)
         return (await asyncio.get_running_loop().run_in_executor(None, render_search, page)).encode()
 
     async def confirm(self, headers: dict, body: bytes, peer: str | None) -> bytes:
@@ -353,12 +370,9 @@ class Row:
 
 
 def _row(job) -> Row:
-    payload = job.payload
-    shown = _text(payload[:PAYLOAD_SHOWN]) + (" …" if len(payload) > PAYLOAD_SHOWN else "")
-    meta = " ".join(f"{_text(k)}={_text(v)}" for k, v in job.meta or ())
-    error = job.last_error or b""
-    return Row(job.id, _text(job.state), job.priority, job.deliveries, job.enqueued_at, shown,
-               meta[:MAX_ERROR_BYTES], _text(error[:MAX_ERROR_BYTES]) + (" …" if len(error) > MAX_ERROR_BYTES else ""))
+    meta = " ".join(f"{text(k)}={text(v)}" for k, v in job.meta or ())
+    return Row(job.id, text(job.state), job.priority, job.deliveries, job.enqueued_at, cut(job.payload, PAYLOAD_SHOWN),
+               meta[:MAX_ERROR_BYTES], cut(job.last_error, MAX_ERROR_BYTES))
 
 
 @dataclass(frozen=True)
@@ -368,6 +382,7 @@ class SearchPage:
     after: int
     user: str
     csrf: str
+    now_ms: int             # the daemon's clock (a job's age is on it)
     notice: str = ""
     read_only: bool = False
 
@@ -391,21 +406,8 @@ p.question b { font-variant-numeric: tabular-nums; }
 """
 
 
-def _page(title: str, body: str) -> str:
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>leaseq: {_esc(title)}</title><style>{CSS}{SEARCH_CSS}</style></head><body>"
-            f"{body}</body></html>\n")
-
-
-def _head(word: str, facts: list) -> str:
-    items = "".join(f"<li>{_esc(k)} <b>{_esc(v)}</b></li>" for k, v in facts)
-    return (f'<header><h1><a href="/" style="color:inherit;text-decoration:none">leaseq</a></h1>'
-            f'<span class="state ok">{_esc(word)}</span><ul class="facts">{items}</ul></header>')
-
-
 def _hidden(search: Search) -> str:
-    return "".join(f'<input type="hidden" name="{k}" value="{_esc(getattr(search, k))}">' for k in Search.FIELDS)
+    return "".join(f'<input type="hidden" name="{k}" value="{esc(getattr(search, k))}">' for k in Search.FIELDS)
 
 
 def render_search(page: SearchPage) -> str:
@@ -414,39 +416,38 @@ def render_search(page: SearchPage) -> str:
     options = "".join(f'<option value="{v}"{" selected" if v == s.state else ""}>{v or "any"}</option>'
                       for v in ("",) + tuple(x.decode() for x in STATES))
     form = (f'<form class="search" method="get" action="/search">'
-            f'<input type="hidden" name="queue" value="{_esc(s.queue)}">'
-            f'<label>payload glob<input name="match" value="{_esc(s.match)}" placeholder="order:*"></label>'
-            f'<label>META field<input name="meta_field" value="{_esc(s.meta_field)}" placeholder="customer"></label>'
-            f'<label>META glob<input name="meta" value="{_esc(s.meta)}" placeholder="acme*"></label>'
-            f'<label>error glob<input name="error" value="{_esc(s.error)}" placeholder="*timeout*"></label>'
+            f'<input type="hidden" name="queue" value="{esc(s.queue)}">'
+            f'<label>payload glob<input name="match" value="{esc(s.match)}" placeholder="order:*"></label>'
+            f'<label>META field<input name="meta_field" value="{esc(s.meta_field)}" placeholder="customer"></label>'
+            f'<label>META glob<input name="meta" value="{esc(s.meta)}" placeholder="acme*"></label>'
+            f'<label>error glob<input name="error" value="{esc(s.error)}" placeholder="*timeout*"></label>'
             f'<label>state<select name="state">{options}</select></label>'
             '<button type="submit">Search</button></form>')
-    by_state = " · ".join(f"{_text(st)} {found.counts[st]:,}" for st in STATE_ORDER if found.counts.get(st))
+    by_state = " · ".join(f"{text(st)} {found.counts[st]:,}" for st in STATE_ORDER if found.counts.get(st))
     summary = (f'<h2>Matches<span class="count" id="match-count">{found.total:,}</span></h2>'
-               f'<p class="note">{_esc(by_state) + "; " if by_state else ""}{found.looked_at:,} jobs searched in '
+               f'<p class="note">{esc(by_state) + "; " if by_state else ""}{found.looked_at:,} jobs searched in '
                f"{found.slices:,} {'slice' if found.slices == 1 else 'slices'}, "
-               f"{_esc(_duration(found.seconds * 1000))}.</p>")
-    return _page(f"search {s.queue}", "".join([
-        _head("search", [("queue", s.queue), ("matching", s.describe()), ("user", page.user)]),
-        f'<p class="alert ok" id="notice">{_esc(page.notice)}</p>' if page.notice else "",
+               f"{esc(duration(found.seconds * 1000))}.</p>")
+    return document(f"search {s.queue}", SEARCH_CSS, "".join([
+        header("search", "ok", [("queue", s.queue), ("matching", s.describe()), ("user", page.user)], linked=True),
+        f'<p class="alert ok" id="notice">{esc(page.notice)}</p>' if page.notice else "",
         "<main>", '<p class="back"><a href="/">Back to the status page</a></p>', form, summary,
         _bulk_bar(page) if found.total else "", _matches(page), "</main>"]))
 
 
 def _bulk_bar(page: SearchPage) -> str:
-    s, counts = page.search, page.found.counts
-    cancellable = sum(counts.get(st, 0) for st in BULK["cancel"].states)
+    s = page.search
     buttons = []
-    for action, label, n in (("cancel", "Cancel matches", cancellable), ("delete", "Delete matches", page.found.total),
-                             ("retry", "Retry dead matches", None)):
-        disabled = page.read_only or n == 0
+    for action in BULK.values():
+        label = action.label
+        disabled = page.read_only or action.taken(page.found.counts) == 0
         title = f"{label} of {s.queue} ({s.describe()})" + (
             " (a replica refuses changes: use the primary's page)" if page.read_only else "")
         buttons.append(f'<form class="bulk" method="post" action="/search/confirm">{_hidden(s)}'
-                       f'<input type="hidden" name="action" value="{action}">'
-                       f'<input type="hidden" name="csrf" value="{_esc(page.csrf)}">'
-                       f'<button type="submit" class="danger" title="{_esc(title)}"'
-                       f'{" disabled" if disabled else ""}>{_esc(label)}…</button></form>')
+                       f'<input type="hidden" name="action" value="{action.name}">'
+                       f'<input type="hidden" name="csrf" value="{esc(page.csrf)}">'
+                       f'<button type="submit" class="danger" title="{esc(title)}"'
+                       f'{" disabled" if disabled else ""}>{esc(label)}…</button></form>')
     return (f'<div class="bulkbar">{"".join(buttons)}<span class="note">on every match, after a confirmation '
             "that names the count</span></div>")
 
@@ -455,16 +456,16 @@ def _matches(page: SearchPage) -> str:
     found = page.found
     if not found.jobs:
         return '<p class="note">No matches' + (" after this page." if page.after else ".") + "</p>"
-    now_ms = int(time.time() * 1000)
+    now_ms = page.now_ms
     rows = "".join(
-        f'<tr><td class="n">{r.id}</td><td>{_esc(r.state)}</td><td class="n">{r.priority}</td>'
-        f'<td class="n">{r.deliveries}</td><td class="n">{_esc(_duration(max(0, now_ms - r.enqueued_at)))}</td>'
-        f'<td class="payload mono">{_esc(r.payload)}</td><td class="mono">{_esc(r.meta) or "–"}</td>'
-        f'<td class="error mono">{_esc(r.error) or "–"}</td></tr>' for r in found.jobs)
+        f'<tr><td class="n">{r.id}</td><td>{esc(r.state)}</td><td class="n">{r.priority}</td>'
+        f'<td class="n">{r.deliveries}</td><td class="n">{esc(duration(max(0, now_ms - r.enqueued_at)))}</td>'
+        f'<td class="payload mono">{esc(r.payload)}</td><td class="mono">{esc(r.meta) or "–"}</td>'
+        f'<td class="error mono">{esc(r.error) or "–"}</td></tr>' for r in found.jobs)
     first = "the first" if not page.after else f"after job {page.after}, the next"
     nxt = ""
     if found.more:
-        nxt = (f'<p class="note"><a id="next-page" href="/search?{_esc(page.search.query(after=found.jobs[-1].id))}">'
+        nxt = (f'<p class="note"><a id="next-page" href="/search?{esc(page.search.query(after=found.jobs[-1].id))}">'
                f"Next {PAGE} matches</a></p>")
     return (f'<h3 class="note">{first} {len(found.jobs)} by id</h3><table id="matches"><thead><tr>'
             '<th class="n">job</th><th>state</th><th class="n">priority</th><th class="n">deliveries</th>'
@@ -475,24 +476,23 @@ def _matches(page: SearchPage) -> str:
 def render_confirmation(plan: Plan, csrf: str) -> str:
     """"Cancel 1,234 jobs matching …?": the count, the filter, one button."""
     a, s = plan.action, plan.search
-    back = f'<p class="back"><a href="/search?{_esc(s.query())}">No, back to the search</a></p>'
+    back = f'<p class="back"><a href="/search?{esc(s.query())}">No, back to the search</a></p>'
     others = plan.matches - plan.count
-    why = {"cancel": "already ended (completed, dead or cancelled)", "delete": "",
-           "retry": "not dead letters"}[a.name]
-    note = (f'<p class="note">{others:,} other {"match is" if others == 1 else "matches are"} {why}: '
+    note = (f'<p class="note">{others:,} other {"match is" if others == 1 else "matches are"} {a.left}: '
             "left as they are.</p>" if others else "")
     if not plan.count:
-        body = (f'<p class="question" id="question">No job matching {_esc(s.describe())} in {_esc(s.queue)} can be '
+        body = (f'<p class="question" id="question">No job matching {esc(s.describe())} in {esc(s.queue)} can be '
                 f"{a.done}.</p>{note}{back}")
     else:
         body = (f'<p class="question" id="question">{a.verb} <b>{plan.count:,}</b> {_jobs(plan.count)} matching '
-                f'<span class="mono">{_esc(s.describe())}</span> in <span class="mono">{_esc(s.queue)}</span>?</p>'
-                f'{note}<p class="note">Each slice of {_esc(a.command.decode())} runs as you, logged like any '
+                f'<span class="mono">{esc(s.describe())}</span> in <span class="mono">{esc(s.queue)}</span>?</p>'
+                f'{note}<p class="note">Each slice of {esc(a.command.decode())} runs as you, logged like any '
                 "client's command; jobs that change state before their slice runs are skipped.</p>"
                 f'<form class="confirm" method="post" action="/search/act">'
-                f'<input type="hidden" name="plan" value="{_esc(plan.id)}">'
-                f'<input type="hidden" name="csrf" value="{_esc(csrf)}">'
+                f'<input type="hidden" name="plan" value="{esc(plan.id)}">'
+                f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
                 f'<button type="submit" class="danger" id="confirm">{a.verb} {plan.count:,} '
                 f"{_jobs(plan.count)}</button></form>{back}")
-    return _page(f"confirm {a.name}", _head("confirm", [("queue", s.queue), ("user", plan.user)])
-                 + f"<main>{body}</main>")
+    return document(f"confirm {a.name}", SEARCH_CSS,
+                    header("confirm", "ok", [("queue", s.queue), ("user", plan.user)], linked=True)
+                    + f"<main>{body}</main>")

@@ -23,7 +23,8 @@ Three parts, so that the page can be tested without a socket:
   each, error texts cut to ``MAX_ERROR_BYTES``.
 * ``render(status)`` turns that data into HTML text: a pure function, run in
   a worker thread like /metrics' formatting.  Every text that comes from
-  outside (queue names, errors, paths, settings) goes through ``html.escape``.
+  outside (queue names, errors, paths, settings) goes through ``esc``
+  (``daemon/html.py``, which holds what the pages share).
 
 Nothing is folded before it is read (folding would log EXPIRE records): the
 counts are the queues' as they stand, the same as INFO's.
@@ -31,7 +32,6 @@ counts are the queues' as they stand, the same as INFO's.
 
 from __future__ import annotations
 
-import html
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from leaseq.storage.queue import Queue
 
 from .charts import CSS as CHARTS_CSS
 from .charts import DEFAULT_RANGE, render_charts
+from .html import VIEWPORT, ago, cut, document, duration, esc, header, text
 
 REFRESH_SECONDS = 2
 JOBS_PER_QUEUE = 5          # jobs in flight, and next ready, listed per queue
@@ -176,16 +177,16 @@ def jobs_in_flight(q: Queue, now_ms: int) -> list[JobRow]:
 
 
 def _job_row(q: Queue, job: Job, now_ms: int) -> JobRow:
-    return JobRow(queue=_text(q.name), id=job.id, priority=job.priority, deliveries=job.deliveries,
-                  age_ms=max(0, now_ms - job.enqueued_at), consumer=_text(job.consumer or b""),
+    return JobRow(queue=text(q.name), id=job.id, priority=job.priority, deliveries=job.deliveries,
+                  age_ms=max(0, now_ms - job.enqueued_at), consumer=text(job.consumer or b""),
                   lease_left_ms=max(0, job.deadline - now_ms) if job.state is IN_FLIGHT else 0,
-                  progress=_error(job.progress))
+                  progress=cut(job.progress, MAX_ERROR_BYTES))
 
 
 def queue_row(q: Queue, rates: RateSamples, now_ms: int, moment: float, is_target: bool = False) -> QueueRow:
     push_rate, ack_rate = rates.rates(q, moment)
     counts = q.indexes.counts()
-    return QueueRow(name=_text(q.name), durability=q.config.durability, counts=counts,
+    return QueueRow(name=text(q.name), durability=q.config.durability, counts=counts,
                     push_rate=push_rate, ack_rate=ack_rate, oldest_ready_ms=queries.oldest_ready_age(q, now_ms),
                     flow=flow_summary(q, now_ms), paused=q.config.paused,
                     dead_letters=bool(counts["dead"] or (is_target and counts["ready"])))
@@ -202,11 +203,11 @@ def flow_summary(q: Queue, now_ms: int) -> str:
     if c.paused:
         words.append("paused")
     if c.rate[0]:
-        words.append(f"rate {c.rate[0]:,} / {_duration(c.rate[1])}")
+        words.append(f"rate {c.rate[0]:,} / {duration(c.rate[1])}")
     if c.concurrency:
         words.append(f"≤ {c.concurrency:,} in flight")
     per_group = ([f"≤ {c.group_concurrency:,}"] if c.group_concurrency else []) + (
-        [f"{c.group_rate[0]:,} / {_duration(c.group_rate[1])}"] if c.group_rate[0] else [])
+        [f"{c.group_rate[0]:,} / {duration(c.group_rate[1])}"] if c.group_rate[0] else [])
     if per_group:
         words.append("per group " + ", ".join(per_group))
     if q.indexes.groups is not None:
@@ -221,7 +222,7 @@ def flow_summary(q: Queue, now_ms: int) -> str:
 
 
 def schedule_row(q: Queue, s) -> ScheduleRow:
-    return ScheduleRow(queue=_text(q.name), name=_text(s.name), spec=s.spec, next_ms=s.next, last_ms=s.last,
+    return ScheduleRow(queue=text(q.name), name=text(s.name), spec=s.spec, next_ms=s.next, last_ms=s.last,
                        fired=s.fired, skipped=s.skipped)
 
 
@@ -238,103 +239,32 @@ def latest_dead_letters(q: Queue, is_target: bool) -> list[DeadLetter]:
 
 
 def _buried(q: Queue, job: Job) -> DeadLetter:
-    return DeadLetter(queue=_text(q.name), id=job.id, state=_text(job.state), source="", source_id=0,
-                      reason=_text(job.dead_reason or b""), deliveries=job.deliveries,
-                      last_error=_error(job.last_error))
+    return DeadLetter(queue=text(q.name), id=job.id, state=text(job.state), source="", source_id=0,
+                      reason=text(job.dead_reason or b""), deliveries=job.deliveries,
+                      last_error=cut(job.last_error, MAX_ERROR_BYTES))
 
 
 def _arrived(q: Queue, job: Job) -> DeadLetter:
     o = job.origin
-    return DeadLetter(queue=_text(q.name), id=job.id, state=_text(job.state), source=_text(o.source),
-                      source_id=o.src_id, reason=_text(o.reason), deliveries=o.deliveries,
-                      last_error=_error(job.last_error))
-
-
-def _text(b: bytes) -> str:
-    return b.decode(errors="replace")
-
-
-def _error(error: bytes | None) -> str:
-    """The start of an error text; the rest is dropped before it is decoded."""
-    if not error:
-        return ""
-    cut = _text(error[:MAX_ERROR_BYTES])
-    return cut + " …" if len(error) > MAX_ERROR_BYTES else cut
+    return DeadLetter(queue=text(q.name), id=job.id, state=text(job.state), source=text(o.source),
+                      source_id=o.src_id, reason=text(o.reason), deliveries=o.deliveries,
+                      last_error=cut(job.last_error, MAX_ERROR_BYTES))
 
 
 # -- HTML -----------------------------------------------------------------------------------------
 
-CSS = """
-:root { --fg: #1f2328; --muted: #656d76; --faint: #b1bac4; --line: #d8dee4; --band: #f6f8fa;
-        --ok: #1a7f37; --ok-bg: #dafbe1; --warn: #9a6700; --warn-bg: #fff8c5; --bad: #cf222e; --bad-bg: #ffebe9; }
-* { box-sizing: border-box; }
-body { margin: 0; color: var(--fg); background: #fff;
-       font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-header { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 20px; padding: 10px 24px;
-         background: var(--band); border-bottom: 1px solid var(--line); }
-h1 { margin: 0; font-size: 19px; letter-spacing: .01em; }
-.state { padding: 1px 9px; border-radius: 10px; font-size: 12px; font-weight: 600; letter-spacing: .04em;
-         text-transform: uppercase; }
-.ok { color: var(--ok); background: var(--ok-bg); }
-.warn { color: var(--warn); background: var(--warn-bg); }
-.bad { color: var(--bad); background: var(--bad-bg); }
-.facts { display: flex; flex-wrap: wrap; gap: 4px 18px; margin: 0; padding: 0; list-style: none; color: var(--muted); }
-.facts b { color: var(--fg); font-weight: 600; }
-.alert { margin: 14px 24px 0; padding: 8px 12px; border-radius: 6px; }
-main { padding: 4px 24px 8px; }
-h2 { margin: 16px 0 6px; font-size: 12px; font-weight: 600; letter-spacing: .07em; text-transform: uppercase;
-     color: var(--muted); }
-h2 .count { margin-left: 8px; color: var(--faint); font-weight: 400; letter-spacing: 0; text-transform: none; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { padding: 3px 12px; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap;
-         vertical-align: baseline; }
-th { font-size: 12px; font-weight: 600; color: var(--muted); background: var(--band); }
-th:first-child, td:first-child { padding-left: 8px; }
-tbody tr:hover { background: #f6f8fa; }
-.n { text-align: right; }
-td.zero { color: var(--faint); }
-td.dead { color: var(--bad); font-weight: 600; }
-.mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; font-size: 13px; }
-td.name { white-space: normal; overflow-wrap: anywhere; min-width: 12ch; max-width: 40ch; }
-td.flow { white-space: normal; min-width: 16ch; max-width: 48ch; color: var(--muted); }
-td.flow.held { color: var(--warn); }
-td.error { white-space: normal; overflow-wrap: anywhere; min-width: 30ch; max-width: 70ch; color: #57606a; }
-.durability { color: var(--muted); }
-.columns { display: flex; flex-wrap: wrap; gap: 16px 56px; }
-dl { display: grid; grid-template-columns: max-content auto; gap: 2px 18px; margin: 0; }
-dt { color: var(--muted); }
-dd { margin: 0; font-variant-numeric: tabular-nums; }
-h3 { margin: 0 0 4px; font-size: 13px; }
-.note, footer { color: var(--muted); font-size: 12px; }
-.note { margin: 6px 0 0; }
-footer { padding: 10px 24px 14px; }
-form.act { display: inline; margin: 0 4px 0 0; }
-form.act button { font: inherit; font-size: 12px; padding: 1px 8px; border: 1px solid var(--line); border-radius: 5px;
-                  background: #fff; color: var(--fg); cursor: pointer; }
-form.act button:hover { background: var(--band); border-color: var(--faint); }
-form.act button.danger { color: var(--bad); }
-form.act button:disabled { color: var(--faint); background: none; border-style: dashed; cursor: not-allowed; }
-td.acts { white-space: nowrap; }
-td.progress { white-space: normal; overflow-wrap: anywhere; max-width: 40ch; }
-"""
-
-
 def render(status: Status) -> str:
     """The whole page; ``status`` is all it reads (the clock included)."""
     state, css_class, alert = _state(status.info)
-    return "".join([
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}; url={_refresh_url(status)}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>leaseq: {_esc(state)}</title><style>{CSS}{CHARTS_CSS if status.charts else ''}</style></head><body>",
+    refresh = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}; url={_refresh_url(status)}">'
+    return document(state, CHARTS_CSS if status.charts else "", "".join([
         _header(status, state, css_class),
-        f'<p class="alert {css_class}">{_esc(alert)}</p>' if alert else "",
-        f'<p class="alert ok" id="notice">{_esc(status.notice)}</p>' if status.notice else "",
+        f'<p class="alert {css_class}">{esc(alert)}</p>' if alert else "",
+        f'<p class="alert ok" id="notice">{esc(status.notice)}</p>' if status.notice else "",
         "<main>", _queues_and_dead_letters(status, state), _history_charts(status, state), _log_and_snapshots(status),
         "</main>",
         _footer(status),
-        "</body></html>\n",
-    ])
+    ]), head=refresh + VIEWPORT)
 
 
 def _refresh_url(status: Status) -> str:
@@ -350,15 +280,8 @@ def _history_charts(status: Status, state: str) -> str:
 def refusal_page(sentence: str) -> str:
     """What a browser shows for a refused action or a page it may not see:
     the sentence, and the way back."""
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>leaseq: refused</title><style>{CSS}</style></head><body>"
-            '<header><h1>leaseq</h1><span class="state bad">refused</span></header>'
-            f'<p class="alert bad" id="refusal">{_esc(sentence)}</p>'
-            '<main><p><a href="/">Back to the status page</a> (nothing was changed)</p></main></body></html>\n')
-
-
-def _esc(value) -> str:
-    return html.escape(str(value), quote=True)
+    return document("refused", "", header("refused", "bad") + f'<p class="alert bad" id="refusal">{esc(sentence)}</p>'
+                    '<main><p><a href="/">Back to the status page</a> (nothing was changed)</p></main>', head="")
 
 
 def _state(info: dict) -> tuple[str, str, str]:
@@ -394,7 +317,7 @@ def _header(status: Status, state: str, css_class: str) -> str:
     server, clients, memory, stats = (status.info[s] for s in ("server", "clients", "memory", "stats"))
     facts = [
         ("version", server["leaseq_version"]),
-        ("up", _duration(server["uptime_in_seconds"] * 1000)),
+        ("up", duration(server["uptime_in_seconds"] * 1000)),
         ("clients", f"{clients['connected_clients']:,}"
                     + (f" ({clients['blocked_clients']:,} blocked)" if clients["blocked_clients"] else "")),
         ("ops/s", f"{stats['instantaneous_ops_per_sec']:,}"),
@@ -405,9 +328,7 @@ def _header(status: Status, state: str, css_class: str) -> str:
         ("pid", server["process_id"]),
         ("user", status.user),
     ]
-    items = "".join(f"<li>{_esc(name)} <b>{_esc(value)}</b></li>" for name, value in facts)
-    return (f'<header><h1>leaseq</h1><span class="state {css_class}">{_esc(state)}</span>'
-            f'<ul class="facts">{items}</ul></header>')
+    return header(state, css_class, facts)
 
 
 QUEUE_COLUMNS = ("ready", "delayed", "waiting", "in_flight", "dead", "completed", "cancelled")
@@ -424,7 +345,7 @@ def _queue_table(status: Status) -> str:
     title = f'<h2>Queues<span class="count">{status.queue_count:,}</span></h2>'
     if not status.queues:
         return title + '<p class="note">No queues yet.</p>'
-    head = "".join(f'<th class="n">{_esc(c.replace("_", " "))}</th>' for c in QUEUE_COLUMNS)
+    head = "".join(f'<th class="n">{esc(c.replace("_", " "))}</th>' for c in QUEUE_COLUMNS)
     note = ""
     if status.queue_count > len(status.queues):
         note = (f'<p class="note">The first {len(status.queues):,} of {status.queue_count:,} queues by name; '
@@ -437,25 +358,25 @@ def _queue_table(status: Status) -> str:
 
 def _queue_tr(row: QueueRow, status: Status) -> str:
     cells = "".join(_count_td(row.counts[c], c) for c in QUEUE_COLUMNS)
-    oldest = _duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
+    oldest = duration(row.oldest_ready_ms) if row.oldest_ready_ms else "–"
     acts = (_form("resume", "Resume", row.name, status) if row.paused
             else _form("pause", "Pause", row.name, status))
     if row.dead_letters:
         acts += (_form("redrive", "Retry dead", row.name, status)
                  + _form("purge-dead", "Delete dead", row.name, status, danger=True))
     acts += _search_link(row.name)
-    return (f'<tr><td class="name mono">{_esc(row.name)}</td><td class="durability">{_esc(row.durability)}</td>'
+    return (f'<tr><td class="name mono">{esc(row.name)}</td><td class="durability">{esc(row.durability)}</td>'
             f"{cells}{_rate_td(row.push_rate)}{_rate_td(row.ack_rate)}"
-            f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{_esc(oldest)}</td>'
+            f'<td class="n{"" if row.oldest_ready_ms else " zero"}">{esc(oldest)}</td>'
             f'<td class="flow{" held" if "throttled" in row.flow or "paused" in row.flow else ""}">'
-            f'{_esc(row.flow) or "–"}</td><td class="acts">{acts}</td></tr>')
+            f'{esc(row.flow) or "–"}</td><td class="acts">{acts}</td></tr>')
 
 
 def _search_link(queue: str) -> str:
     """The way to the queue's search and bulk actions (daemon/search.py):
     a GET form, so that the page links to nothing but its own server."""
-    return (f'<form class="act" method="get" action="/search"><input type="hidden" name="queue" value="{_esc(queue)}">'
-            f'<button type="submit" title="{_esc("Search: " + queue)}">Search</button></form>')
+    return (f'<form class="act" method="get" action="/search"><input type="hidden" name="queue" value="{esc(queue)}">'
+            f'<button type="submit" title="{esc("Search: " + queue)}">Search</button></form>')
 
 
 def _form(action: str, label: str, queue: str, status: Status, jid: int | None = None, danger: bool = False) -> str:
@@ -466,10 +387,10 @@ def _form(action: str, label: str, queue: str, status: Status, jid: int | None =
     title = (f"{label}: {what}" if not status.read_only
              else f"{label}: {what} (a replica refuses changes: use the primary's page)")
     return (f'<form class="act" method="post" action="/action/{action}">'
-            f'<input type="hidden" name="queue" value="{_esc(queue)}">{job}'
-            f'<input type="hidden" name="csrf" value="{_esc(status.csrf)}">'
+            f'<input type="hidden" name="queue" value="{esc(queue)}">{job}'
+            f'<input type="hidden" name="csrf" value="{esc(status.csrf)}">'
             f'<button type="submit" name="do" value="{action}"{" class=danger" if danger else ""}'
-            f'{" disabled" if status.read_only else ""} title="{_esc(title)}">{_esc(label)}</button></form>')
+            f'{" disabled" if status.read_only else ""} title="{esc(title)}">{esc(label)}</button></form>')
 
 
 def _in_flight_table(status: Status) -> str:
@@ -477,9 +398,9 @@ def _in_flight_table(status: Status) -> str:
         f'In flight<span class="count">the first {JOBS_PER_QUEUE} per queue by lease deadline</span>',
         '<th class="n">job</th><th>consumer</th><th class="n">deliveries</th><th class="n">lease left</th>'
         "<th>progress</th>",
-        [(r, f'<td class="n">{r.id}</td><td class="mono">{_esc(r.consumer)}</td><td class="n">{r.deliveries}</td>'
-             f'<td class="n">{_esc(_duration(r.lease_left_ms))}</td>'
-             f'<td class="progress mono">{_esc(r.progress) or "–"}</td>',
+        [(r, f'<td class="n">{r.id}</td><td class="mono">{esc(r.consumer)}</td><td class="n">{r.deliveries}</td>'
+             f'<td class="n">{esc(duration(r.lease_left_ms))}</td>'
+             f'<td class="progress mono">{esc(r.progress) or "–"}</td>',
           _form("cancel", "Cancel", r.queue, status, r.id, danger=True)) for r in status.in_flight])
 
 
@@ -488,7 +409,7 @@ def _ready_table(status: Status) -> str:
         f'Next ready<span class="count">the next {JOBS_PER_QUEUE} per queue in claim order</span>',
         '<th class="n">job</th><th class="n">priority</th><th class="n">deliveries</th><th class="n">age</th>',
         [(r, f'<td class="n">{r.id}</td><td class="n">{r.priority}</td><td class="n">{r.deliveries}</td>'
-             f'<td class="n">{_esc(_duration(r.age_ms))}</td>',
+             f'<td class="n">{esc(duration(r.age_ms))}</td>',
           _form("delete", "Delete", r.queue, status, r.id, danger=True)) for r in status.ready])
 
 
@@ -497,7 +418,7 @@ def _job_table(title: str, heads: str, rows: list) -> str:
     ``rows`` are (JobRow, its cells, its buttons)."""
     if not rows:
         return f'<h2>{title}</h2><p class="note">None.</p>'
-    body = "".join(f'<tr><td class="name mono">{_esc(r.queue)}</td>{cells}<td class="acts">{acts}</td></tr>'
+    body = "".join(f'<tr><td class="name mono">{esc(r.queue)}</td>{cells}<td class="acts">{acts}</td></tr>'
                    for r, cells, acts in rows)
     return (f"<h2>{title}</h2><table><thead><tr><th>queue</th>{heads}<th>actions</th></tr></thead>"
             f"<tbody>{body}</tbody></table>")
@@ -507,10 +428,10 @@ def _schedule_table(status: Status) -> str:
     if not status.schedules:
         return ""
     rows = "".join(
-        f'<tr><td class="name mono">{_esc(r.queue)}</td><td class="mono">{_esc(r.name)}</td>'
-        f'<td class="mono">{_esc(r.spec)}</td><td class="n">in {_esc(_duration(max(0, r.next_ms - status.now_ms)))}</td>'
+        f'<tr><td class="name mono">{esc(r.queue)}</td><td class="mono">{esc(r.name)}</td>'
+        f'<td class="mono">{esc(r.spec)}</td><td class="n">in {esc(duration(max(0, r.next_ms - status.now_ms)))}</td>'
         f'<td class="n{"" if r.last_ms else " zero"}">'
-        f'{_esc(_duration(max(0, status.now_ms - r.last_ms)) + " ago") if r.last_ms else "–"}</td>'
+        f'{esc(duration(max(0, status.now_ms - r.last_ms)) + " ago") if r.last_ms else "–"}</td>'
         f'<td class="n{"" if r.fired else " zero"}">{r.fired:,}</td>'
         f'<td class="n{"" if r.skipped else " zero"}">{r.skipped:,}</td></tr>'
         for r in status.schedules)
@@ -542,12 +463,12 @@ def _dead_letter_table(status: Status) -> str:
 
 
 def _dead_tr(d: DeadLetter, status: Status) -> str:
-    source = f"{_esc(d.source)} #{d.source_id}" if d.source else "–"
+    source = f"{esc(d.source)} #{d.source_id}" if d.source else "–"
     acts = (_form("redrive", "Retry", d.queue, status, d.id)
             + _form("delete", "Delete", d.queue, status, d.id, danger=True))
-    return (f'<tr><td class="name mono">{_esc(d.queue)}</td><td class="n">{d.id}</td><td>{_esc(d.state)}</td>'
-            f'<td class="mono">{source}</td><td>{_esc(d.reason)}</td><td class="n">{d.deliveries}</td>'
-            f'<td class="error mono">{_esc(d.last_error) or "–"}</td><td class="acts">{acts}</td></tr>')
+    return (f'<tr><td class="name mono">{esc(d.queue)}</td><td class="n">{d.id}</td><td>{esc(d.state)}</td>'
+            f'<td class="mono">{source}</td><td>{esc(d.reason)}</td><td class="n">{d.deliveries}</td>'
+            f'<td class="error mono">{esc(d.last_error) or "–"}</td><td class="acts">{acts}</td></tr>')
 
 
 def _log_and_snapshots(status: Status) -> str:
@@ -555,7 +476,7 @@ def _log_and_snapshots(status: Status) -> str:
     if p.get("loading"):
         return ('<h2>Log &amp; snapshots</h2>'
                 + _pairs("Recovering", [("directory", p.get("dir", "")),
-                                        ("for", _duration(p.get("loading_elapsed_ms", 0)))]))
+                                        ("for", duration(p.get("loading_elapsed_ms", 0)))]))
     return ('<h2>Log &amp; snapshots</h2><div class="columns">'
             + _pairs("Log", _log_pairs(p, status.now))
             + _pairs("Snapshots", _snapshot_pairs(p, status.now))
@@ -564,8 +485,8 @@ def _log_and_snapshots(status: Status) -> str:
 
 
 def _pairs(title: str, pairs: list) -> str:
-    body = "".join(f"<dt>{_esc(name)}</dt><dd>{_esc(value)}</dd>" for name, value in pairs)
-    return f"<section><h3>{_esc(title)}</h3><dl>{body}</dl></section>"
+    body = "".join(f"<dt>{esc(name)}</dt><dd>{esc(value)}</dd>" for name, value in pairs)
+    return f"<section><h3>{esc(title)}</h3><dl>{body}</dl></section>"
 
 
 def _log_pairs(p: dict, now: float) -> list:
@@ -588,16 +509,16 @@ def _last_fsync(p: dict, now: float) -> str:
     if not when:
         return "none yet"
     took = p.get("last_fsync_duration_ms")
-    return _ago(when / 1000, now) + ("" if took is None else f", took {took} ms")
+    return ago(when / 1000, now) + ("" if took is None else f", took {took} ms")
 
 
 def _snapshot_pairs(p: dict, now: float) -> list:
     last = p.get("last_snapshot_time", 0)
     status = p.get("last_snapshot_status", "")
     if last:
-        done = f"{_ago(last, now)}, {status}"
+        done = f"{ago(last, now)}, {status}"
         if p.get("last_snapshot_duration_ms", -1) >= 0:
-            done += f" in {_duration(p['last_snapshot_duration_ms'])}"
+            done += f" in {duration(p['last_snapshot_duration_ms'])}"
     else:
         done = "none yet" if status == "ok" else f"none yet, last attempt {status}"
     return [
@@ -622,31 +543,11 @@ def _recovery_pairs(p: dict) -> list:
 
 def _footer(status: Status) -> str:
     moment = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(status.now))
-    return (f"<footer>Read at {_esc(moment)}; refreshes every {REFRESH_SECONDS} s. Rates are over the last "
+    return (f"<footer>Read at {esc(moment)}; refreshes every {REFRESH_SECONDS} s. Rates are over the last "
             f"{RATE_SAMPLES - 1} s or so; counts are as INFO shows them.</footer>")
 
 
 # -- numbers as people read them ------------------------------------------------------------------
-
-def _duration(ms: float) -> str:
-    seconds = ms / 1000
-    if seconds < 1:
-        return f"{ms:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, hours, days = int(seconds // 60), int(seconds // 3600), int(seconds // 86400)
-    if hours < 1:
-        return f"{minutes} min {int(seconds % 60)} s"
-    if days < 1:
-        return f"{hours} h {minutes % 60} min"
-    return f"{days} d {hours % 24} h"
-
-
-def _ago(unix_seconds: float, now: float) -> str:
-    if not unix_seconds:
-        return "never"
-    return f"{_duration(max(0.0, now - unix_seconds) * 1000)} ago"
-
 
 BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 

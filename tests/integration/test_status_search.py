@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 import redis
 
-from harness import Daemon, as_map, claim_one, http_daemon, qget, unique, wait_for
+from harness import DEBUG_ENV, Daemon, as_map, claim_one, http_daemon, qget, unique, wait_for
 from test_status_actions import acl_daemon, csrf_of, ops_client, request
 from test_status_page import Tables
 
@@ -249,6 +249,23 @@ def test_retry_dead_matches_of_a_dead_letter_queue_sends_them_back_to_their_sour
     assert c.execute_command("QLEN", q) == 3 and c.execute_command("QLEN", dlq) == 3
     back = [as_map(j)[b"payload"] for j in c.execute_command("QPEEK", q, "COUNT", 10)]   # (new ids there)
     assert sorted(back) == [b"mail-1", b"mail-3", b"mail-5"]
+
+
+def test_a_match_s_age_is_on_the_daemon_s_clock(tmp_path):
+    """As on the status page, a job's age is the daemon's now less its
+    enqueue time: five hours on the DEBUG clock make it five hours old."""
+    d = acl_daemon(tmp_path, **DEBUG_ENV)
+    try:
+        c = ops_client(d)
+        q = unique("aged")
+        c.execute_command("DEBUG", "CLOCK", "FREEZE")
+        c.execute_command("QPUSH", q, "old")
+        c.execute_command("DEBUG", "CLOCK", "ADVANCE", 5 * 3_600_000 + 7 * 60_000)
+        c.execute_command("QPUSH", q, "new")
+        assert [(r["payload"], r["age"]) for r in matches(search(d, q)[1])] == [("old", "5 h 7 min"),
+                                                                                ("new", "0 ms")]
+    finally:
+        d.kill()
 
 
 def test_a_replica_searches_but_its_bulk_buttons_are_disabled_and_an_action_is_refused(tmp_path):

@@ -6,10 +6,11 @@ tests/integration/test_history.py's and test_history_page.py's."""
 from __future__ import annotations
 
 import math
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
-from leaseq.daemon.charts import Charts, QueueChart, _nice, render_charts
+from leaseq.daemon.charts import UNITS, Charts, QueueChart, _nice, render_charts
 from leaseq.storage.config import QueueConfig
 from leaseq.storage.history import (
     NFIELDS,
@@ -97,6 +98,24 @@ def test_names_are_escaped_and_the_states_are_said():
     assert "History is off" in render_charts(chart(off=True))
     assert "have the other 3" in render_charts(chart(more=3))
     assert render_charts(None) == ""
+
+
+def p95_chart(wait_ms: int) -> tuple[str, list[str]]:
+    """The wait p95 legend's value and the y ticks (bottom up) of a chart whose one wait is ``wait_ms``."""
+    q = QueueChart(name="q", kept=1, pushed=[1], acked=[1], wait95=[wait_ms], run95=[None], ready=[0], in_flight=[0])
+    html = render_charts(Charts("1h", 0, 60_000, 1, [q]))
+    svg = html[html.index("Wait / run p95</text>"):]
+    svg = svg[:svg.index("</svg>")]
+    return re.search(r">wait ([^<]+)</text>", svg).group(1), re.findall(r'text-anchor="end">([^<]+)</text>', svg)[:3]
+
+
+def test_a_legend_and_the_ticks_of_its_chart_say_the_same_unit():
+    """One table of units for both: 1.5 s is "1.5 s" in the legend and on the axis, not ticked in ms."""
+    assert p95_chart(1500) == ("1.5 s", ["0", "1 s", "2 s"])
+    edges = sorted({v for size, least, _name in UNITS for v in (least - 1, least, 2 * least, size) if v > 0})
+    for v in edges:
+        legend, ticks = p95_chart(v)
+        assert legend.split()[-1] == ticks[-1].split()[-1], (v, legend, ticks)
 
 
 def test_a_promoted_replica_counts_from_its_promotion(tmp_path):

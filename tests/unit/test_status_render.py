@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from leaseq.daemon.status import (MAX_ERROR_BYTES, DeadLetter, QueueRow, RateSamples, Status, _duration,
-                                  _error, render)
+from leaseq.daemon.html import cut, duration
+from leaseq.daemon.status import MAX_ERROR_BYTES, DeadLetter, QueueRow, RateSamples, Status, render
 from leaseq.storage.config import QueueConfig
 from leaseq.storage.queue import Queue
 
@@ -107,12 +107,12 @@ def test_rates_read_as_people_read_them(rate, cell):
 @pytest.mark.parametrize("ms, text", [(0, "0 ms"), (999, "999 ms"), (1500, "1.5 s"), (61_000, "1 min 1 s"),
                                       (7_260_000, "2 h 1 min"), (90_000_000, "1 d 1 h")])
 def test_durations(ms, text):
-    assert _duration(ms) == text
+    assert duration(ms) == text
 
 
 def test_an_error_is_cut_before_it_is_decoded():
-    assert _error(None) == "" and _error(b"short") == "short"
-    long = _error(b"x" * (MAX_ERROR_BYTES + 1))
+    assert cut(None, MAX_ERROR_BYTES) == "" and cut(b"short", MAX_ERROR_BYTES) == "short"
+    long = cut(b"x" * (MAX_ERROR_BYTES + 1), MAX_ERROR_BYTES)
     assert long == "x" * MAX_ERROR_BYTES + " …"
 
 
