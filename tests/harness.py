@@ -4,10 +4,12 @@ reply helpers the daemon tests share (maps, QINFO / QGET / QCLAIM, errors)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import importlib
 import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +18,9 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 
 import hiredis
 import pytest
@@ -216,6 +220,86 @@ def http_get(d: Daemon, path: str, method: str = "GET") -> tuple[int, str, str]:
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
+
+
+def acl_daemon(tmp_path, **env) -> Daemon:
+    """A daemon with its HTTP listener, a password for the default user and
+    two more users: ``ops`` (all queue commands) and ``viewer`` (read-only)."""
+    conf = tmp_path / "leaseq.conf"
+    conf.write_text("user ops on >opspass ~* +@all\n"
+                    "user viewer on >viewpass ~* +@read +@connection\n")
+    return http_daemon(tmp_path / "data", env={**PASSWORDS, **env}, args=("--config", str(conf)))
+
+
+def ops_client(d):
+    return d.client(protocol=2, username="ops", password="opspass")
+
+
+def request(d: Daemon, path: str, form: dict | None = None, user: tuple | None = None,
+            raw_body: bytes | None = None) -> tuple[int, dict, str]:
+    """(status, headers, body) of a GET (or, with ``form``/``raw_body``, a POST); redirects not followed."""
+    data = raw_body if raw_body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
+    req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", data=data,
+                                 method="POST" if data is not None else "GET")
+    if user is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode())
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=15) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def csrf_of(page: str) -> str:
+    """The one CSRF token of a status page's forms."""
+    tokens = set(re.findall(r'name="csrf" value="([^"]+)"', page))
+    assert len(tokens) == 1, tokens
+    return tokens.pop()
+
+
+class Tables(HTMLParser):
+    """Each ``<table>`` of a page as rows of cell texts, and the text of
+    every ``<h2>``, in page order."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.headings: list[str] = []
+        self._cell: list[str] | None = None
+        self._heading: list[str] | None = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "h2":
+            self._heading = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "h2":
+            self.headings.append("".join(self._heading))
+            self._heading = None
+
+    def handle_data(self, data):
+        for part in (self._cell, self._heading):
+            if part is not None:
+                part.append(data)
 
 
 class CheckedThread(threading.Thread):
@@ -648,3 +732,4 @@ def tls_client(pki: Pki, tls_port: int, cert: str | None = "client", **kw) -> re
         kw.update(ssl_certfile=getattr(pki, f"{cert}_cert"), ssl_keyfile=getattr(pki, f"{cert}_key"))
     kw.setdefault("socket_timeout", 30)
     return redis.Redis(host=HOST, port=tls_port, ssl=True, ssl_ca_certs=pki.ca, ssl_cert_reqs="required", **kw)
+
