@@ -7,8 +7,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import importlib
+import importlib.util
 import itertools
+import json
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -33,6 +36,7 @@ from leaseq.storage.wal import segment_name
 
 LEASEQ = [sys.executable, "-m", "leaseq.cli"]
 HOST = "127.0.0.1"
+ROOT = pathlib.Path(__file__).resolve().parents[1]      # the repository
 
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}     # a daemon that answers DEBUG (its clock, faults ...)
@@ -732,4 +736,24 @@ def tls_client(pki: Pki, tls_port: int, cert: str | None = "client", **kw) -> re
         kw.update(ssl_certfile=getattr(pki, f"{cert}_cert"), ssl_keyfile=getattr(pki, f"{cert}_key"))
     kw.setdefault("socket_timeout", 30)
     return redis.Redis(host=HOST, port=tls_port, ssl=True, ssl_ca_certs=pki.ca, ssl_cert_reqs="required", **kw)
+
+
+def run_bench(tmp_path, *args: str, figures: tuple, timeout: float = 110) -> dict:
+    """Run ``leaseq bench ARGS --json F`` (``timeout`` s at most); check it
+    succeeds and prints each of ``figures``; return the JSON it wrote."""
+    out = tmp_path / "bench.json"
+    run = subprocess.run([*LEASEQ, "bench", *args, "--json", str(out)], check=False,
+                         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in figures:
+        assert figure in run.stdout, run.stdout
+    return json.loads(out.read_text())
+
+
+def load_setup():
+    """The repository's setup.py as a module (not __main__: setup() does not run)."""
+    spec = importlib.util.spec_from_file_location("leaseq_setup_script", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
