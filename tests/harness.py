@@ -30,6 +30,9 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from leaseq.storage import records
 from leaseq.storage.wal import segment_name
@@ -756,4 +759,44 @@ def load_setup():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- the status page in headless Chromium (the ``browser`` fixture of tests/integration/conftest.py) --
+
+def log_in(driver, user: str, password: str) -> None:
+    """HTTP Basic credentials on every request the page makes (the forms' POSTs too)."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}})
+
+
+def press(driver, button_title: str) -> None:
+    """Click the button titled ``button_title`` on the page shown (it
+    refreshes itself every 2 s: a button found stale is looked up again)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            driver.find_element(By.CSS_SELECTOR, f'button[title="{button_title}"]').click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+
+
+def click(driver, d, button_title: str) -> None:
+    """Open ``d``'s status page and click the button titled ``button_title``."""
+    driver.get(f"http://{HOST}:{d.http}/")
+    press(driver, button_title)
+
+
+def notice(driver) -> str:
+    """The notice of the page an action redirected to."""
+    WebDriverWait(driver, 15).until(lambda drv: "done=" in drv.current_url)
+    return driver.find_element(By.ID, "notice").text
+
+
+def screenshot(driver, name: str) -> None:
+    """Save the page as ``name`` in LEASEQ_SCREENSHOTS, when that names a directory."""
+    where = os.environ.get("LEASEQ_SCREENSHOTS")
+    if where:
+        driver.save_screenshot(os.path.join(where, name))
 

@@ -8,9 +8,15 @@ Rules about time run on ``f``, a module daemon whose DEBUG clock is frozen
 (``frozen_daemon``), so they hold exactly however the machine is timed.
 """
 
-import pytest
+import shutil
 
-from harness import Daemon, unique
+import pytest
+from selenium import webdriver
+
+from harness import Daemon, acl_daemon, unique
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +79,28 @@ def own(tmp_path):
     yield start
     for d in started:
         d.kill()
+
+
+@pytest.fixture(scope="module")
+def page_daemon(tmp_path_factory):
+    """The module's daemon for the status page's clicks: ``harness.acl_daemon``'s users."""
+    d = acl_daemon(tmp_path_factory.mktemp("browser"))
+    yield d
+    d.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by Selenium, one for the module."""
+    assert CHROMIUM and CHROMEDRIVER, "bin/test installs Debian's chromium and chromium-driver when run as root"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1500,1300"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    driver.execute_cdp_cmd("Network.enable", {})
+    yield driver
+    driver.quit()
+
