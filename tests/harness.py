@@ -28,6 +28,9 @@ from html.parser import HTMLParser
 import hiredis
 import pytest
 import redis
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from selenium.common.exceptions import StaleElementReferenceException
@@ -800,3 +803,21 @@ def screenshot(driver, name: str) -> None:
     if where:
         driver.save_screenshot(os.path.join(where, name))
 
+
+class Spans:
+    """A tracer provider whose finished spans stay in memory (the ``spans``
+    fixture of tests/integration/conftest.py)."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = self.provider.get_tracer("test")
+
+    def named(self, name: str) -> list:
+        return [s for s in self.exporter.get_finished_spans() if s.name == name]
+
+    def one(self, name: str):
+        found = self.named(name)
+        assert len(found) == 1, [s.name for s in self.exporter.get_finished_spans()]
+        return found[0]

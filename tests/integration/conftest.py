@@ -13,7 +13,7 @@ import shutil
 import pytest
 from selenium import webdriver
 
-from harness import Daemon, acl_daemon, unique
+from harness import Daemon, Spans, acl_daemon, unique
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -104,3 +104,10 @@ def browser():
     yield driver
     driver.quit()
 
+
+@pytest.fixture
+def spans():
+    """A tracer provider of the test's own whose finished spans stay in memory (``harness.Spans``)."""
+    s = Spans()
+    yield s
+    s.provider.shutdown()
