@@ -1,6 +1,10 @@
 """Run the real daemon as a subprocess for tests: free loopback port, temp
 directory, readiness polled with a deadline, stopped by PID; and the small
-reply helpers the daemon tests share (maps, QINFO / QGET / QCLAIM, errors)."""
+helpers more than one test file uses: replies (maps, QINFO / QGET / QCLAIM,
+QSCAN walks, errors), the status page's users, requests and tables, its
+clicks in headless Chromium, ``leaseq bench`` runs, in-memory spans.
+Fixtures live in the conftest.py files; a test file imports helpers from
+here, never from another test file."""
 
 from __future__ import annotations
 
@@ -442,6 +446,23 @@ def qget(c, q, job_id, *, str_keys: bool = False):
     """QGET as a map, or None for an unknown job."""
     reply = c.execute_command("QGET", q, job_id)
     return None if reply is None else as_map(reply, str_keys=str_keys)
+
+
+def qscan_pages(c, q, *options, count: int = 5):
+    """Each reply of a whole QSCAN walk of ``q`` (``COUNT count`` and
+    ``options`` on every call), as its jobs' maps: one list per call."""
+    cursor = b"0"
+    for _ in range(10_000):
+        cursor, jobs = c.execute_command("QSCAN", q, cursor, "COUNT", count, *options)
+        yield [as_map(j) for j in jobs]
+        if cursor == b"0":
+            return
+    raise AssertionError("QSCAN did not end")
+
+
+def qscan_all(c, q, *options, count: int = 5) -> list[dict]:
+    """Every job a whole QSCAN walk of ``q`` returns, in order, as maps."""
+    return [job for page in qscan_pages(c, q, *options, count=count) for job in page]
 
 
 def now(c) -> int:
