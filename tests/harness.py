@@ -225,10 +225,18 @@ def http_daemon(data_dir, env: dict | None = None, args: tuple = ()) -> Daemon:
     return d
 
 
-def http_get(d: Daemon, path: str, method: str = "GET") -> tuple[int, str, str]:
+def basic_auth(user: str, password: str) -> str:
+    """The Authorization header of HTTP Basic auth for ``user``."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def http_get(d: Daemon, path: str, method: str = "GET", user: tuple | None = None) -> tuple[int, str, str]:
     """(status, Content-Type, body text) of a request to ``http_daemon``'s
-    listener; error statuses are answers too, not exceptions."""
+    listener, as ``user`` (name, password) when given; error statuses are
+    answers too, not exceptions."""
     req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", method=method)
+    if user is not None:
+        req.add_header("Authorization", basic_auth(*user))
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
@@ -259,7 +267,7 @@ def request(d: Daemon, path: str, form: dict | None = None, user: tuple | None =
     req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", data=data,
                                  method="POST" if data is not None else "GET")
     if user is not None:
-        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode())
+        req.add_header("Authorization", basic_auth(*user))
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
@@ -789,8 +797,7 @@ def load_setup():
 
 def log_in(driver, user: str, password: str) -> None:
     """HTTP Basic credentials on every request the page makes (the forms' POSTs too)."""
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": basic_auth(user, password)}})
 
 
 def press(driver, button_title: str) -> None:

@@ -6,6 +6,8 @@ queue names (``q`` / ``unique``).  Tests that change server-wide settings,
 restart, or may hurt the daemon start their own with ``own(env={...})``.
 Rules about time run on ``f``, a module daemon whose DEBUG clock is frozen
 (``frozen_daemon``), so they hold exactly however the machine is timed.
+The status page's clicks run in ``browser`` (headless Chromium) against
+``page_daemon``; the client's tracing is read from ``spans``.
 """
 
 import shutil
