@@ -1,13 +1,22 @@
 """Run the real daemon as a subprocess for tests: free loopback port, temp
 directory, readiness polled with a deadline, stopped by PID; and the small
-reply helpers the daemon tests share (maps, QINFO / QGET / QCLAIM, errors)."""
+helpers more than one test file uses: replies (maps, QINFO / QGET / QCLAIM,
+QSCAN walks, errors), the status page's users, requests and tables, its
+clicks in headless Chromium, ``leaseq bench`` runs, in-memory spans.
+Fixtures live in the conftest.py files; a test file imports helpers from
+here, never from another test file."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import importlib
+import importlib.util
 import itertools
+import json
 import os
+import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -16,19 +25,28 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 
 import hiredis
 import pytest
 import redis
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from leaseq.storage import records
 from leaseq.storage.wal import segment_name
 
 LEASEQ = [sys.executable, "-m", "leaseq.cli"]
 HOST = "127.0.0.1"
+ROOT = pathlib.Path(__file__).resolve().parents[1]      # the repository
 
 
 DEBUG_ENV = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}     # a daemon that answers DEBUG (its clock, faults ...)
@@ -207,15 +225,103 @@ def http_daemon(data_dir, env: dict | None = None, args: tuple = ()) -> Daemon:
     return d
 
 
-def http_get(d: Daemon, path: str, method: str = "GET") -> tuple[int, str, str]:
+def basic_auth(user: str, password: str) -> str:
+    """The Authorization header of HTTP Basic auth for ``user``."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def http_get(d: Daemon, path: str, method: str = "GET", user: tuple | None = None) -> tuple[int, str, str]:
     """(status, Content-Type, body text) of a request to ``http_daemon``'s
-    listener; error statuses are answers too, not exceptions."""
+    listener, as ``user`` (name, password) when given; error statuses are
+    answers too, not exceptions."""
     req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", method=method)
+    if user is not None:
+        req.add_header("Authorization", basic_auth(*user))
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
+
+
+def acl_daemon(tmp_path, **env) -> Daemon:
+    """A daemon with its HTTP listener, a password for the default user and
+    two more users: ``ops`` (all queue commands) and ``viewer`` (read-only)."""
+    conf = tmp_path / "leaseq.conf"
+    conf.write_text("user ops on >opspass ~* +@all\n"
+                    "user viewer on >viewpass ~* +@read +@connection\n")
+    return http_daemon(tmp_path / "data", env={**PASSWORDS, **env}, args=("--config", str(conf)))
+
+
+def ops_client(d):
+    return d.client(protocol=2, username="ops", password="opspass")
+
+
+def request(d: Daemon, path: str, form: dict | None = None, user: tuple | None = None,
+            raw_body: bytes | None = None) -> tuple[int, dict, str]:
+    """(status, headers, body) of a GET (or, with ``form``/``raw_body``, a POST); redirects not followed."""
+    data = raw_body if raw_body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
+    req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", data=data,
+                                 method="POST" if data is not None else "GET")
+    if user is not None:
+        req.add_header("Authorization", basic_auth(*user))
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=15) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def csrf_of(page: str) -> str:
+    """The one CSRF token of a status page's forms."""
+    tokens = set(re.findall(r'name="csrf" value="([^"]+)"', page))
+    assert len(tokens) == 1, tokens
+    return tokens.pop()
+
+
+class Tables(HTMLParser):
+    """Each ``<table>`` of a page as rows of cell texts, and the text of
+    every ``<h2>``, in page order."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.headings: list[str] = []
+        self._cell: list[str] | None = None
+        self._heading: list[str] | None = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "h2":
+            self._heading = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "h2":
+            self.headings.append("".join(self._heading))
+            self._heading = None
+
+    def handle_data(self, data):
+        for part in (self._cell, self._heading):
+            if part is not None:
+                part.append(data)
 
 
 class CheckedThread(threading.Thread):
@@ -348,6 +454,23 @@ def qget(c, q, job_id, *, str_keys: bool = False):
     """QGET as a map, or None for an unknown job."""
     reply = c.execute_command("QGET", q, job_id)
     return None if reply is None else as_map(reply, str_keys=str_keys)
+
+
+def qscan_pages(c, q, *options, count: int = 5):
+    """Each reply of a whole QSCAN walk of ``q`` (``COUNT count`` and
+    ``options`` on every call), as its jobs' maps: one list per call."""
+    cursor = b"0"
+    for _ in range(10_000):
+        cursor, jobs = c.execute_command("QSCAN", q, cursor, "COUNT", count, *options)
+        yield [as_map(j) for j in jobs]
+        if cursor == b"0":
+            return
+    raise AssertionError("QSCAN did not end")
+
+
+def qscan_all(c, q, *options, count: int = 5) -> list[dict]:
+    """Every job a whole QSCAN walk of ``q`` returns, in order, as maps."""
+    return [job for page in qscan_pages(c, q, *options, count=count) for job in page]
 
 
 def now(c) -> int:
@@ -648,3 +771,81 @@ def tls_client(pki: Pki, tls_port: int, cert: str | None = "client", **kw) -> re
         kw.update(ssl_certfile=getattr(pki, f"{cert}_cert"), ssl_keyfile=getattr(pki, f"{cert}_key"))
     kw.setdefault("socket_timeout", 30)
     return redis.Redis(host=HOST, port=tls_port, ssl=True, ssl_ca_certs=pki.ca, ssl_cert_reqs="required", **kw)
+
+
+def run_bench(tmp_path, *args: str, figures: tuple, timeout: float = 110) -> dict:
+    """Run ``leaseq bench ARGS --json F`` (``timeout`` s at most); check it
+    succeeds and prints each of ``figures``; return the JSON it wrote."""
+    out = tmp_path / "bench.json"
+    run = subprocess.run([*LEASEQ, "bench", *args, "--json", str(out)], check=False,
+                         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for figure in figures:
+        assert figure in run.stdout, run.stdout
+    return json.loads(out.read_text())
+
+
+def load_setup():
+    """The repository's setup.py as a module (not __main__: setup() does not run)."""
+    spec = importlib.util.spec_from_file_location("leaseq_setup_script", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the status page in headless Chromium (the ``browser`` fixture of tests/integration/conftest.py) --
+
+def log_in(driver, user: str, password: str) -> None:
+    """HTTP Basic credentials on every request the page makes (the forms' POSTs too)."""
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": basic_auth(user, password)}})
+
+
+def press(driver, button_title: str) -> None:
+    """Click the button titled ``button_title`` on the page shown (it
+    refreshes itself every 2 s: a button found stale is looked up again)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            driver.find_element(By.CSS_SELECTOR, f'button[title="{button_title}"]').click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+
+
+def click(driver, d, button_title: str) -> None:
+    """Open ``d``'s status page and click the button titled ``button_title``."""
+    driver.get(f"http://{HOST}:{d.http}/")
+    press(driver, button_title)
+
+
+def notice(driver) -> str:
+    """The notice of the page an action redirected to."""
+    WebDriverWait(driver, 15).until(lambda drv: "done=" in drv.current_url)
+    return driver.find_element(By.ID, "notice").text
+
+
+def screenshot(driver, name: str) -> None:
+    """Save the page as ``name`` in LEASEQ_SCREENSHOTS, when that names a directory."""
+    where = os.environ.get("LEASEQ_SCREENSHOTS")
+    if where:
+        driver.save_screenshot(os.path.join(where, name))
+
+
+class Spans:
+    """A tracer provider whose finished spans stay in memory (the ``spans``
+    fixture of tests/integration/conftest.py)."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = self.provider.get_tracer("test")
+
+    def named(self, name: str) -> list:
+        return [s for s in self.exporter.get_finished_spans() if s.name == name]
+
+    def one(self, name: str):
+        found = self.named(name)
+        assert len(found) == 1, [s.name for s in self.exporter.get_finished_spans()]
+        return found[0]

@@ -2,19 +2,12 @@
 // QGET, QRESULT, QCANCEL, and the errors a caller gets for bad input.
 
 import assert from "node:assert/strict";
-import { after, test } from "node:test";
+import { test } from "node:test";
 
 import { LeaseqError, Queue } from "../src/index.js";
-import { daemonUrl } from "./daemon.js";
+import { daemonUrl, freshQueues } from "./daemon.js";
 
-let n = 0;
-const opened = [];
-function fresh() {
-  const queue = new Queue(daemonUrl(), `node-queue-${process.pid}-${++n}`);
-  opened.push(queue);
-  return queue;
-}
-after(() => Promise.all(opened.map((q) => q.close())));
+const fresh = freshQueues("node-queue");
 
 test("push answers the id; its options reach the job", async () => {
   const q = fresh();
@@ -97,8 +90,7 @@ test("the daemon's error replies are LeaseqErrors with its code", async () => {
   await assert.rejects(q.push("two"), (e) => e instanceof LeaseqError && e.code === "FULL");
   await assert.rejects(q.push("x", { maxDeliveries: -1 }),
     (e) => e instanceof LeaseqError && e.code === "ERR" && /MAXDELIVERIES must be between/.test(e.message));
-  const other = new Queue(daemonUrl(), `${q.name}-never-made`);
-  opened.push(other);
+  const other = fresh(`${q.name}-never-made`);
   await assert.rejects(other.info(), (e) => e.code === "NOQUEUE" && e.message === `no such queue '${other.name}'`);
 });
 

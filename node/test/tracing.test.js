@@ -13,31 +13,18 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { after, test } from "node:test";
+import { test } from "node:test";
 
-import { context, propagation, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
-import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
-import { W3CTraceContextPropagator } from "@opentelemetry/core";
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { SpanKind, SpanStatusCode } from "@opentelemetry/api";
 
-import { Queue, Worker } from "../src/index.js";
-import { daemonPort, daemonUrl } from "./daemon.js";
+import { Worker } from "../src/index.js";
+import { daemonPort, freshQueues } from "./daemon.js";
+import { inMemoryTracing } from "./otel.js";
 
-context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-
-const exporter = new InMemorySpanExporter();
-const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+const { exporter, provider } = inMemoryTracing();
 const tracer = provider.getTracer("test");
 
-let n = 0;
-const opened = [];
-function fresh() {
-  const queue = new Queue(daemonUrl(), `node-tracing-${process.pid}-${++n}`);
-  opened.push(queue);
-  return queue;
-}
-after(() => Promise.all(opened.map((q) => q.close())));
+const fresh = freshQueues("node-tracing");
 const quiet = { logger: null, blockMs: 100, tracerProvider: provider };
 
 /** Run `fn` in a new active span called `name`; [the span, what fn answered]. */

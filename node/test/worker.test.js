@@ -6,19 +6,12 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
-import { after, test } from "node:test";
+import { test } from "node:test";
 
-import { Queue, Worker, WorkerClosed } from "../src/index.js";
-import { daemonPort, daemonUrl } from "./daemon.js";
+import { Worker, WorkerClosed } from "../src/index.js";
+import { daemonPort, freshQueues } from "./daemon.js";
 
-let n = 0;
-const opened = [];
-function fresh() {
-  const queue = new Queue(daemonUrl(), `node-worker-${process.pid}-${++n}`);
-  opened.push(queue);
-  return queue;
-}
-after(() => Promise.all(opened.map((q) => q.close())));
+const fresh = freshQueues("node-worker");
 const quiet = { logger: null };
 
 test("settings that cannot work are refused at construction", () => {

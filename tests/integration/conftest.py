@@ -6,11 +6,19 @@ queue names (``q`` / ``unique``).  Tests that change server-wide settings,
 restart, or may hurt the daemon start their own with ``own(env={...})``.
 Rules about time run on ``f``, a module daemon whose DEBUG clock is frozen
 (``frozen_daemon``), so they hold exactly however the machine is timed.
+The status page's clicks run in ``browser`` (headless Chromium) against
+``page_daemon``; the client's tracing is read from ``spans``.
 """
 
-import pytest
+import shutil
 
-from harness import Daemon, unique
+import pytest
+from selenium import webdriver
+
+from harness import Daemon, Spans, acl_daemon, unique
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +81,35 @@ def own(tmp_path):
     yield start
     for d in started:
         d.kill()
+
+
+@pytest.fixture(scope="module")
+def page_daemon(tmp_path_factory):
+    """The module's daemon for the status page's clicks: ``harness.acl_daemon``'s users."""
+    d = acl_daemon(tmp_path_factory.mktemp("browser"))
+    yield d
+    d.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by Selenium, one for the module."""
+    assert CHROMIUM and CHROMEDRIVER, "bin/test installs Debian's chromium and chromium-driver when run as root"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1500,1300"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    driver.execute_cdp_cmd("Network.enable", {})
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def spans():
+    """A tracer provider of the test's own whose finished spans stay in memory (``harness.Spans``)."""
+    s = Spans()
+    yield s
+    s.provider.shutdown()

@@ -13,19 +13,8 @@ import time
 
 import pytest
 
+from harness import run_bench
 from leaseq.storage.wal import RESERVE
-
-
-def run_bench(tmp_path, *args: str, figures: tuple, timeout: float = 110) -> dict:
-    """Run ``leaseq bench ARGS --json F`` (``timeout`` s at most); check it
-    succeeds and prints each of ``figures``; return the JSON it wrote."""
-    out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", *args, "--json", str(out)],
-                         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    assert run.returncode == 0, run.stdout + run.stderr
-    for figure in figures:
-        assert figure in run.stdout, run.stdout
-    return json.loads(out.read_text())
 
 
 @pytest.mark.timeout(120)

@@ -4,7 +4,7 @@ figures (its full-size figures are in docs/operations.md)."""
 from __future__ import annotations
 
 import pytest
-from test_bench import run_bench
+from harness import run_bench
 
 
 @pytest.mark.timeout(150)

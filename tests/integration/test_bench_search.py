@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_bench import run_bench
+from harness import run_bench
 
 
 @pytest.mark.timeout(120)

@@ -26,35 +26,7 @@ import pytest
 from harness import qget, qinfo, unique
 from leaseq.client import Queue, Worker, aio
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-
-
-class Spans:
-    """A tracer provider whose finished spans stay in memory."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("test")
-
-    def named(self, name: str) -> list:
-        return [s for s in self.exporter.get_finished_spans() if s.name == name]
-
-    def one(self, name: str):
-        found = self.named(name)
-        assert len(found) == 1, [s.name for s in self.exporter.get_finished_spans()]
-        return found[0]
-
-
-@pytest.fixture
-def spans():
-    s = Spans()
-    yield s
-    s.provider.shutdown()
 
 
 @pytest.fixture

@@ -14,17 +14,19 @@ import pytest
 import redis
 from harness import (
     DEBUG_ENV,
+    PASSWORDS,
     Daemon,
+    acl_daemon,
     advance,
     as_map,
     claim,
     error_text,
-    free_port,
+    http_daemon,
     http_get,
     now,
+    request,
     unique,
 )
-from test_status_actions import PASSWORDS, acl_daemon, request
 
 MINUTE = 60_000
 FIELDS = ("pushed", "claimed", "acked", "nacked", "dead", "cancelled", "expired", "wait_p50", "wait_p95",
@@ -338,9 +340,7 @@ def test_api_history_is_json_behind_the_page_auth(secured):
 
 
 def test_api_history_without_a_password_needs_none(tmp_path):
-    port = free_port()
-    d = Daemon(tmp_path / "data", env={**DEBUG_ENV, "LEASEQ_HTTP_PORT": str(port)}).start()
-    d.http = port
+    d = http_daemon(tmp_path / "data", env=DEBUG_ENV)
     try:
         c = frozen(d)
         q = unique("open")

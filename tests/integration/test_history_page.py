@@ -8,16 +8,14 @@ range button shows that range."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from harness import DEBUG_ENV, http_daemon, http_get, unique
+from harness import DEBUG_ENV, http_daemon, http_get, screenshot, unique
 from leaseq.bench.history import fill
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
-from test_status_browser import browser  # noqa: F401  (the fixture: headless Chromium)
 
 QUEUES = ["emails", "orders", "thumbnails", "<b>odd</b>"]
 
@@ -91,7 +89,7 @@ def test_history_off_says_so(tmp_path):
         d.kill()
 
 
-def test_a_click_on_a_range_shows_that_range(charted, browser):  # noqa: F811
+def test_a_click_on_a_range_shows_that_range(charted, browser):
     browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
     browser.get(f"http://127.0.0.1:{charted.http}/")
     assert "HISTORY, LAST 1 H" in browser.find_element(By.ID, "history").text.upper()
@@ -104,6 +102,4 @@ def test_a_click_on_a_range_shows_that_range(charted, browser):  # noqa: F811
         assert browser.current_url.endswith(f"/?range={shown}")
         wait.until(lambda drv: [s.size["width"] > 300 for s in drv.find_elements(By.CSS_SELECTOR, "figure.chart svg")]
                    == [True] * (3 * len(QUEUES)))
-        where = os.environ.get("LEASEQ_SCREENSHOTS")
-        if where:
-            browser.save_screenshot(os.path.join(where, f"history-{shown}.png"))
+        screenshot(browser, f"history-{shown}.png")

@@ -7,18 +7,13 @@ without credentials, 404 for a missing queue, 405 for a POST."""
 
 from __future__ import annotations
 
-import base64
 import json
-import pathlib
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 import yaml
-from harness import Daemon, free_port
+from harness import ROOT, http_daemon, http_get
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "conf" / "keda-scaledobject.yaml"
 
 
@@ -32,17 +27,6 @@ def credentials() -> tuple[str, str]:
     return secret[refs["username"]], secret[refs["password"]]
 
 
-def get(d: Daemon, path: str, user: tuple | None = None, method: str = "GET") -> tuple[int, str, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{d.http}{path}", method=method)
-    if user:
-        req.add_header("Authorization", "Basic " + base64.b64encode(":".join(user).encode()).decode())
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.headers["Content-Type"], r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers["Content-Type"], e.read().decode()
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     """leaseq with a password and the read-only user the example's comment asks for."""
@@ -50,10 +34,7 @@ def daemon(tmp_path_factory):
     user, password = credentials()
     conf = tmp / "leaseq.conf"
     conf.write_text(f"user {user} on >{password} ~* +@read\n")
-    port = free_port()
-    d = Daemon(str(tmp / "data"), "--config", str(conf), "--requirepass", "secret",
-               env={"LEASEQ_HTTP_PORT": str(port)}).start()
-    d.http = port
+    d = http_daemon(tmp / "data", args=("--config", str(conf), "--requirepass", "secret"))
     yield d
     d.kill()
 
@@ -67,7 +48,7 @@ def test_the_scaled_object_reads_the_backlog_of_its_queue(daemon):
     c = daemon.client(password="secret")
     c.execute_command("QPUSHMANY", queue, 7, *["x"] * 7)
     c.execute_command("QCLAIM", queue, "w", "COUNT", 2)
-    status, ctype, body = get(daemon, url.path, credentials())
+    status, ctype, body = http_get(daemon, url.path, user=credentials())
     assert (status, ctype) == (200, "application/json")
     value = json.loads(body)
     for key in trigger["metadata"]["valueLocation"].split("."):      # a GJSON path of plain keys
@@ -80,7 +61,7 @@ def test_the_api_lists_every_queue_as_qinfo_shows_it(daemon):
     c = daemon.client(password="secret", protocol=3)
     c.execute_command("QCREATE", "api-b", "MAXDELIVERIES", 3)
     c.execute_command("QPUSH", "api-a", "x")
-    status, _, body = get(daemon, "/api/queues", credentials())
+    status, _, body = http_get(daemon, "/api/queues", user=credentials())
     listed = {q["name"]: q for q in json.loads(body)["queues"]}
     assert status == 200 and {"api-a", "api-b"} <= set(listed)
     assert listed["api-b"]["maxdeliveries"] == 3 and listed["api-a"]["ready"] == 1
@@ -99,5 +80,5 @@ def test_the_api_lists_every_queue_as_qinfo_shows_it(daemon):
 ])
 def test_the_api_refuses_what_it_cannot_answer(daemon, path, user, method, want):
     user = credentials() if user == "keda" else user
-    status, _, body = get(daemon, path, user, method)
+    status, _, body = http_get(daemon, path, method, user)
     assert status == want[0] and want[1] in body

@@ -26,8 +26,6 @@ import pytest
 from harness import CheckedThread, Daemon, qinfo, unique, wait_for
 from leaseq.client import Queue, Worker
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 NODE = Path(__file__).resolve().parents[2] / "node"
@@ -254,16 +252,14 @@ def test_a_python_producers_span_reaches_a_node_workers_span(daemon, node_module
         assert [span["traceId"], span["parentSpanId"]] == ids and span["links"] == []
 
 
-def test_a_node_producers_span_reaches_a_python_workers_span(daemon, node_modules):
+def test_a_node_producers_span_reaches_a_python_workers_span(daemon, node_modules, spans):
     name = unique()
     producer = _traced(daemon, name, "push")
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     seen = []
     with Queue(daemon.url, name) as queue:
-        Worker(queue, lambda job: seen.append(job.meta), block_ms=100, tracer_provider=provider).run(
+        Worker(queue, lambda job: seen.append(job.meta), block_ms=100, tracer_provider=spans.provider).run(
             burst=True, stop_signals=())
-    (span,) = exporter.get_finished_spans()
+    (span,) = spans.exporter.get_finished_spans()
     assert (span.name, span.kind) == (f"{name} process", SpanKind.CONSUMER)
     assert [(f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") for link in span.links] == [
         (producer["traceId"], producer["spanId"])]

@@ -9,19 +9,12 @@ from __future__ import annotations
 import pytest
 import redis
 
-from harness import as_map, claim_one, qget
+from harness import as_map, claim_one, qget, qscan_all, qscan_pages
 
 
-def walk(c, q, *options, count: int = 3) -> tuple[list[int], int]:
-    """Every job a whole QSCAN walk returns (ids, in order) and how many calls it took."""
-    cursor, ids, calls = b"0", [], 0
-    while True:
-        cursor, jobs = c.execute_command("QSCAN", q, cursor, *options, "COUNT", count)
-        calls += 1
-        ids += [as_map(j)[b"id"] for j in jobs]
-        if cursor == b"0":
-            return ids, calls
-        assert calls < 1000
+def matches(c, q, *options) -> list[int]:
+    """The ids of every job a whole QSCAN walk (COUNT 3) returns, in order."""
+    return [job[b"id"] for job in qscan_all(c, q, *options, count=3)]
 
 
 def fill(c, q) -> dict[str, list[int]]:
@@ -41,23 +34,23 @@ def fill(c, q) -> dict[str, list[int]]:
 def test_each_filter_alone_and_together(r, q):
     ids = fill(r, q)
     a, b, plain = ids["a"], ids["b"], ids["plain"]
-    assert walk(r, q, "MATCH", "order:*")[0] == a[:3] + b[:2] + plain
-    assert walk(r, q, "MATCH", "order:?:1")[0] == [a[0], b[0], plain[0]]
-    assert walk(r, q, "MATCH", "order:[ab]:2")[0] == [a[1], b[1]]
-    assert walk(r, q, "META", "customer", "acme")[0] == a
-    assert walk(r, q, "META", "customer", "*")[0] == a + b          # a job without the field does not match
-    assert walk(r, q, "META", "region", "e?")[0] == a
-    assert walk(r, q, "META", "nosuchfield", "*")[0] == []
-    assert walk(r, q, "ERROR", "*")[0] == a[:2]                      # the two nacked first
-    assert walk(r, q, "ERROR", "timeout*")[0] == [a[0]]
-    assert walk(r, q, "STATE", "dead", "ERROR", "PIL:*")[0] == [a[1]]
+    assert matches(r, q, "MATCH", "order:*") == a[:3] + b[:2] + plain
+    assert matches(r, q, "MATCH", "order:?:1") == [a[0], b[0], plain[0]]
+    assert matches(r, q, "MATCH", "order:[ab]:2") == [a[1], b[1]]
+    assert matches(r, q, "META", "customer", "acme") == a
+    assert matches(r, q, "META", "customer", "*") == a + b          # a job without the field does not match
+    assert matches(r, q, "META", "region", "e?") == a
+    assert matches(r, q, "META", "nosuchfield", "*") == []
+    assert matches(r, q, "ERROR", "*") == a[:2]                      # the two nacked first
+    assert matches(r, q, "ERROR", "timeout*") == [a[0]]
+    assert matches(r, q, "STATE", "dead", "ERROR", "PIL:*") == [a[1]]
     # several filters: all of them hold; the order of the options does not matter
-    both = walk(r, q, "MATCH", "order:*", "META", "customer", "acme", "STATE", "ready")[0]
+    both = matches(r, q, "MATCH", "order:*", "META", "customer", "acme", "STATE", "ready")
     assert both == [a[2]]
-    assert walk(r, q, "STATE", "ready", "META", "customer", "acme", "MATCH", "order:*")[0] == both
+    assert matches(r, q, "STATE", "ready", "META", "customer", "acme", "MATCH", "order:*") == both
     _, jobs = r.execute_command("QSCAN", q, 0, "COUNT", 100, "MATCH", "*:b:*")
     assert [as_map(j)[b"id"] for j in jobs] == b[:2]
-    assert walk(r, q, "MATCH", "order:*", "ERROR", "timeout*", "META", "region", "eu")[0] == [a[0]]
+    assert matches(r, q, "MATCH", "order:*", "ERROR", "timeout*", "META", "region", "eu") == [a[0]]
     # the jobs come back whole, with their META
     _, jobs = r.execute_command("QSCAN", q, 0, "META", "customer", "globex", "MATCH", "other", "COUNT", 100)
     job = as_map(jobs[0])
@@ -69,11 +62,12 @@ def test_count_bounds_the_work_so_calls_may_return_nothing_but_the_walk_returns_
     # one match in a hundred, at the end: the first calls look at 7 jobs each and return none
     cursor, jobs = r.execute_command("QSCAN", q, 0, "MATCH", "job-99", "COUNT", 7)
     assert jobs == [] and cursor != b"0"
-    ids, calls = walk(r, q, "MATCH", "job-99", count=7)
-    assert ids == [pushed[99]] and calls == 15
+    calls = list(qscan_pages(r, q, "MATCH", "job-99", count=7))
+    assert [j[b"id"] for jobs in calls for j in jobs] == [pushed[99]] and len(calls) == 15
     # a walk with matches spread over many calls returns each exactly once, in id order
-    ids, calls = walk(r, q, "MATCH", "job-*7", count=6)
-    assert ids == [pushed[i] for i in range(100) if str(i).endswith("7")] and calls == 17
+    calls = list(qscan_pages(r, q, "MATCH", "job-*7", count=6))
+    assert [j[b"id"] for jobs in calls for j in jobs] == [pushed[i] for i in range(100) if str(i).endswith("7")]
+    assert len(calls) == 17
     # jobs pushed during the walk do not disturb it; ones present throughout come back once
     cursor, seen = b"0", []
     for step in range(200):

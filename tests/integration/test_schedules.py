@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from harness import (DEBUG_ENV, BlockedClaim, Daemon, advance, as_map, bgsave, claim, error_text, http_daemon, http_get,
-                     now, qget, unique, wait_blocked)
+                     now, qget, qscan_all, unique, wait_blocked)
 
 NEW_YORK = ZoneInfo("America/New_York")
 
@@ -26,12 +26,7 @@ def schedules(c, q) -> dict[bytes, dict]:
 
 def ticks(c, q) -> list[int]:
     """The ``tick`` of every ready job, in id order (QSCAN walks ids)."""
-    out, cursor = [], b"0"
-    while True:
-        cursor, jobs = c.execute_command("QSCAN", q, cursor, "STATE", "ready", "COUNT", 1000)
-        out += [as_map(j)[b"tick"] for j in jobs]
-        if cursor in (b"0", 0, "0"):
-            return out
+    return [job[b"tick"] for job in qscan_all(c, q, "STATE", "ready", count=1000)]
 
 
 def ms(dt: datetime) -> int:

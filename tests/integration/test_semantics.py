@@ -31,7 +31,8 @@ import pytest
 import redis
 
 from harness import (DEBUG_ENV, BlockedClaim, CheckedThread, RespSocket, advance, as_map, claim,
-                     claim_one, error_text, no_retry_client, now, qget, qinfo, unique, wait_blocked, wait_for)
+                     claim_one, error_text, no_retry_client, now, qget, qinfo, qscan_all, unique, wait_blocked,
+                     wait_for)
 
 # the module's shared daemon (conftest ``shared_daemon``) has DEBUG enabled; its clock keeps running
 SHARED_DAEMON_ENV = DEBUG_ENV
@@ -46,16 +47,6 @@ def push(c, q, payload="x", *options) -> int:
 
 def peek(c, q, count=10) -> list[dict]:
     return [as_map(j) for j in c.execute_command("QPEEK", q, "COUNT", count)]
-
-
-def scan_all(c, q, *options, count=5) -> list[dict]:
-    out, cursor = [], b"0"
-    for _ in range(10_000):
-        cursor, jobs = c.execute_command("QSCAN", q, cursor, "COUNT", count, *options)
-        out += [as_map(j) for j in jobs]
-        if cursor == b"0":
-            return out
-    raise AssertionError("QSCAN did not end")
 
 
 def clock(c) -> dict:
@@ -121,7 +112,7 @@ def test_rule1_every_replied_id_survives_kill9_during_a_stream_of_pushes(own):
     assert qinfo(c, q)[b"ready"] >= len(snapshot)
     # a QPUSHMANY or an EXEC is all or none, also when the crash comes before its reply
     batches: dict[bytes, int] = {}
-    for job in scan_all(c, q, count=1000):
+    for job in qscan_all(c, q, count=1000):
         head = job[b"payload"].split(b"-")
         if head[0] in (b"many", b"multi"):
             batches[head[0] + head[1]] = batches.get(head[0] + head[1], 0) + 1
@@ -193,7 +184,7 @@ def test_rule2_acked_jobs_never_come_back_after_kill9_during_acks(own):
     assert back | acked_before_crash <= set(pushed)
     # at most one ack was in flight (sent, not answered) when the daemon died
     assert 200 - len(acked_before_crash) - 1 <= len(back) <= 200 - len(acked_before_crash)
-    assert {j[b"id"] for j in scan_all(c, q, count=100)} & acked_before_crash == set()
+    assert {j[b"id"] for j in qscan_all(c, q, count=100)} & acked_before_crash == set()
 
 
 def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill9(own):
@@ -238,7 +229,7 @@ def test_rule2_ack_and_follow_up_push_in_one_exec_are_both_or_neither_after_kill
     for jid, follow in done.items():
         assert qget(c, q, jid) is None, f"acked job {jid} came back"
         assert qget(c, nxt, follow)[b"payload"] == b"follow-%d" % jid
-    follow_ups = {int(j[b"payload"].split(b"-")[1]) for j in scan_all(c, nxt, count=1000)}
+    follow_ups = {int(j[b"payload"].split(b"-")[1]) for j in qscan_all(c, nxt, count=1000)}
     for j in jobs:
         gone = qget(c, q, j[b"id"]) is None
         assert gone == (j[b"id"] in follow_ups), f"job {j[b'id']}: ack and follow-up push half-applied"
@@ -500,7 +491,7 @@ def test_rule6_dead_lettered_on_the_fourth_attempt_with_maxdeliveries_3_and_redr
     assert qget(f, q, jid) is None
     info = qinfo(f, q)
     assert (info[b"dead_lettered"], info[b"ready"], info[b"dead"]) == (1, 0, 0)
-    [dead] = scan_all(f, dlq)
+    [dead] = qscan_all(f, dlq)
     assert dead[b"state"] == b"ready" and dead[b"payload"] == b"payload-6" and dead[b"priority"] == 7
     assert dead[b"dead_letter_from"] == q.encode()
     assert dead[b"dead_letter_src_id"] == jid
@@ -1021,7 +1012,7 @@ def test_option_qnack_dead_dead_letters_now_with_reason_nack_and_error_as_last_e
     j = claim_one(f, q)
     assert f.execute_command("QNACK", q, j[b"lease"], "DEAD", "ERROR", "bad input") == 1
     assert qget(f, q, jid) is None
-    [dead] = scan_all(f, dlq)
+    [dead] = qscan_all(f, dlq)
     assert dead[b"dead_letter_reason"] == b"nack"
     assert dead[b"last_error"] == b"bad input"
     assert (dead[b"dead_letter_from"], dead[b"dead_letter_src_id"], dead[b"dead_letter_deliveries"]) == \
@@ -1051,7 +1042,7 @@ def test_option_expire_per_queue_checked_at_delivery_not_interrupting_a_job_in_f
     advance(f, 1)
     assert claim(f, q) == []                         # b is older than EXPIRE: dead-lettered
     assert qget(f, q, b) is None
-    [dead] = scan_all(f, dlq)
+    [dead] = qscan_all(f, dlq)
     assert (dead[b"dead_letter_src_id"], dead[b"dead_letter_reason"]) == (b, b"expired")
     advance(f, 10_000)
     assert qget(f, q, a)[b"state"] == b"in_flight"   # in flight: not interrupted
@@ -1639,7 +1630,7 @@ def test_option_qscan_cursor_0_starts_and_ends_and_state_filter_and_count(f):
     for j in seen:
         assert j[b"id"] in states[j[b"state"]]
     for state in (b"ready", b"delayed", b"in_flight", b"dead", b"completed"):
-        got = scan_all(f, q, "STATE", state, count=4)
+        got = qscan_all(f, q, "STATE", state, count=4)
         assert sorted(ids(got)) == sorted(states[state]), state
         assert {j[b"state"] for j in got} == {state}
 

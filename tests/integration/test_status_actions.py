@@ -15,49 +15,19 @@ import urllib.request
 
 import pytest
 
-from harness import Daemon, claim_one, free_port, http_daemon, qget, qinfo, unique, wait_for
-
-PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
-
-
-def acl_daemon(tmp_path, **env) -> Daemon:
-    """A daemon with its HTTP listener, a password for the default user and
-    two more users: ``ops`` (all queue commands) and ``viewer`` (read-only)."""
-    conf = tmp_path / "leaseq.conf"
-    conf.write_text("user ops on >opspass ~* +@all\n"
-                    "user viewer on >viewpass ~* +@read +@connection\n")
-    port = free_port()
-    d = Daemon(str(tmp_path / "data"), "--config", str(conf),
-               env={"LEASEQ_HTTP_PORT": str(port), **PASSWORDS, **env}).start()
-    d.http = port
-    return d
-
-
-def request(d: Daemon, path: str, form: dict | None = None, user: tuple | None = None,
-            raw_body: bytes | None = None) -> tuple[int, dict, str]:
-    """(status, headers, body) of a GET (or, with ``form``/``raw_body``, a POST); redirects not followed."""
-    data = raw_body if raw_body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{d.http}{path}", data=data,
-                                 method="POST" if data is not None else "GET")
-    if user is not None:
-        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode())
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-
-    opener = urllib.request.build_opener(NoRedirect)
-    try:
-        with opener.open(req, timeout=15) as r:
-            return r.status, dict(r.headers), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
-
-
-def csrf_of(page: str) -> str:
-    tokens = set(re.findall(r'name="csrf" value="([^"]+)"', page))
-    assert len(tokens) == 1, tokens
-    return tokens.pop()
+from harness import (
+    Daemon,
+    acl_daemon,
+    claim_one,
+    csrf_of,
+    http_daemon,
+    ops_client,
+    qget,
+    qinfo,
+    request,
+    unique,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +35,6 @@ def secured(tmp_path_factory):
     d = acl_daemon(tmp_path_factory.mktemp("secured"))
     yield d
     d.kill()
-
-
-def ops_client(d):
-    return d.client(protocol=2, username="ops", password="opspass")
 
 
 def queue_with_a_job(d, prefix: str):
@@ -196,9 +162,7 @@ def test_redrive_delete_and_cancel_one_job_and_all_dead(secured):
 
 
 def test_without_a_password_actions_come_only_from_loopback(tmp_path):
-    port = free_port()
-    d = Daemon(str(tmp_path / "data"), env={"LEASEQ_HTTP_PORT": str(port)}).start()
-    d.http = port
+    d = http_daemon(tmp_path / "data")
     try:
         c = d.client(protocol=2)
         c.execute_command("QPUSH", "q", "x")

@@ -8,75 +8,10 @@ clicks are written there (docs/status-actions*.png were made so)."""
 
 from __future__ import annotations
 
-import base64
-import os
-import shutil
-import time
-
-import pytest
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import claim_one, qget, qinfo, unique
-from test_status_actions import acl_daemon, ops_client
-
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
-
-
-@pytest.fixture(scope="module")
-def page_daemon(tmp_path_factory):
-    d = acl_daemon(tmp_path_factory.mktemp("browser"))
-    yield d
-    d.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert CHROMIUM and CHROMEDRIVER, "bin/test installs Debian's chromium and chromium-driver when run as root"
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1500,1300"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(20)
-    driver.execute_cdp_cmd("Network.enable", {})
-    yield driver
-    driver.quit()
-
-
-def log_in(driver, user: str, password: str) -> None:
-    """HTTP Basic credentials on every request the page makes (the forms' POSTs too)."""
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}})
-
-
-def click(driver, d, button_title: str) -> None:
-    """Open the page and click the button titled ``button_title`` (the page
-    refreshes itself every 2 s: a button found stale is looked up again)."""
-    driver.get(f"http://127.0.0.1:{d.http}/")
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            driver.find_element(By.CSS_SELECTOR, f'button[title="{button_title}"]').click()
-            return
-        except StaleElementReferenceException:
-            if time.monotonic() > deadline:
-                raise
-
-
-def notice(driver) -> str:
-    WebDriverWait(driver, 15).until(lambda drv: "done=" in drv.current_url)
-    return driver.find_element(By.ID, "notice").text
-
-
-def screenshot(driver, name: str) -> None:
-    where = os.environ.get("LEASEQ_SCREENSHOTS")
-    if where:
-        driver.save_screenshot(os.path.join(where, name))
+from harness import claim_one, click, log_in, notice, ops_client, qget, qinfo, screenshot, unique
 
 
 def test_an_operator_acts_by_clicking(page_daemon, browser):

@@ -9,11 +9,10 @@ import shutil
 import socket
 import subprocess
 import time
-from html.parser import HTMLParser
 
 import pytest
 
-from harness import claim, http_daemon, http_get, unique, wait_for
+from harness import Tables, claim, http_daemon, http_get, unique, wait_for
 
 HOSTILE_NAME = "<script>alert(1)</script>"
 HOSTILE_ERROR = "disk <b>full</b> & 'quoted'"
@@ -24,42 +23,6 @@ def web(tmp_path_factory):
     d = http_daemon(tmp_path_factory.mktemp("status") / "data", env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"})
     yield d
     d.stop()
-
-
-class Tables(HTMLParser):
-    """Each ``<table>`` of a page as rows of cell texts, and the text of
-    every ``<h2>``, in page order."""
-
-    def __init__(self, page: str) -> None:
-        super().__init__()
-        self.tables: list[list[list[str]]] = []
-        self.headings: list[str] = []
-        self._cell: list[str] | None = None
-        self._heading: list[str] | None = None
-        self.feed(page)
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr":
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag == "h2":
-            self._heading = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th"):
-            self.tables[-1][-1].append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "h2":
-            self.headings.append("".join(self._heading))
-            self._heading = None
-
-    def handle_data(self, data):
-        for part in (self._cell, self._heading):
-            if part is not None:
-                part.append(data)
 
 
 def table_rows(page: str, first_header: str, title: str) -> list[dict]:

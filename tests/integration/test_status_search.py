@@ -14,9 +14,21 @@ import urllib.parse
 import pytest
 import redis
 
-from harness import DEBUG_ENV, Daemon, as_map, claim_one, http_daemon, qget, unique, wait_for
-from test_status_actions import acl_daemon, csrf_of, ops_client, request
-from test_status_page import Tables
+from harness import (
+    DEBUG_ENV,
+    Daemon,
+    Tables,
+    acl_daemon,
+    as_map,
+    claim_one,
+    csrf_of,
+    http_daemon,
+    ops_client,
+    qget,
+    request,
+    unique,
+    wait_for,
+)
 
 OPS = ("ops", "opspass")
 VIEWER = ("viewer", "viewpass")

@@ -7,18 +7,13 @@ search-done.png)."""
 
 from __future__ import annotations
 
-import time
-
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import claim_one, qget, unique
-from test_status_actions import ops_client
-from test_status_browser import browser, log_in, page_daemon, screenshot  # noqa: F401 (fixtures)
+from harness import claim_one, log_in, notice, ops_client, press, qget, screenshot, unique
 
 
-def test_an_operator_searches_and_cancels_every_match(page_daemon, browser):  # noqa: F811
+def test_an_operator_searches_and_cancels_every_match(page_daemon, browser):
     d = page_daemon
     c = ops_client(d)
     q = unique("checkout")
@@ -32,13 +27,7 @@ def test_an_operator_searches_and_cancels_every_match(page_daemon, browser):  # 
     log_in(browser, "ops", "opspass")
     browser.get(f"http://127.0.0.1:{d.http}/")
     screenshot(browser, "search-button.png")
-    deadline = time.monotonic() + 20
-    while True:                     # the page refreshes itself: a button found stale is looked up again
-        try:
-            browser.find_element(By.CSS_SELECTOR, f'button[title="Search: {q}"]').click()
-            break
-        except StaleElementReferenceException:
-            assert time.monotonic() < deadline
+    press(browser, f"Search: {q}")
     WebDriverWait(browser, 15).until(lambda drv: "/search?" in drv.current_url)
     browser.find_element(By.NAME, "meta_field").send_keys("customer")
     browser.find_element(By.NAME, "meta").send_keys("acme")
@@ -58,8 +47,7 @@ def test_an_operator_searches_and_cancels_every_match(page_daemon, browser):  # 
     screenshot(browser, "search-confirm.png")
 
     browser.find_element(By.ID, "confirm").click()
-    WebDriverWait(browser, 15).until(lambda drv: "done=" in drv.current_url)
-    assert browser.find_element(By.ID, "notice").text.startswith(
+    assert notice(browser).startswith(
         f'Cancelled 10 of 10 jobs matching payload *"sku"* · META customer = acme in {q} (QCANCEL, 1 slice)')
     screenshot(browser, "search-done.png")
     assert [qget(c, q, i)[b"state"] for i in acme] == [b"dead"] * 2 + [b"cancelled"] * 10

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from test_setup import ROOT, load_setup
+from harness import ROOT, load_setup
 
 PURE = os.environ.get("LEASEQ_PURE") == "1"
 ROOMS = ("daemon", "commands", "storage")

@@ -2,18 +2,10 @@
 with its pure-Python module (the README's setup command must not fail
 because one .pyx does not translate)."""
 
-import importlib.util
 from importlib.machinery import EXTENSION_SUFFIXES
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def load_setup():
-    spec = importlib.util.spec_from_file_location("leaseq_setup_script", ROOT / "setup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)       # (not __main__: setup() does not run)
-    return module
+from harness import ROOT, load_setup
 
 
 def test_every_compiled_module_has_its_source():
