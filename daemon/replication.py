@@ -32,7 +32,6 @@ one the old primary handed out after the last record this node has.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -40,8 +39,8 @@ from collections import deque
 
 from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
-from leaseq.storage import snapshot
 
+from .fullsync import FullSync
 from .liveness import Liveness
 from .replanchor import Anchor
 from .replicawaits import ReplicaWaits
@@ -49,10 +48,6 @@ from .replicawaits import ReplicaWaits
 log = logging.getLogger(__name__)
 
 NO_ID = "0" * 40
-# a full sync's snapshot goes to its replica in chunks of this size, the next once the connection
-# holds no more than one; how often to look while it holds more
-SNAPSHOT_CHUNK = 1 << 20
-SNAPSHOT_POLL_S = 0.001
 
 
 def new_id() -> str:
@@ -141,6 +136,7 @@ class Replication:
         self.down_since = time.monotonic()
         self.anchor = Anchor(self)       # a replica's history and offset, kept for its restart (daemon/replanchor.py)
         self.liveness = Liveness(self)   # repl-timeout both ways, and PINGs in an idle stream (daemon/liveness.py)
+        self.full_sync = FullSync(self)  # a primary's side of its replicas' full syncs (daemon/fullsync.py)
 
     # -- the stream -------------------------------------------------------------------------------
 
@@ -242,84 +238,8 @@ class Replication:
             return NO_REPLY
         log.info("replica %s:%d asks PSYNC %s %d: full sync", ip, port, replid, offset)
         self._keep_backlog()
-        self.full_syncs_wanted()
+        self.full_sync.wanted()
         return NO_REPLY
-
-    def full_syncs_wanted(self) -> None:
-        """Replicas wait for a snapshot's cut: take one now unless one is
-        being written (the peers wait for the next, ``snapshot_done``)."""
-        snapshots = self.server.snapshots
-        if snapshots.in_progress:
-            return
-        waiting = [p for p in self.peers if p.state == "wait_bgsave" and p.held is None]
-        if not waiting:
-            return
-        if not snapshots.start("a replica's full sync"):
-            for peer in waiting:
-                self.drop_peer(peer, "cannot take a snapshot for its full sync")
-            return
-        for peer in waiting:           # the snapshot's cut is the stream as written up to now
-            peer.cut = self.offset
-            peer.held = []
-            peer.conn.answer(Simple(f"FULLRESYNC {self.replid} {self.offset}"))
-            peer.conn.flush()
-
-    def snapshot_done(self, covers: int | None) -> None:
-        """The snapshot written (``covers``: the segments it covers) or failed
-        (None): send it to the replicas that waited for its cut
-        (``_send_snapshot``), then what was written since.  Those that came
-        later wait for the next, which ``full_syncs_wanted`` starts once
-        this one is done with."""
-        waiting = [p for p in self.peers if p.state == "wait_bgsave" and p.held is not None]
-        if not waiting:
-            return
-        if covers is None:
-            for peer in waiting:
-                self.drop_peer(peer, "its snapshot failed")
-            return
-        path = os.path.join(self.server.datadir.directory, snapshot.snapshot_name(covers))
-        for peer in waiting:
-            peer.state = "send_bulk"
-            self.server.spawn(self._send_snapshot(peer, path))
-
-    async def _send_snapshot(self, peer: Peer, path: str) -> None:
-        """Send the snapshot at ``path`` to ``peer`` a chunk at a time, each
-        once the connection has passed on all but a chunk of what it was
-        given: neither this process nor the replica's connection ever holds
-        the whole file (a million jobs make about 100 MB, more than a
-        client's output buffer may hold), and the loop serves the other
-        clients between chunks.  Then the stream written since the
-        snapshot's cut (``held``), and from then on the stream as it is
-        written.  The file stays readable while it is sent, even if a newer
-        snapshot replaces it."""
-        conn = peer.conn
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                peer.send(b"$%d\r\n" % size)
-                left = size
-                while left:
-                    while conn.output_buffer > SNAPSHOT_CHUNK and not conn.closed:
-                        await asyncio.sleep(SNAPSHOT_POLL_S)
-                    if conn.closed:
-                        return
-                    chunk = f.read(min(SNAPSHOT_CHUNK, left))
-                    if not chunk:
-                        raise OSError(f"{path} ended {left} bytes short of its size")
-                    peer.send(chunk)
-                    left -= len(chunk)
-        except OSError as e:
-            self.drop_peer(peer, f"cannot send it the snapshot: {e}")
-            return
-        if conn.closed or peer not in self.peers:
-            return
-        held, peer.held = peer.held, None
-        peer.state = "online"
-        peer.ack_time = time.monotonic()       # (repl-timeout counts from here: the replica loads it first)
-        if held:
-            peer.send(b"".join(held))
-        log.info("replica %s:%d: snapshot sent (%d bytes), streaming from offset %d", peer.ip, peer.port, size,
-                 peer.cut)
 
     def online_peers(self) -> list[Peer]:
         """The replicas streamed to as the log is written (past their full sync)."""

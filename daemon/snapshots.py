@@ -178,14 +178,14 @@ class Snapshots:
             _ok, size, jobs = said.split()
             datadir = self.server.datadir
             datadir.snapshot_written()
-            self.server.replication.snapshot_done(self.covers)   # replicas that waited for its cut
+            self.server.replication.full_sync.snapshot_done(self.covers)   # replicas that waited for its cut
             self.compacting = True
             done = self.loop.run_in_executor(self._compactor, datadir.compact)
             done.add_done_callback(lambda f: self._compacted(f, jobs, size))
             return
         self.last_status = "err"
         log.error("snapshot failed (child exit %d): %s", code, said or "no report")
-        self.server.replication.snapshot_done(None)
+        self.server.replication.full_sync.snapshot_done(None)
         self._next()
 
     def _compacted(self, done, jobs: str, size: str) -> None:
@@ -210,7 +210,7 @@ class Snapshots:
         if self.scheduled and not self.server.stopping:
             self.scheduled = False
             self.start("BGSAVE SCHEDULE")
-        self.server.replication.full_syncs_wanted()      # replicas that came while this one ran
+        self.server.replication.full_sync.wanted()      # replicas that came while this one ran
 
     def stop(self) -> None:
         """Shutdown: a running compaction is let finish; a running child is
