@@ -72,7 +72,7 @@ class Blocking:
 
     def __init__(self, server, loop) -> None:
         self.server = server
-        self.store = server.store    # the store served (``Server._serve`` hands over a new one)
+        self.store = server.store    # the store served (``Server.serve_store`` hands over a new one)
         self.loop = loop
         self.by_queue: dict = {}     # Queue -> [Waiter]
         self.workers: dict = {}      # Queue -> [Worker]

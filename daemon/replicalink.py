@@ -11,7 +11,7 @@ then the log's frames, each checked by its CRC as recovery checks them.
 ``masteruser``/``masterauth`` when set), ``REPLCONF listening-port``,
 ``ip-address`` (``replica-announce-ip``) and ``capa eof capa psync2``, then
 ``PSYNC`` with what this node holds (``? -1`` the first time), applies what
-comes (``Server.install_snapshot``, ``Server.apply_frame``) and sends
+comes (``Roles.install_snapshot``, ``Roles.apply_frame``: daemon/roles.py) and sends
 ``REPLCONF ACK <offset>`` once a second, the offset being what is on its
 disk.  A link that drops or fails is tried again after a second, with PSYNC
 from where it stopped.
@@ -217,7 +217,7 @@ class ReplicaLink(asyncio.Protocol):
             kind = event[0]
             if kind == "frame":
                 try:
-                    self.server.apply_frame(event[1], event[2], event[3])
+                    self.server.roles.apply_frame(event[1], event[2], event[3])
                 except (FormatError, ValueError, KeyError) as e:
                     self._fail(f"a record from the primary does not apply ({e})")
                     return
@@ -307,7 +307,7 @@ class ReplicaLink(asyncio.Protocol):
         os.close(fd)
         self._file = (path, -1)
         try:
-            await self.server.install_snapshot(path)
+            await self.server.roles.install_snapshot(path)
         except Exception as e:                        # noqa: BLE001 - a bad snapshot: sync again
             log.error("the primary's snapshot does not install: %s", e)
             self._held = None

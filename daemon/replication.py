@@ -146,7 +146,7 @@ class Replication:
         return self._base + (self._wal.bytes_written if self._wal is not None else 0)
 
     def attach_log(self, wal) -> None:
-        """``wal`` is the log from now on (``Server._write_to``): the stream
+        """``wal`` is the log from now on (``Server.write_to``): the stream
         goes on where the last one ended.  Once a backlog is kept, each of
         its writes is handed to ``feed``; before that, writing costs nothing
         more (the offset is the log's byte count)."""
@@ -304,7 +304,7 @@ class Replication:
         for peer in list(self.peers):       # sub-replicas start again from this node's new history
             self.drop_peer(peer, "this node now follows another")
         self.waits.release()
-        server.become_replica()
+        server.roles.become_replica()
         self.link = ReplicaLink(server, host, port)
         self.link.start()
         log.info("following the primary at %s:%d%s", host, port,
@@ -322,7 +322,7 @@ class Replication:
         self.replid = new_id()
         for peer in list(self.peers):
             self.drop_peer(peer, "its primary was promoted: it continues with PSYNC")
-        self.server.become_primary()
+        self.server.roles.become_primary()
         log.info("promoted to primary: replication id %s, %s kept up to offset %d", self.replid, self.replid2,
                  self.second_offset)
         return "OK"

@@ -19,9 +19,8 @@ from leaseq.commands.acl import Acl
 from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
-from leaseq.storage.recovery import Replayer
 from leaseq.storage.store import Store
-from leaseq.storage.wal import Faults, MemoryLog
+from leaseq.storage.wal import Faults
 
 from . import config
 from .admission import Admission, IdleReaper
@@ -37,6 +36,7 @@ from .listeners import Listeners
 from .metrics import Metrics
 from .process import MemoryGuard, every, keep_old_objects_out_of_collections, tune_collector
 from .replication import Replication
+from .roles import Roles
 from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Server:
     __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
                  "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
                  "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only", "config_file", "channels", "replicas_gate")
+                 "replication", "read_only", "config_file", "channels", "replicas_gate", "roles")
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -100,6 +100,7 @@ class Server:
         self.read_only = False                   # a replica: commands that write get -READONLY
         self.channels = Channels()               # plain pub/sub channels (daemon/channels.py)
         self.replicas_gate = 0                   # min-replicas-to-write while it applies (0: off)
+        self.roles = Roles(self)                 # what becoming a replica or a primary changes (daemon/roles.py)
 
     def attach(self, datadir: DataDir) -> None:
         """Recovery is done: serve the recovered store from now on.  DEBUG
@@ -108,7 +109,7 @@ class Server:
         s = self.settings
         self.datadir = datadir
         store = datadir.store
-        self._serve(store)
+        self.serve_store(store)
         self.faults = datadir.faults
         config.copy_to_storage(s, store, datadir)
         self.clock = Clock(*store.clock, on_change=self._clock_changed)
@@ -117,7 +118,7 @@ class Server:
             # a test froze time in this data directory; without DEBUG nobody could resume it
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")
             self.clock.resume()
-        self._write_to(datadir.wal)
+        self.write_to(datadir.wal)
         self.snapshots = Snapshots(self, self.loop)
         self.loading = False
         self.history_tick()                  # the history's first minute opens now
@@ -133,20 +134,20 @@ class Server:
         """A disk fault's recovery (daemon/faults.py) hands over the store
         rebuilt from disk, and later the new log once writing resumes."""
         if store is not None:
-            self._serve(store)
+            self.serve_store(store)
             self.alarm.attach(store)
             self.datadir.history.rebase(store)   # its counters are what its replay counted
         if wal is not None:
-            self._write_to(wal)
+            self.write_to(wal)
         config.copy_to_storage(self.settings, self.store, self.datadir)
 
-    def _write_to(self, wal) -> None:
+    def write_to(self, wal) -> None:
         """``wal`` is the log from now on; what it writes is the replication stream."""
         self.replication.attach_log(wal)
         self.committer.resumed(wal)
-        self._replication_rules()
+        self.replication_rules()
 
-    def _replication_rules(self) -> None:
+    def replication_rules(self) -> None:
         """What the min-replicas-* settings ask, for this node's role now:
         a primary's writes wait for replicas' disks (``LogBuffer.ack_needed``)
         or are refused without enough good replicas (``replicas_gate``)."""
@@ -157,70 +158,15 @@ class Server:
         if wal is not None:
             wal.require_acks(primary and s.min_replicas_to_ack > 0)
 
-    def _serve(self, store: Store) -> None:
+    def serve_store(self, store: Store) -> None:
         """From now on ``store`` is the one served: the claimers' waits hold
         it too (``Blocking.store``), since they look at it at every turn.  A
-        replica's store logs nothing and does not fold (``become_replica``)."""
+        replica's store logs nothing and does not fold (``Roles.become_replica``, daemon/roles.py)."""
         self.store = store
         self.blocking.store = store
         if self.read_only:
             store.journal = Journal()
             store.following = True
-
-    # -- roles (daemon/replication.py decides; these change the parts) ----------------------------
-
-    def become_replica(self) -> None:
-        """Write nothing of its own from now on: commands that write get
-        -READONLY, the store applies only the primary's records, the
-        schedules wait, parked claims are answered (nothing to hand out)."""
-        self.read_only = True
-        self._serve(self.store)
-        self._replication_rules()
-        self.alarm.cancel()
-        self.blocking.release_all()
-
-    def become_primary(self) -> None:
-        """REPLICAOF NO ONE: the store logs its own changes again, from a new
-        boot epoch (no token of this run can match one the old primary
-        handed out), and the schedules fire."""
-        self.read_only = False
-        self._replication_rules()
-        store, datadir = self.store, self.datadir
-        store.following = False
-        store.journal = datadir.journal(datadir.wal) if datadir.wal is not None else Journal()
-        now = self.now_ms()
-        store.boot(now, at_least=now // 1000)     # above any epoch the old primary reached by restarting
-        datadir.history.resume(store, now)       # its own minutes from now on
-        self.alarm.attach(store)
-        self.committer.touch()
-
-    def apply_frame(self, frame: bytes, rtype: int, body: bytes) -> None:
-        """A replica: one record of its primary's, applied as recovery
-        applies it and written to this node's log as it came."""
-        Replayer(self.store).apply(rtype, body)
-        self.committer.wal.append_frame(frame, True)
-
-    async def install_snapshot(self, path: str) -> None:
-        """A replica's full sync: the primary's snapshot, received into
-        ``path``, replaces this node's data (``DataDir.install``, in the
-        log's thread, after any fsync in flight there)."""
-        committer, datadir = self.committer, self.datadir
-        old = committer.wal
-        committer.resumed(MemoryLog())             # (the old log is closed in the thread)
-        try:
-            await committer.thread.run(datadir.install, path, self.now_ms())
-        except BaseException:
-            if datadir.wal is old:                 # the snapshot did not read: nothing changed
-                committer.resumed(old)
-            elif datadir.wal is None:              # part way: what is left is recovered, then synced again
-                await committer.thread.run(datadir.recover)
-                await committer.thread.run(datadir.resume, self.now_ms(), False)
-                self._serve(datadir.store)
-                self._write_to(datadir.wal)
-            raise
-        self._serve(datadir.store)
-        self._write_to(self.datadir.wal)
-        config.copy_to_storage(self.settings, self.store, self.datadir)
 
     def spawn(self, coroutine) -> None:
         """Run a background task that stops with the server."""
@@ -286,7 +232,7 @@ class Server:
                 c.limit_output()
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(s.loglevel.upper())
-        self._replication_rules()
+        self.replication_rules()
         self.replication.acked()             # (a smaller min-replicas-to-ack may let replies go now)
 
     def info_sections(self) -> dict[str, list[tuple[str, object]]]:
