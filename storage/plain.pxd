@@ -3,7 +3,6 @@
 # each plain transition changes is written there; here only what is a C
 # function and which of its names are C types.
 cimport cython
-from libc.stdint cimport int64_t
 
 from leaseq.storage._job cimport Job as BuiltJob
 from leaseq.storage._index cimport ReadyIndex as BuiltReadyIndex, TimeIndex as BuiltTimeIndex
@@ -20,7 +19,6 @@ cpdef list claim_next(Store store, Queue q, object now, Py_ssize_t count, object
 cpdef object ack_tokens(Store store, Queue q, object tokens, object now)
 
 cdef bint _claims_plainly(Queue q) except -1
-@cython.locals(indexes=Indexes, at=int64_t)
 cdef int _fold(Store store, Queue q, object now) except -1
 @cython.locals(job=BuiltJob)
 cdef bint _all_plain(list jobs) except -1

@@ -115,12 +115,9 @@ def _claims_plainly(q) -> bool:
 
 
 def _fold(store, q, now: int) -> None:
-    """``Store.fold(q, now)``, called only when something in ``q`` is due (a
-    fold with nothing due changes nothing)."""
-    indexes = q.indexes
-    at = now
-    if (indexes.delayed.earliest <= at or indexes.leases.earliest <= at or indexes.dead.earliest <= at
-            or indexes.completed.earliest <= at or indexes.cancelled.earliest <= at or q.results.entries):
+    """``Store.fold(q, now)``, called only when something in ``q`` is due
+    (``Queue.due``: a fold with nothing due changes nothing)."""
+    if q.due(now):
         store.fold(q, now)                   # the ordinary fold, which logs the leases that ran out
 
 

@@ -2,6 +2,9 @@
 # compiled flavour: docs/performance.md, "One source, two flavours").  What
 # a queue holds and its transitions are written there; here only what each
 # field is in C (``Counters`` stays an ordinary class).
+cimport cython
+from libc.stdint cimport int64_t
+
 from leaseq.storage.indexes cimport Indexes
 
 
@@ -11,3 +14,6 @@ cdef class Queue:
     cdef public Indexes indexes
     cdef public dict keys, schedules
     cdef public bint dropped
+
+    @cython.locals(indexes=Indexes, at=int64_t)
+    cpdef bint due(self, object now) except -1

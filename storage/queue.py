@@ -282,6 +282,16 @@ class Queue:
 
     # -- lazy expiry -----------------------------------------------------------------------
 
+    def due(self, now: int) -> bool:
+        """Whether ``fold(now)`` has anything to do: a delayed job or a lease
+        due, a retention over, groups to fold, a result to let go.  A claim
+        that finds nothing due skips the fold (``storage.plain``)."""
+        indexes = self.indexes
+        at = now
+        return (indexes.delayed.earliest <= at or indexes.leases.earliest <= at or indexes.dead.earliest <= at
+                or indexes.completed.earliest <= at or indexes.cancelled.earliest <= at
+                or indexes.groups is not None or bool(self.results.entries))
+
     def fold(self, now: int) -> list[int]:
         """Move due delayed jobs and expired leases to ready; let go of dead,
         cancelled and completed jobs whose retention is over, and of results
