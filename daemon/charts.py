@@ -80,7 +80,7 @@ def read_charts(server, span: str = DEFAULT_RANGE) -> Charts:
     names = sorted(set(server.store.queues) | set(history.series))
     queues = [_queue_chart(name, history.series.get(name), start, per, points) for name in names[:MAX_CHART_QUEUES]]
     return Charts(span, start * MINUTE, per * MINUTE, points, queues, max(0, len(names) - MAX_CHART_QUEUES),
-                  off=history.hours <= 0)
+                  off=not history.on)
 
 
 def _queue_chart(name: bytes, series, start: int, per: int, points: int) -> QueueChart:

@@ -177,7 +177,7 @@ def copy_to_storage(settings: "Settings", store, datadir) -> None:
     history = datadir.history
     history.hours = settings.history_hours
     if store.journal.log is not None:
-        store.journal.history = history if history.hours > 0 else None
+        store.journal.history = history.hook()
     if datadir.wal is not None:
         datadir.wal.set_segment_size(settings.segment_size)
 

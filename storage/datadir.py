@@ -140,7 +140,7 @@ class DataDir:
     def journal(self, wal) -> Journal:
         """The journal of a store that writes to ``wal``: with the history
         unless ``history-hours`` is 0."""
-        return Journal(wal, self.lease_sync, self.history if self.history.hours > 0 else None)
+        return Journal(wal, self.lease_sync, self.history.hook())
 
     def install(self, path: str, now: int) -> None:
         """A replica's full sync: ``path``, a temporary file in this

@@ -309,6 +309,16 @@ class History:
         self._track = self.tracks.get
         self.sampled = 0      # sampled jobs in flight, all queues: while 0 the journal skips ACK, NACK ... records
 
+    @property
+    def on(self) -> bool:
+        """``history-hours`` above 0: minutes are counted and kept."""
+        return self.hours > 0
+
+    def hook(self):
+        """What a journal that writes the log is given to show its records
+        to: this history while it is on, else None (the journal shows nothing)."""
+        return self if self.on else None
+
     # -- counting (the journal calls this for every record it keeps) ------------------------------
 
     def seen(self, q, rtype: int, body: bytes) -> None:
@@ -386,7 +396,7 @@ class History:
             for t in self.tracks.values():
                 t.pace()
             return
-        if self.hours <= 0:                  # off: nothing counted, nothing kept
+        if not self.on:                      # off: nothing counted, nothing kept
             if self.minute is not None or self.series:
                 self.minute = None
                 self.tracks.clear()
@@ -421,7 +431,7 @@ class History:
 
     def close_minute(self, store) -> None:
         """Write the open minute's row of every queue (what a stop calls too)."""
-        if self.minute is None or self.hours <= 0:
+        if self.minute is None or not self.on:
             return
         minute, queues, out = self.minute, store.queues, []
         for name in sorted(set(self.tracks) | set(queues)):
@@ -463,7 +473,7 @@ class History:
 
     def prune(self, now: int) -> None:
         """Forget the minutes, and delete the files, older than ``hours``."""
-        first_kept = (now - now % MINUTE) - self.hours * HOUR if self.hours > 0 else now + HOUR
+        first_kept = (now - now % MINUTE) - self.hours * HOUR if self.on else now + HOUR
         for name in list(self.series):
             s = self.series[name]
             s.prune(first_kept // MINUTE)
