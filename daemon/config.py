@@ -28,16 +28,23 @@ class ConfigError(ValueError):
     pass
 
 
-def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = ()):
-    return field(default=default, metadata={"kind": kind, "help": help, "mutable": mutable, "choices": choices})
+def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = (), lo: int = 0, hi: int | None = None):
+    """One setting.  ``lo``/``hi``: the range an integer setting ("int",
+    "ms") must be in (``hi`` None: no upper bound)."""
+    return field(default=default, metadata={"kind": kind, "help": help, "mutable": mutable, "choices": choices,
+                                            "lo": lo, "hi": hi})
+
+
+PORT_MAX = 65535
+MAX_HISTORY_HOURS = 24 * 366
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False)
+    port: int = _s(6479, "int", "TCP port to listen on (0 picks a free port)", mutable=False, hi=PORT_MAX)
     bind: str = _s("127.0.0.1", "str", "address to listen on; 127.0.0.1 keeps a sidecar private", mutable=False)
     tls_port: int = _s(0, "int", "TLS port for rediss:// clients (0 = no TLS listener); the plain port stays open",
-                       mutable=False)
+                       mutable=False, hi=PORT_MAX)
     tls_bind: str = _s("", "str", "address the TLS listener binds to (empty: the bind address)", mutable=False)
     tls_cert_file: str = _s("", "str", "the server's certificate (PEM), with any intermediates after it",
                             mutable=False)
@@ -50,10 +57,10 @@ class Settings:
                                mutable=False, choices=("yes", "no", "optional"))
     tls_protocols: str = _s("TLSv1.2 TLSv1.3", "str", "TLS versions the TLS listener accepts", mutable=False)
     http_port: int = _s(0, "int", "HTTP port for the status page, /healthz, /readyz and /metrics (0 = none)",
-                        mutable=False)
+                        mutable=False, hi=PORT_MAX)
     http_bind: str = _s("127.0.0.1", "str", "address the HTTP listener binds to", mutable=False)
     search_slice: int = _s(5000, "int", "jobs the status page's search and bulk actions look at (or act on) per "
-                                        "turn of the event loop before other clients get theirs (at least 1)")
+                                        "turn of the event loop before other clients get theirs (at least 1)", lo=1)
     dir: str = _s("./data", "str", "data directory (log segments and snapshots); created if missing", mutable=False)
     loglevel: str = _s("info", "choice", "log level", choices=("debug", "info", "warning", "error"))
     requirepass: str = _s("", "str", "password for the default user; empty means no authentication")
@@ -92,10 +99,11 @@ class Settings:
                                       "seconds (replicas acknowledge every second), and a replica its link to a "
                                       "primary it heard nothing from (0: never); above repl-ping-replica-period")
     repl_ping_replica_period: int = _s(10, "int", "a primary whose replication stream carried nothing for this many "
-                                                  "seconds sends its replicas a PING record (at least 1)")
+                                                  "seconds sends its replicas a PING record (at least 1)", lo=1)
     replica_priority: int = _s(100, "int", "Sentinel promotes the replica with the lowest; 0: never")
     replica_announce_ip: str = _s("", "str", "the address a replica tells its primary (and Sentinel) it is at")
-    replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)")
+    replica_announce_port: int = _s(0, "int", "the port a replica tells its primary it listens on (0: its port)",
+                                hi=PORT_MAX)
     min_replicas_to_write: int = _s(0, "int", "a primary refuses writes with -NOREPLICAS while fewer replicas "
                                               "than this acknowledged within min-replicas-max-lag (0: never)")
     min_replicas_max_lag: int = _s(10, "int", "seconds since its last acknowledgement within which a replica counts "
@@ -103,7 +111,8 @@ class Settings:
     min_replicas_to_ack: int = _s(0, "int", "a reply that waits for the log's fsync also waits until this many "
                                             "replicas have the record on their disks (0: the primary's alone)")
     history_hours: int = _s(72, "int", "hours of per-minute history kept per queue (QHISTORY, the status page's "
-                                        "charts) in the data directory's history/ folder (0: off)")
+                                        "charts) in the data directory's history/ folder (0: off)",
+                           hi=MAX_HISTORY_HOURS)
     # ``user`` lines of the config file, each as its words (name, rules...);
     # not a setting CONFIG GET shows, as in Redis
     users: tuple = field(default=())
@@ -209,9 +218,6 @@ def file_text(name: str, value) -> str:
     return f'"{text}"' if text == "" or " " in text else text
 
 
-MAX_HISTORY_HOURS = 24 * 366
-_PORTS = ("port", "tls-port", "http-port", "replica-announce-port")
-_AT_LEAST_ONE = ("search-slice", "repl-ping-replica-period")
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000 ** 2, "mb": 1024 ** 2, "g": 1000 ** 3, "gb": 1024 ** 3}
 
@@ -239,8 +245,7 @@ def parse_value(name: str, text: str):
             v = int(t)
         except ValueError:
             raise ConfigError(f"'{name}' must be an integer, not '{text}'") from None
-        if v < 0 or (name in _PORTS and v > 65535) or (name in _AT_LEAST_ONE and v < 1) \
-                or (name == "history-hours" and v > MAX_HISTORY_HOURS):
+        if v < meta["lo"] or (meta["hi"] is not None and v > meta["hi"]):
             raise ConfigError(f"'{name}' is out of range: {v}")
         return v
     if kind == "bytes":

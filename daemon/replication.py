@@ -372,7 +372,7 @@ class Replication:
             up = link is not None and link.up
             fields = [("role", "slave"), ("master_host", self.master[0]), ("master_port", self.master[1]),
                       ("master_link_status", "up" if up else "down"),
-                      ("master_last_io_seconds_ago", int(now - link.last_io) if link and link.last_io else -1),
+                      ("master_last_io_seconds_ago", int(now - link.last_io) if up else -1),
                       ("master_sync_in_progress", int(link is not None and link.syncing)),
                       ("slave_read_repl_offset", self.offset), ("slave_repl_offset", self.offset),
                       ("slave_priority", settings.replica_priority), ("slave_read_only", 1),

@@ -596,6 +596,8 @@ def test_a_replica_drops_the_link_to_a_hung_primary_and_links_again(tmp_path):
         primary.proc.send_signal(signal.SIGSTOP)
         wait_for(lambda: r.info("replication")["master_link_status"] == "down", timeout=15,
                  what="the replica to give up its silent primary")
+        down = r.info("replication")
+        assert down["master_last_io_seconds_ago"] == -1 and down["master_link_down_since_seconds"] >= 0, down
         assert "nothing from the primary for" in replica.log() and "(repl-timeout 2 s)" in replica.log()
         primary.proc.send_signal(signal.SIGCONT)
         wait_for(lambda: linked(replica), timeout=20, what="the link back")
