@@ -34,15 +34,6 @@ TRACE_PARENTS = ("link", "child")
 TRACER_NAME = "leaseq.client"
 
 
-def traced(options: dict[str, Any]) -> dict[str, Any]:
-    """A push's (or a schedule's) keyword options, ``meta`` with the current
-    trace context added (``with_trace_context``)."""
-    if not ENABLED:
-        return options
-    meta = with_trace_context(options.get("meta"))
-    return options if meta is options.get("meta") else {**options, "meta": meta}
-
-
 def with_trace_context(meta: Mapping | None) -> Mapping | None:
     """``meta`` with the current trace context added; as given when there
     is no active span (the propagator then writes nothing)."""
