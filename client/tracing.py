@@ -12,8 +12,8 @@ With ``opentelemetry-api`` importable (the extra ``otel``):
   the attributes of OpenTelemetry's messaging semantic conventions; how
   the job ended sets its status.
 
-Without it the import below fails once, at load, and the two return META
-as given and one shared do-nothing span.
+Without it the import below fails once, at load: ``with_trace_context``
+returns META as given, and ``JobSpans`` one shared do-nothing span.
 """
 
 from __future__ import annotations
