@@ -25,7 +25,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 
-from . import connect, errors, protocol, tracing, work
+from . import connect, errors, protocol, work
 from .protocol import Job, Payload
 from .schedules import AsyncSchedules
 from .work import HeldLeases, Outcome, WorkerStats
@@ -76,13 +76,13 @@ class Queue:
         return f"<aio.Queue {self.name!r} on {self.client!r}>"
 
     async def push(self, payload: Payload, **options: Any) -> int:
-        return await self._execute(protocol.push_command(self.name, payload, **tracing.traced(options)))
+        return await self._execute(protocol.push_command(self.name, payload, **options))
 
     async def push_many(self, payloads: Iterable[Payload], **options: Any) -> list[int]:
         payloads = list(payloads)
         if not payloads:
             return []
-        return await self._execute(protocol.push_many_command(self.name, payloads, **tracing.traced(options)))
+        return await self._execute(protocol.push_many_command(self.name, payloads, **options))
 
     async def claim(self, consumer: str, count: int = 1, lease_ms: int | None = None,
                     block_ms: int | None = None) -> list[Job]:

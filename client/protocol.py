@@ -20,6 +20,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
+from .tracing import with_trace_context
+
 Payload = Union[bytes, bytearray, memoryview, str]
 
 
@@ -125,9 +127,13 @@ def push_many_command(queue: str, payloads: list[Payload], *, keys: list[bytes |
 
 def meta_args(meta: Mapping | None) -> list:
     """``META field value ...`` for a mapping of names to values (str or
-    bytes), last among the options as the daemon wants it; nothing for None
-    or an empty mapping.  The daemon checks the limits (32 fields, names of
-    1 to 64 bytes, 8 KiB in all) and names what is wrong."""
+    bytes), last among the options as the daemon wants it, with the current
+    trace context added (``traceparent``, client/tracing.py: a push or a
+    schedule made inside a span carries it; a field the caller gives wins);
+    nothing for None or an empty mapping outside a span.  The daemon checks
+    the limits (32 fields, names of 1 to 64 bytes, 8 KiB in all) and names
+    what is wrong."""
+    meta = with_trace_context(meta)
     if not meta:
         return []
     if not isinstance(meta, Mapping):

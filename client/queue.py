@@ -17,7 +17,7 @@ from typing import Any
 import redis
 import redis.sentinel
 
-from . import connect, errors, protocol, tracing
+from . import connect, errors, protocol
 from .protocol import Job, Payload
 from .schedules import Schedules
 
@@ -83,7 +83,7 @@ class Queue:
         ``max_deliveries``, ``expire_ms``, ``group``, ``after`` (parents:
         ``Job``s or ``(queue, id)`` pairs), ``on_fail`` and ``meta`` (a
         dict of labels the job carries: ``Job.meta``) (docs/client.md)."""
-        return self._execute(protocol.push_command(self.name, payload, **tracing.traced(options)))
+        return self._execute(protocol.push_command(self.name, payload, **options))
 
     def push_many(self, payloads: Iterable[Payload], **options: Any) -> list[int]:
         """Push several jobs at once, all or none, and return their ids in
@@ -93,7 +93,7 @@ class Queue:
         payloads = list(payloads)
         if not payloads:
             return []
-        return self._execute(protocol.push_many_command(self.name, payloads, **tracing.traced(options)))
+        return self._execute(protocol.push_many_command(self.name, payloads, **options))
 
     # -- consuming ---------------------------------------------------------------------------
 

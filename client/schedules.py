@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import protocol, tracing
+from . import protocol
 from .protocol import Payload
 
 
@@ -25,7 +25,7 @@ class Schedules:
         at each tick: ``cron`` (with ``tz``) or ``every_ms``, and
         ``priority``, ``misfire``, ``overlap``, ``meta`` (every job's META).
         Returns the next tick (ms epoch)."""
-        return self._queue._execute(protocol.schedule_command(self._queue.name, name, payload, **tracing.traced(options)))
+        return self._queue._execute(protocol.schedule_command(self._queue.name, name, payload, **options))
 
     def remove(self, name: str) -> bool:
         """QUNSCHEDULE: False when there was no such schedule."""
@@ -44,7 +44,7 @@ class AsyncSchedules:
         self._queue = queue
 
     async def add(self, name: str, payload: Payload, **options: Any) -> int:
-        return await self._queue._execute(protocol.schedule_command(self._queue.name, name, payload, **tracing.traced(options)))
+        return await self._queue._execute(protocol.schedule_command(self._queue.name, name, payload, **options))
 
     async def remove(self, name: str) -> bool:
         return await self._queue._execute(["QUNSCHEDULE", self._queue.name, name]) == 1

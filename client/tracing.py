@@ -12,8 +12,8 @@ With ``opentelemetry-api`` importable (the extra ``otel``):
   the attributes of OpenTelemetry's messaging semantic conventions; how
   the job ended sets its status.
 
-Without it the import below fails once, at load, and the two return META
-as given and one shared do-nothing span.
+Without it the import below fails once, at load: ``with_trace_context``
+returns META as given, and ``JobSpans`` one shared do-nothing span.
 """
 
 from __future__ import annotations
@@ -32,15 +32,6 @@ except ImportError:          # the extra ``otel`` is not installed: no tracing
 ENABLED = trace is not None
 TRACE_PARENTS = ("link", "child")
 TRACER_NAME = "leaseq.client"
-
-
-def traced(options: dict[str, Any]) -> dict[str, Any]:
-    """A push's (or a schedule's) keyword options, ``meta`` with the current
-    trace context added (``with_trace_context``)."""
-    if not ENABLED:
-        return options
-    meta = with_trace_context(options.get("meta"))
-    return options if meta is options.get("meta") else {**options, "meta": meta}
 
 
 def with_trace_context(meta: Mapping | None) -> Mapping | None:

@@ -4,6 +4,8 @@
 // for job maps) are turned into JavaScript values here.  queue.js and
 // worker.js only move them.
 
+import { withTraceContext } from "./tracing.js";
+
 /** Error replies: `code` is the daemon's code word (docs/errors.md). */
 export class LeaseqError extends Error {
   constructor(message, code = "ERR") {
@@ -67,9 +69,12 @@ function pushOptions(options, keyed) {
 }
 
 /** `META field value ...` for a `meta` object (or Map) of names to strings or Buffers, last among
- * the options as the daemon wants it; nothing for undefined, null or an empty one.  The daemon checks
- * the limits (32 fields, names of 1 to 64 bytes, 8 KiB in all) and names what is wrong. */
+ * the options as the daemon wants it, with the active trace context added (tracing.js: a push made
+ * inside a span carries it; a field the caller gives wins); nothing for undefined, null or an empty
+ * one outside a span.  The daemon checks the limits (32 fields, names of 1 to 64 bytes, 8 KiB in all)
+ * and names what is wrong. */
 export function metaArgs(meta) {
+  meta = withTraceContext(meta);
   if (meta === undefined || meta === null) return [];
   if (typeof meta !== "object" || Array.isArray(meta) || isBytes(meta)) {
     throw new TypeError("meta is an object of field names to values (strings or Buffers)");

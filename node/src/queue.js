@@ -6,7 +6,6 @@
 import Redis from "ioredis";
 
 import * as protocol from "./protocol.js";
-import { traced } from "./tracing.js";
 
 export class Queue {
   /**
@@ -42,14 +41,14 @@ export class Queue {
    * replace), maxDeliveries, expire (ms), group, after (parents: Jobs or [queue, id]), onFail, meta
    * (with the current trace context added when @opentelemetry/api is there: src/tracing.js). */
   async push(payload, options = {}) {
-    return this._call(protocol.pushCommand(this.name, payload, traced(options)));
+    return this._call(protocol.pushCommand(this.name, payload, options));
   }
 
   /** Push several jobs at once, all or none; their ids in order.  keys and groups: one per payload. */
   async pushMany(payloads, options = {}) {
     payloads = [...payloads];
     if (!payloads.length) return [];
-    return this._call(protocol.pushManyCommand(this.name, payloads, traced(options)));
+    return this._call(protocol.pushManyCommand(this.name, payloads, options));
   }
 
   // -- consuming ---------------------------------------------------------------------------

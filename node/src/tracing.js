@@ -13,13 +13,6 @@ export const enabled = api !== null;
 export const TRACE_PARENTS = ["link", "child"];
 export const TRACER_NAME = "leaseq";
 
-/** A push's options with the current trace context added to `meta`; the caller's own fields win. */
-export function traced(options) {
-  if (!api) return options;
-  const meta = withTraceContext(options.meta);
-  return meta === options.meta ? options : { ...options, meta };
-}
-
 export function withTraceContext(meta) {
   if (!api) return meta;
   const carrier = {};
