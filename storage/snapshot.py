@@ -299,8 +299,8 @@ class _Loading:
 
     def snap_jobs(self, body: bytes) -> None:
         qid, rows = snapformat.iter_snap_jobs(body, self.version)
-        self.queue(qid, "SNAP_JOBS")
-        _pending(self.pending, qid).others(_jobs(rows))
+        q = self.queue(qid, "SNAP_JOBS")
+        _pending(self.pending, qid).others(_jobs(rows, q.name))
 
     def snap_schedules(self, body: bytes) -> None:
         qid, listed = snapformat.decode_snap_schedules(body)
@@ -455,7 +455,8 @@ def _all(setter, jobs: list, values) -> None:
     deque(map(setter, jobs, values), 0)
 
 
-def _jobs(rows) -> list[Job]:
+def _jobs(rows, queue_name: bytes) -> list[Job]:
+    """The jobs of a SNAP_JOBS record of the queue ``queue_name``."""
     out = []
     append = out.append
     states = STATES
@@ -484,7 +485,11 @@ def _jobs(rows) -> list[Job]:
             if bits & error_bit:
                 job.last_error = error
             if origin is not None:
-                job.origin = Provenance(*origin)
+                job.origin = o = Provenance(*origin)
+                if o.parent is not None and o.src_id == jid and o.source == queue_name:
+                    # a child that died in place after a parent keeps that parent for its
+                    # later deaths (``Deaths.apply_dead``), as the live job does
+                    job.failed_parent = Provenance(o.parent[0], o.parent[1], 0, b"parent-failed")
             if group:
                 job.group = group
             if scheduled is not None:

@@ -14,8 +14,8 @@ from leaseq.storage.datadir import DataDir
 from leaseq.storage.recovery import CorruptLog
 from leaseq.storage.wal import list_segments
 
-from core import (LEASE, T0, ack, claim, close, crash, datadir_of, delete, nack, nack_dead, new_queue,
-                   open_store, push, push_key, take_snapshot)
+from core import (LEASE, T0, ack, call, claim, client_of, close, crash, datadir_of, delete, nack, nack_dead,
+                   new_queue, open_store, push, push_key, take_snapshot)
 from store_state import digest
 
 def build_varied(store, now=T0) -> None:
@@ -86,6 +86,39 @@ def test_recovery_from_snapshot_and_later_segments_equals_replay_of_the_whole_lo
     assert datadir_of(from_snapshot).report.segments < datadir_of(from_log).report.segments
     close(from_snapshot)
     close(from_log)
+
+
+def _parent_failed_child_dies_again(tmp_path, name: str, snapshot_first: bool) -> dict:
+    """A child dead in place after its parent (parent-failed), redriven,
+    then dead again of max-deliveries: what QGET shows of it, with or
+    without a restart from a snapshot in between."""
+    store = open_store(tmp_path / name, T0)
+    c = client_of(store)
+    call(c, "QCREATE", "q", "MAXDELIVERIES", 1)
+    call(c, "QPUSH", "q", "parent")                                 # 1
+    call(c, "QCANCEL", "q", 1)
+    call(c, "QPUSH", "q", "child", "AFTER", 1, "q", 1)              # 2: dies at once, parent-failed
+    if snapshot_first:
+        take_snapshot(store)
+        crash(store)
+        store = open_store(tmp_path / name, T0)
+        c = client_of(store)
+    call(c, "QREDRIVE", "q", now=T0 + 1)
+    assert [j[b"id"] for j in call(c, "QCLAIM", "q", "w", "LEASE", LEASE, now=T0 + 2)] == [2]
+    assert call(c, "QCLAIM", "q", "w", now=T0 + 3 + LEASE) == []   # its lease ran out: max-deliveries
+    job = call(c, "QGET", "q", 2)
+    close(store)
+    return job
+
+
+def test_a_parent_failed_childs_later_death_reads_the_same_after_a_snapshot(tmp_path):
+    """The snapshot keeps whose death took a child along (its provenance's
+    parent), so a later death of the child, redriven, names its own reason
+    and still that parent, as without the restart."""
+    live = _parent_failed_child_dies_again(tmp_path, "live", snapshot_first=False)
+    restored = _parent_failed_child_dies_again(tmp_path, "restored", snapshot_first=True)
+    assert live[b"dead_letter_reason"] == b"max-deliveries" and live[b"dead_letter_parent"] == [b"q", 1]
+    assert restored == live
 
 
 def test_tokens_of_a_snapshot_still_ack_after_restart(tmp_path):
