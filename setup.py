@@ -26,7 +26,6 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
             ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.daemon._clock", "daemon/_clock.pyx"),
-            ("leaseq.daemon._lane", "daemon/_lane.pyx"),
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)
 
 

@@ -8,6 +8,18 @@ or the frozen moment)."""
 
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+cdef extern from *:
+    """
+    #ifdef LEASEQ_PROFILE_USE
+    #define LEASEQ_PROFILE_GUIDED 1
+    #else
+    #define LEASEQ_PROFILE_GUIDED 0
+    #endif
+    """
+    int LEASEQ_PROFILE_GUIDED
+
+PROFILE_GUIDED = bool(LEASEQ_PROFILE_GUIDED)   # built from a profile (bin/build-from-profile defines the macro)
+
 
 cdef class Reading:
     """(Its fields are declared in _clock.pxd.)"""
@@ -17,11 +29,7 @@ cdef class Reading:
         self.frozen = frozen
         self.frozen_at = frozen_at
 
-    def now(self):
-        return self.c_now()
-
-    cdef long long c_now(self):
-        """``now`` (what daemon._lane calls)."""
+    cpdef long long now(self):
         cdef timespec ts
         if self.frozen:
             return self.frozen_at

@@ -13,7 +13,7 @@ from leaseq.storage.store cimport Store
 
 
 cdef class Blocking:
-    cdef public object server, loop, results, serve_plain
+    cdef public object server, loop, results
     cdef public dict by_queue, workers, timers, cohorts
     cdef public set woken
     cdef public Store store

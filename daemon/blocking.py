@@ -24,10 +24,6 @@ when the window closes.
 closes they go back to ready at once (no deliveries bump until the next
 claim).  The store calls ``lease_ended`` when a held lease ends any other
 way (ack, nack, claimed again after expiry, removal).
-
-When only plain claims wait on a plain queue, ``serve_woken`` asks the
-compiled ``dispatch.serve_plain`` first (daemon/_lane.pyx): the same deal,
-each claimer's share claimed by the compiled transitions.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ def deal(available: int, counts: list[int]) -> list[int]:
 
 
 class Blocking:
-    __slots__ = ("server", "store", "loop", "serve_plain", "by_queue", "workers", "timers", "cohorts", "woken",
+    __slots__ = ("server", "store", "loop", "by_queue", "workers", "timers", "cohorts", "woken",
                  "results", "timeouts")
 
     def __init__(self, server, loop) -> None:
@@ -81,7 +77,6 @@ class Blocking:
         self.woken: set = set()     # queues a worker's freed slot asks to serve
         self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
         self.timeouts = Timeouts(loop, self._timed_out)     # the waiters' BLOCKs
-        self.serve_plain = dispatch.serve_plain     # the compiled lane's serve (None: not built)
 
     def count(self, queue=None) -> int:
         if queue is not None:
@@ -229,8 +224,7 @@ class Blocking:
             self.woken = set()
         for q in sorted(woken, key=BY_QID) if len(woken) > 1 else woken:
             if q in self.by_queue or q in self.workers:
-                if self.serve_plain is None or not self.serve_plain(self, q):
-                    self.serve(q)
+                self.serve(q)
 
     def time_moved(self) -> None:
         """The clock jumped (DEBUG): timers were set for the old time (those
@@ -355,5 +349,3 @@ class Blocking:
         if cohort is not None:
             cohort.cancel()
 
-
-from . import dispatch      # (last: dispatch's plain lane imports the connection, which imports this module)

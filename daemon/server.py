@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
 
 from leaseq.commands import errors
 from leaseq.commands.acl import Acl
@@ -30,6 +29,7 @@ from .channels import Channels
 from .clock import Clock
 from .committer import Committer
 from .connection import Connection
+from .dispatch import Host, Stats
 from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
@@ -42,19 +42,7 @@ from .snapshots import Snapshots
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class Stats:
-    connections: int = 0
-    commands: int = 0
-    rejected: int = 0
-    protocol_errors: int = 0
-    acl_access_denied_auth: int = 0     # AUTH/HELLO with a wrong user or password
-    acl_access_denied_cmd: int = 0      # -NOPERM for a command
-    acl_access_denied_key: int = 0      # -NOPERM for a queue
-    tls_handshake_failures: int = 0
-
-
-class Server:
+class Server(Host):
     """Listens at once and answers -LOADING until ``attach`` hands it the
     recovered data directory (docs/operations.md, "Starting").  Its parts
     each do one job: ``listeners`` (daemon/listeners.py), ``admission`` and
@@ -62,10 +50,9 @@ class Server:
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
     ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
 
-    __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
-                 "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
-                 "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only", "config_file", "channels", "replicas_gate", "roles")
+    __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "now_ms", "listeners", "admission",
+                 "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
+                 "snapshots", "config_file", "channels", "roles")     # and Host's
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings

@@ -17,7 +17,7 @@ from leaseq.commands.context import ClientContext, Holdings, ServerContext
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
-from leaseq.daemon import config
+from leaseq.daemon import config, dispatch
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.server import Server
@@ -239,14 +239,9 @@ def test_cython_imports_and_includes_are_read(tmp_path):
 
 # Modules that import each other round a cycle, each to be untied (issue 42):
 # the list may only shrink.  A twin that imports its definition's module
-# (job.py loads _job.pyx, which takes JobExtra from job.py); the compiled lane
-# and the daemon modules it serves (dispatch, connection and blocking load
-# the lane, which imports them back at first use: ``_lane._imports``); the
-# settings and the TLS context they check.
+# (job.py loads _job.pyx, which takes JobExtra from job.py); the settings and
+# the TLS context they check.
 KNOWN_CYCLES = [
-    # the plain lane knows the connection's class, whose module imports dispatch, which imports the
-    # lane last (tests/unit/test_one_source.py: the lane loads whichever module comes first)
-    ["leaseq.daemon._lane", "leaseq.daemon.connection", "leaseq.daemon.dispatch"],
     ["leaseq.daemon.config", "leaseq.daemon.tls"],
     ["leaseq.storage._job", "leaseq.storage.job"],
 ]
@@ -546,7 +541,9 @@ def test_a_handler_bug_is_an_error_reply_not_a_crash(c, monkeypatch, caplog):
     def broken(client, args):
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setitem(TABLE, b"qlen", dataclasses.replace(TABLE[b"qlen"], handler=broken))
+    route = dispatch.Route(dataclasses.replace(TABLE[b"qlen"], handler=broken))
+    monkeypatch.setitem(dispatch.ROUTES, b"qlen", route)
+    monkeypatch.setitem(dispatch.ROUTES, b"QLEN", route)
     reply, ticket = execute(c, [b"QLEN", b"q"])
     assert reply.line == "ERR internal error while running the command; see the server log"
     assert ticket is None
