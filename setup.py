@@ -21,11 +21,14 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
               ("leaseq.daemon.waiter", "daemon/waiter.py"), ("leaseq.storage.indexes", "storage/indexes.py"),
               ("leaseq.storage.queue", "storage/queue.py"), ("leaseq.storage.store", "storage/store.py"),
               ("leaseq.daemon.faults", "daemon/faults.py"), ("leaseq.commands.claims", "commands/claims.py"),
-              ("leaseq.storage.plain", "storage/plain.py"), ("leaseq.storage.journal", "storage/journal.py")]
+              ("leaseq.storage.plain", "storage/plain.py"), ("leaseq.storage.journal", "storage/journal.py"),
+              ("leaseq.commands.parties", "commands/parties.py"), ("leaseq.commands.args", "commands/args.py"),
+              ("leaseq.commands.queues", "commands/queues.py"), ("leaseq.commands.jobs", "commands/jobs.py"),
+              ("leaseq.daemon.metrics", "daemon/metrics.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
-            ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.daemon._clock", "daemon/_clock.pyx"),
+            ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.storage._clock", "storage/_clock.pyx"),
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)
 
 

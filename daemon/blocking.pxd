@@ -6,9 +6,11 @@
 cimport cython
 
 from leaseq.commands.claims cimport ClaimWait
+from leaseq.commands.parties cimport Host
 from leaseq.daemon.timeouts cimport Timeouts
 from leaseq.daemon.waiter cimport Waiter
 from leaseq.storage.queue cimport Queue
+from leaseq.storage.journal cimport Journal
 from leaseq.storage.store cimport Store
 
 
@@ -24,6 +26,7 @@ cdef class Blocking:
     cpdef cancel(self, object w)
     @cython.locals(wait=ClaimWait)
     cpdef _unpark(self, Waiter w)
+    @cython.locals(w=Waiter, wait=ClaimWait, server=Host, store=Store, journal=Journal)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)
     cpdef serve_woken(self)

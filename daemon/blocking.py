@@ -165,12 +165,14 @@ class Blocking:
         cohort_open = not closing_window and queue in self.cohorts     # its cohort waits for the window
         takers, asks = [], []
         for w in waiters:
-            if not w.conn.closed and not (cohort_open and w.wait.cohort):
+            wait = w.wait
+            if not w.conn.closed and not (cohort_open and wait.cohort):
                 takers.append(w)
-                asks.append(w.wait.count)
+                asks.append(wait.count)
         workers = self.workers.get(queue, ())
         if takers or workers:
             server = self.server
+            store = server.store
             now = server.now_ms()
             for k in workers:
                 if not k.conn.closed:
@@ -180,19 +182,19 @@ class Blocking:
                         asks.append(room)
             # after the fold, what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
             if takers:
-                available = plain.claimable(server.store, queue, now, sum(asks))
+                available = plain.claimable(store, queue, now, sum(asks))
             else:
-                server.store.fold(queue, now)
+                store.fold(queue, now)
                 available = 0
             if available:
-                journal = server.store.journal
+                journal = store.journal
                 for taker, share in zip(takers, deal(available, asks)):
                     if not share:
                         continue
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs, ticket = journal.claimed(server.now_ms, taker.wait.take, share)
+                    jobs, ticket = journal.claimed(server.clock, taker.wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)

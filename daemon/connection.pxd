@@ -5,7 +5,8 @@
 cimport cython
 
 from leaseq.daemon.committer cimport Committer
-from leaseq.daemon.dispatch cimport Caller, execute
+from leaseq.commands.parties cimport Caller
+from leaseq.daemon.dispatch cimport execute
 from leaseq.daemon._parser cimport RequestParser as BuiltParser   # daemon/resp.py's parser, as built
 from leaseq.daemon.faults cimport DiskFaults
 from leaseq.daemon.outbox cimport Outbox

@@ -32,12 +32,13 @@ from collections import deque
 
 from leaseq.commands import errors
 from leaseq.commands.claims import ClaimWait
+from leaseq.commands.parties import Caller
 from leaseq.commands.results import ResultWait
 from leaseq.commands.replies import NO_REPLY
 
 from leaseq.storage.wal import Ticket
 
-from .dispatch import Caller, execute
+from .dispatch import execute
 from .holdings import Holdings
 from .outbox import Outbox
 from .resp import ProtocolError, RequestParser, encode

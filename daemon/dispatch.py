@@ -16,7 +16,7 @@ the log records it appended need (written, or fsynced) before that reply may
 be sent; None when it appended nothing.  The connection holds the reply on
 it (docs/architecture.md, "The path of one QPUSH").  ``execute`` needs no
 socket: ``client`` is anything that fits ``commands.context.ClientContext``
-and derives from ``Caller``, its server from ``Host``.
+and derives from ``commands.parties.Caller``, its server from ``Host``.
 
 Every command comes this one way, at one job per request as well: the
 checks read what they need as fields (``Route`` for the command,
@@ -27,11 +27,12 @@ flavour reads as C (docs/performance.md, "One way in").
 from __future__ import annotations
 
 import logging
-from time import perf_counter
 
 from leaseq.commands import acl, errors
+from leaseq.commands.parties import Caller, Host
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
+from leaseq.storage.clock import seconds
 from leaseq.storage.wal import Ticket
 
 log = logging.getLogger(__name__)
@@ -74,37 +75,6 @@ def routes(table: dict) -> dict:
 ROUTES = routes(TABLE)
 
 
-class Caller:
-    """What dispatch reads and sets of a client (``commands.context.ClientContext``):
-    the daemon's ``Connection`` and the tests' in-memory client derive from it."""
-
-    __slots__ = ("server", "acl_user", "holdings", "multi", "last_command", "authenticated", "resp3", "multi_dirty",
-                 "in_exec")
-
-
-class Host:
-    """What dispatch reads of a server (``commands.context.ServerContext``):
-    the daemon's ``Server`` and the tests' in-memory core derive from it.
-    ``clock.now()`` is the server's ``now_ms()``."""
-
-    __slots__ = ("store", "stats", "metrics", "clock", "replication", "loading", "read_only", "oom", "disk_error",
-                 "replicas_gate")
-
-
-class Stats:
-    """The server's counters (INFO stats)."""
-
-    __slots__ = ("connections", "commands", "rejected", "protocol_errors", "acl_access_denied_auth",
-                 "acl_access_denied_cmd", "acl_access_denied_key", "tls_handshake_failures")
-
-    def __init__(self) -> None:
-        self.connections = self.commands = self.rejected = self.protocol_errors = 0
-        self.acl_access_denied_auth = 0      # AUTH/HELLO with a wrong user or password
-        self.acl_access_denied_cmd = 0       # -NOPERM for a command
-        self.acl_access_denied_key = 0       # -NOPERM for a queue
-        self.tls_handshake_failures = 0
-
-
 def execute(client: Caller, args: list) -> tuple[object, Ticket | None]:
     """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)
     and its ticket: the records it logged, and for a command whose reply
@@ -120,7 +90,7 @@ def execute(client: Caller, args: list) -> tuple[object, Ticket | None]:
         route = routes.get(name.lower())
     reply = _execute(client, server, args, route)
     if route is not None and route.observes:
-        return reply, journal.settled_since(mark, server.clock.now() if route.claims else None)
+        return reply, journal.settled_since(mark, server.now_ms() if route.claims else None)
     return reply, journal.ticket_since(mark)
 
 
@@ -164,7 +134,7 @@ def _execute(client: Caller, server: Host, args: list, route: Route):
 def run(client: Caller, server: Host, route: Route, args: list):
     if route.denyoom and server.oom:
         return errors.OOM
-    started = perf_counter()
+    started = seconds()
     try:
         return route.handler(client, args)
     except Error as e:
@@ -173,7 +143,8 @@ def run(client: Caller, server: Host, route: Route, args: list):
         log.exception("command %s failed", route.name.upper())
         return errors.INTERNAL
     finally:
-        server.metrics.commands[route.name].observe(perf_counter() - started)
+        metrics = server.metrics
+        metrics.command(route.name, seconds() - started)
 
 
 def _permission(client, cmd, args: list) -> Error | None:

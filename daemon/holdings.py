@@ -161,7 +161,7 @@ class Worker(Session):
     def take(self, limit: int) -> int:
         server = self.conn.server
         jobs, ticket = server.store.journal.claimed(
-            server.now_ms, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+            server.clock, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
         name = self.queue.name
         for job in jobs:
             if self.channel is None:

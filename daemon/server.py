@@ -15,6 +15,7 @@ import signal
 
 from leaseq.commands import errors
 from leaseq.commands.acl import Acl
+from leaseq.commands.parties import Host, Stats
 from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
@@ -29,7 +30,6 @@ from .channels import Channels
 from .clock import Clock
 from .committer import Committer
 from .connection import Connection
-from .dispatch import Host, Stats
 from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
@@ -50,7 +50,7 @@ class Server(Host):
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
     ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
 
-    __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "now_ms", "listeners", "admission",
+    __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "listeners", "admission",
                  "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
                  "snapshots", "config_file", "channels", "roles")     # and Host's
 
@@ -67,7 +67,6 @@ class Server(Host):
         self.oom = False                         # written by ``memory`` only
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
-        self.now_ms = self.clock.now
         self.listeners = Listeners(self)
         self.admission = Admission(self)
         self.reaper = IdleReaper(self)
@@ -100,7 +99,6 @@ class Server(Host):
         self.faults = datadir.faults
         config.copy_to_storage(s, store, datadir)
         self.clock = Clock(*store.clock, on_change=self._clock_changed)
-        self.now_ms = self.clock.now
         if self.clock.frozen and not s.enable_debug_command:
             # a test froze time in this data directory; without DEBUG nobody could resume it
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")

@@ -25,7 +25,8 @@ from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.commands.table import TABLE
 from leaseq.daemon import config
 from leaseq.daemon.clock import Clock
-from leaseq.daemon.dispatch import Caller, Host, Stats, execute
+from leaseq.commands.parties import Caller, Host, Stats
+from leaseq.daemon.dispatch import execute
 from leaseq.daemon.metrics import Metrics
 from leaseq.storage import queries
 from leaseq.storage.config import QueueConfig
@@ -70,9 +71,6 @@ class Core(Host):
     @property
     def auth_required(self) -> bool:
         return self.acl.auth_required
-
-    def now_ms(self) -> int:
-        return self.clock.now()
 
     def at(self, now: int) -> None:
         """Set the clock (tests may step it to any moment)."""

@@ -1,5 +1,5 @@
 """``daemon.clock``: the daemon's time, in both flavours of its reading
-(``Reading``, compiled in daemon/_clock.pyx when built): whole ms since the
+(``Reading``, compiled in storage/_clock.pyx when built): whole ms since the
 epoch plus the offset, or the frozen moment; DEBUG CLOCK's changes (whose
 values commands bound to 2**53 ms) reach ``on_change`` and the next
 reading."""
@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from leaseq.daemon import clock
+from leaseq.daemon import clock as daemon_clock
+from leaseq.storage import clock
 
 FLAVOURS = [clock.PureReading] + ([clock.Reading] if clock.COMPILED else [])
 
 
 def test_the_compiled_reading_is_used_when_built():
-    assert issubclass(clock.Clock, clock.Reading)
+    assert issubclass(daemon_clock.Clock, clock.Reading)
     assert clock.COMPILED is (clock.Reading is not clock.PureReading)
 
 
@@ -43,7 +44,7 @@ def test_a_frozen_clock_reads_its_moment(reading, at):
 def test_debug_clock_changes_are_told_and_read():
     """(On the flavour in use; the LEASEQ_PURE=1 run of the unit tests reads the pure one.)"""
     changes: list = []
-    c = clock.Clock(0, False, 0, lambda *state: changes.append(state))
+    c = daemon_clock.Clock(0, False, 0, lambda *state: changes.append(state))
     c.advance(60_000)
     assert changes[-1] == (60_000, False, 0) and c.now() >= int(time.time() * 1000) + 60_000 - 1
     c.freeze(2_000_000_000_000)
