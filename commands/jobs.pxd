@@ -13,8 +13,13 @@ from leaseq.storage.queue cimport Queue
 from leaseq.storage.store cimport Store
 
 
+cdef class PushOptions:
+    cdef public object priority, delay, at, keys, scope, max_deliveries, expire_ms, groups, replace, after
+    cdef public object onfail_run, meta
+
+
 @cython.locals(server=Host, store=Store, q=Queue, limit=Py_ssize_t)
-cpdef list _push(Caller client, object name, list payloads, object opts)
+cpdef list _push(Caller client, object name, list payloads, PushOptions opts)
 cpdef object qpush(Caller client, list args)
 @cython.locals(server=Host, q=Queue)
 cpdef object qclaim(Caller client, list args)

@@ -243,7 +243,7 @@ def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: 
 
 def qpush(client, args):
     name = queue_name(args[1])
-    opts = parse_push_options(args, 3, 1, many=False)
+    opts = parse_push_options(args, 3, 1, False)
     return _push(client, name, [args[2]], opts)[0]
 
 

@@ -194,7 +194,8 @@ class Blocking:
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs, ticket = journal.claimed(server.clock, taker.wait.take, share)
+                    wait = taker.wait
+                    jobs, ticket = journal.claimed(server.clock, wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)

@@ -16,4 +16,5 @@ cdef class Metrics:
     cdef public object server, commands, registry
     cdef public Histogram fsync
 
+    @cython.locals(histogram=Histogram)
     cpdef command(self, str name, double seconds)

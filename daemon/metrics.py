@@ -92,7 +92,8 @@ class Metrics:
 
     def command(self, name: str, seconds: float) -> None:
         """A command named ``name`` took ``seconds``."""
-        self.commands[name].observe(seconds)
+        histogram = self.commands[name]
+        histogram.observe(seconds)
 
     def collect(self):
         server = self.server

@@ -4,6 +4,7 @@
 # field and method is in C.
 cimport cython
 
+from leaseq.storage._clock cimport Reading
 from leaseq.storage.logbuffer cimport LogBuffer
 from leaseq.storage.queue cimport Queue
 
@@ -26,3 +27,4 @@ cdef class Journal:
     cpdef meta_record(self, int rtype, bytes body)
     cpdef stream_record(self, int rtype, bytes body)
     cpdef _emit(self, int rtype, bytes body, bint sync, long long blind_until=*)
+    cpdef tuple claimed(self, Reading clock, object take, object limit)

@@ -155,11 +155,11 @@ class Journal:
 
     # -- what the daemon asks -------------------------------------------------------------
 
-    def claimed(self, clock, fn, *args):
-        """Call ``fn(*args)``, a claim whose result hands out jobs (served to
+    def claimed(self, clock, take, limit: int):
+        """Call ``take(limit)``, a claim whose result hands out jobs (served to
         a parked claimer, sent to a work stream); return its result and the
         ticket it waits for (``settled_since`` at ``clock.now()`` read after
         the claim: None when nothing it may show can still be refused)."""
         mark = self.mark()
-        result = fn(*args)
+        result = take(limit)
         return result, self.settled_since(mark, clock.now())
