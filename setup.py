@@ -81,7 +81,7 @@ def extensions(compiled=COMPILED) -> list:
 
 def remove_old_builds(compiled=COMPILED, root: str = ".") -> list[str]:
     """Delete the builds an editable install left beside each module's
-    source (``daemon/_lane.cpython-311-x86_64-linux-gnu.so`` ...), and
+    source (``daemon/dispatch.cpython-311-x86_64-linux-gnu.so`` ...), and
     build_ext's own copies under build/lib.*/, before building again: a
     module that is not built this time (Cython or the C compiler refused
     it, or LEASEQ_PURE_BUILD=1) must not go on running from its old build

@@ -1,4 +1,3 @@
-# The C types of commands/args.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").
+# The C types of commands/args.py, compiled as it is (docs/performance.md, "One source, two flavours").
 
 cpdef object queue_name(object value)

@@ -1,6 +1,5 @@
-# The C type of ``ClaimWait`` in commands/claims.py, which Cython compiles
-# as it is (the compiled flavour: docs/performance.md, "One source, two
-# flavours"): the daemon's waits read a parked claim's fields as C.
+# The C types of commands/claims.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# The daemon's waits read a parked claim's fields as C.
 
 from leaseq.commands.parties cimport Host
 from leaseq.storage cimport plain

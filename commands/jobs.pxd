@@ -1,7 +1,5 @@
-# The C types of commands/jobs.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# each job command does is written there; here only which of its names are
-# C types.  The handlers stay callable from Python (``Route.handler``).
+# The C types of commands/jobs.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# The handlers stay callable from Python (``Route.handler``).
 cimport cython
 
 from leaseq.commands.args cimport queue_name

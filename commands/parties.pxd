@@ -1,6 +1,4 @@
-# The C types of commands/parties.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours"): each
-# field of a command's two parties, as C.
+# The C types of commands/parties.py, compiled as it is (docs/performance.md, "One source, two flavours").
 from leaseq.storage._clock cimport Reading
 from leaseq.storage.store cimport Store
 

@@ -1,6 +1,4 @@
-# The C types of commands/queues.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours"): the
-# lookups every job command makes.
+# The C types of commands/queues.py, compiled as it is (docs/performance.md, "One source, two flavours").
 from leaseq.commands.parties cimport Host
 
 

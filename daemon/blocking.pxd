@@ -1,8 +1,5 @@
-# The C types of daemon/blocking.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  How
-# claimers wait and are served is written there; here only what each field
-# and method of ``Blocking`` is in C (``Session`` and ``Worker`` stay
-# ordinary classes).
+# The C types of daemon/blocking.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# (``Session`` and ``Worker`` stay ordinary classes.)
 cimport cython
 
 from leaseq.commands.claims cimport ClaimWait

@@ -1,7 +1,4 @@
-# The C types of daemon/connection.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# a connection does, and its turn, are written there; here only what each
-# field and method is in C.
+# The C types of daemon/connection.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.daemon.committer cimport Committer

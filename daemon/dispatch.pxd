@@ -1,7 +1,4 @@
-# The C types of daemon/dispatch.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  Its
-# checks and their order are written there; here only what each field and
-# function is in C.
+# The C types of daemon/dispatch.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.commands.parties cimport Caller, Host

@@ -1,6 +1,4 @@
-# The C types of daemon/metrics.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours"): what
-# every command's timing calls, as C.
+# The C types of daemon/metrics.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 

@@ -1,7 +1,4 @@
-# The C types of storage/journal.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# the journal does with each record is written there; here only what each
-# field and method is in C.
+# The C types of storage/journal.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.storage._clock cimport Reading

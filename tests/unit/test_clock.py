@@ -71,3 +71,17 @@ def test_the_state_is_plain_numbers_and_a_bad_one_is_refused(reading):
             c.offset = "soon"
         with pytest.raises(OverflowError):
             c.frozen_at = 2**63
+
+
+SECONDS = [time.perf_counter] + ([clock.seconds] if clock.COMPILED else [])
+
+
+@pytest.mark.parametrize("seconds", SECONDS)
+def test_seconds_reads_the_clock_perf_counter_reads(seconds):
+    """``seconds()``, what a command's timing reads: ``time.perf_counter``'s
+    clock (the compiled one reads it with one ``clock_gettime``)."""
+    before = time.perf_counter()
+    got = seconds()
+    after = time.perf_counter()
+    assert before <= got <= after and isinstance(got, float)
+    assert clock.seconds is (time.perf_counter if not clock.COMPILED else clock._twin.seconds)

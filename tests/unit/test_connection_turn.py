@@ -1,16 +1,12 @@
-"""``Connection.run_pending`` and ``data_received`` and their compiled twins
-(``daemon._lane``'s, which the compiled flavour runs, with its plain lane
-and its serve of a parked claim; the Python side runs none of them) write the same bytes
-and close the same connections.  One script of requests, in chunks, over several connections
-of an in-process server (stand-in transports, the clock frozen), is run
-once with each: pipelined plain and other commands, replies held for the
-log and for fsync, a claim that parks with a command pipelined behind it
-and the push that wakes it, MULTI, RESP3, unknown commands and bad arity,
-a protocol error, QUIT with a command behind it, and a claim whose BLOCK
-runs out.  ``Committer.end_of_turn``, the ``Outbox`` and the log's tickets
-are one definition each, which both turns call.  The compiled module is
-built against the compiled Outbox and log buffer, so these tests skip in
-the pure flavour (``harness.compiled``)."""
+"""``Connection.run_pending`` and ``data_received`` write the same bytes and
+close the same connections in both flavours.  One script of requests, in
+chunks, over several connections of an in-process server (stand-in
+transports, the clock frozen), is run in this process and, when this one
+runs compiled, once more in a pure one: pipelined plain and other
+commands, replies held for the log and for fsync, a claim that parks with
+a command pipelined behind it and the push that wakes it, MULTI, RESP3,
+unknown commands and bad arity, a protocol error, QUIT with a command
+behind it, and a claim whose BLOCK runs out."""
 
 from __future__ import annotations
 

@@ -607,3 +607,55 @@ def test_while_loading_only_commands_flagged_loading_run(core, c):
     assert core.store.queues == {} and logged(core) == []
     core.loading = False
     assert call(c, "PING") == "PONG"
+
+
+# -- one way in: what the checks read --------------------------------------------------------------
+
+def test_every_command_has_one_route_under_its_name_in_either_case():
+    for name, command in TABLE.items():
+        route = dispatch.ROUTES[name]
+        assert dispatch.ROUTES[name.upper()] is route and route.command is command
+        assert (route.name, route.handler, route.arity) == (command.name, command.handler, command.arity)
+        for flag, field in (("noauth", "noauth"), ("loading", "loading"), ("write", "write"), ("pubsub", "pubsub"),
+                            ("denyoom", "denyoom"), ("direct", "direct"), ("transaction", "transaction"),
+                            ("no-multi", "no_multi")):
+            assert getattr(route, field) is (flag in command.flags), (name, flag)
+        assert route.observes is bool(command.observes) and route.claims is (command.observes == "claims")
+    assert len(dispatch.ROUTES) == 2 * len(TABLE)
+
+
+def test_a_command_in_mixed_case_finds_its_route(c):
+    call(c, "QCREATE", "q")
+    assert execute(c, [b"qPuSh", b"q", b"x"])[0] == 1 and call(c, "QLEN", "q") == 1
+    assert c.last_command == "qpush"
+
+
+def test_the_daemon_and_the_test_core_are_the_two_parties(tmp_path, core, c):
+    from leaseq.commands.parties import Caller, Host
+
+    server = Server(config.Settings(dir=str(tmp_path / "data")))
+    assert isinstance(server, Host) and isinstance(Connection(server), Caller)
+    assert isinstance(core, Host) and isinstance(c, Caller)
+    core.at(T0 + 5)
+    assert core.now_ms() == core.clock.now() == T0 + 5
+
+
+def test_a_commands_time_lands_in_its_bucket():
+    """``Histogram.observe`` counts a duration in the first bucket whose
+    bound is not below it (``bisect_left`` of the bounds), at and around
+    every bound; ``Metrics.command`` in the command's own histogram."""
+    from bisect import bisect_left
+
+    from leaseq.daemon.metrics import BUCKETS, Histogram, Metrics
+
+    h = Histogram()
+    durations = [0.0, 1e-9, 10.0] + [b * f for b in BUCKETS for f in (0.999, 1.0, 1.001)]
+    expected = [0] * (len(BUCKETS) + 1)
+    for seconds in durations:
+        h.observe(seconds)
+        expected[bisect_left(BUCKETS, seconds)] += 1
+    assert h.counts == expected and h.total == pytest.approx(sum(durations))
+    m = Metrics(None)
+    m.command("qpush", 0.0002)
+    m.command("qpush", 0.003)
+    assert sum(m.commands["qpush"].counts) == 2 and list(m.commands) == ["qpush"]
