@@ -11,6 +11,9 @@ from leaseq.storage.journal cimport Journal
 from leaseq.storage.store cimport Store
 
 
+cpdef list deal(Py_ssize_t available, list counts)
+
+
 cdef class Blocking:
     cdef public object server, loop, results
     cdef public dict by_queue, workers, timers, cohorts
@@ -23,7 +26,8 @@ cdef class Blocking:
     cpdef cancel(self, object w)
     @cython.locals(wait=ClaimWait)
     cpdef _unpark(self, Waiter w)
-    @cython.locals(w=Waiter, wait=ClaimWait, server=Host, store=Store, journal=Journal)
+    @cython.locals(w=Waiter, wait=ClaimWait, server=Host, store=Store, journal=Journal, takers=list, asks=list,
+                   shares=list, i=Py_ssize_t)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)
     cpdef serve_woken(self)

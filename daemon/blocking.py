@@ -188,7 +188,9 @@ class Blocking:
                 available = 0
             if available:
                 journal = store.journal
-                for taker, share in zip(takers, deal(available, asks)):
+                shares = deal(available, asks)
+                for i, taker in enumerate(takers):
+                    share = shares[i]
                     if not share:
                         continue
                     if isinstance(taker, Worker):
