@@ -626,8 +626,8 @@ def test_every_command_has_one_route_under_its_name_in_either_case():
 
 def test_a_command_in_mixed_case_finds_its_route(c):
     call(c, "QCREATE", "q")
-    assert execute(c, [b"qPuSh", b"q", b"x"])[0] == 1 and call(c, "QLEN", "q") == 1
-    assert c.last_command == "qpush"
+    assert execute(c, [b"qPuSh", b"q", b"x"])[0] == 1 and c.last_command == "qpush"
+    assert call(c, "QLEN", "q") == 1
 
 
 def test_the_daemon_and_the_test_core_are_the_two_parties(tmp_path, core, c):
