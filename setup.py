@@ -21,12 +21,14 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
               ("leaseq.daemon.waiter", "daemon/waiter.py"), ("leaseq.storage.indexes", "storage/indexes.py"),
               ("leaseq.storage.queue", "storage/queue.py"), ("leaseq.storage.store", "storage/store.py"),
               ("leaseq.daemon.faults", "daemon/faults.py"), ("leaseq.commands.claims", "commands/claims.py"),
-              ("leaseq.storage.plain", "storage/plain.py"), ("leaseq.storage.journal", "storage/journal.py")]
+              ("leaseq.storage.plain", "storage/plain.py"), ("leaseq.storage.journal", "storage/journal.py"),
+              ("leaseq.commands.parties", "commands/parties.py"), ("leaseq.commands.args", "commands/args.py"),
+              ("leaseq.commands.queues", "commands/queues.py"), ("leaseq.commands.jobs", "commands/jobs.py"),
+              ("leaseq.daemon.metrics", "daemon/metrics.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
-            ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.daemon._clock", "daemon/_clock.pyx"),
-            ("leaseq.daemon._lane", "daemon/_lane.pyx"),
+            ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.storage._clock", "storage/_clock.pyx"),
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)
 
 
@@ -79,7 +81,7 @@ def extensions(compiled=COMPILED) -> list:
 
 def remove_old_builds(compiled=COMPILED, root: str = ".") -> list[str]:
     """Delete the builds an editable install left beside each module's
-    source (``daemon/_lane.cpython-311-x86_64-linux-gnu.so`` ...), and
+    source (``daemon/dispatch.cpython-311-x86_64-linux-gnu.so`` ...), and
     build_ext's own copies under build/lib.*/, before building again: a
     module that is not built this time (Cython or the C compiler refused
     it, or LEASEQ_PURE_BUILD=1) must not go on running from its old build

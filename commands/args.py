@@ -190,5 +190,5 @@ def remembered(parse):
                 seen.clear()
             seen[words] = found
         return found
-    parse_remembered.seen = seen       # (the compiled plain lane looks here first: daemon/_lane.pyx)
+    parse_remembered.seen = seen
     return parse_remembered

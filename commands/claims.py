@@ -4,7 +4,7 @@ COMPACT, ``compact_replies``),
 ``claim_now``, a claim served at once, and ``ClaimWait``, a QCLAIM parked
 until jobs come or its BLOCK runs out.  ``ClaimWait`` is a C type in the
 compiled flavour (commands/claims.pxd), read as C by the daemon's waits
-(daemon/blocking.py) and its lane."""
+(daemon/blocking.py) and the job handlers (commands/jobs.py)."""
 
 from __future__ import annotations
 

@@ -163,6 +163,8 @@ def _push(client, name: bytes, payloads: list, opts: PushOptions) -> list[int]:
         raise errors.queue_full(q.name, maxlen)
     if opts.after is not None:
         return _push_after(client, q, fresh, keys, groups, opts, now, resolved, len(payloads))
+    if opts is NO_OPTIONS and len(fresh) == 1:       # one job, no options (most pushes): the plain transition
+        return [plain.push_one(store, q, fresh[0], NO_OPTIONS.priority, now)]
     first = 0
     if resolved is not None and replacing:
         with store.journal.transaction():        # replacements and new jobs: all or none
@@ -241,7 +243,7 @@ def _create(store, q: Queue, fresh: list, keys, groups, opts: PushOptions, now: 
 
 def qpush(client, args):
     name = queue_name(args[1])
-    opts = parse_push_options(args, 3, 1, many=False)
+    opts = parse_push_options(args, 3, 1, False)
     return _push(client, name, [args[2]], opts)[0]
 
 
@@ -306,7 +308,7 @@ def qclaim(client, args):
     jobs = claim_now(server, q, consumer, count, lease_ms, holder, compact)
     if jobs or block is None or client.in_exec:
         return jobs
-    return ClaimWait(server, q, consumer, count, lease_ms, block, holder, compact=compact)
+    return ClaimWait(server, q, consumer, count, lease_ms, block, holder, False, compact)
 
 
 class WorkRequest:

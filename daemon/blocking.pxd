@@ -1,19 +1,21 @@
-# The C types of daemon/blocking.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  How
-# claimers wait and are served is written there; here only what each field
-# and method of ``Blocking`` is in C (``Session`` and ``Worker`` stay
-# ordinary classes).
+# The C types of daemon/blocking.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# (``Session`` and ``Worker`` stay ordinary classes.)
 cimport cython
 
 from leaseq.commands.claims cimport ClaimWait
+from leaseq.commands.parties cimport Host
 from leaseq.daemon.timeouts cimport Timeouts
 from leaseq.daemon.waiter cimport Waiter
 from leaseq.storage.queue cimport Queue
+from leaseq.storage.journal cimport Journal
 from leaseq.storage.store cimport Store
 
 
+cpdef list deal(Py_ssize_t available, list counts)
+
+
 cdef class Blocking:
-    cdef public object server, loop, results, serve_plain
+    cdef public object server, loop, results
     cdef public dict by_queue, workers, timers, cohorts
     cdef public set woken
     cdef public Store store
@@ -24,6 +26,8 @@ cdef class Blocking:
     cpdef cancel(self, object w)
     @cython.locals(wait=ClaimWait)
     cpdef _unpark(self, Waiter w)
+    @cython.locals(w=Waiter, wait=ClaimWait, server=Host, store=Store, journal=Journal, takers=list, asks=list,
+                   shares=list, i=Py_ssize_t)
     cpdef serve(self, object queue, bint closing_window=*)
     cpdef wake(self, object queue)
     cpdef serve_woken(self)

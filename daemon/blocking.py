@@ -24,10 +24,6 @@ when the window closes.
 closes they go back to ready at once (no deliveries bump until the next
 claim).  The store calls ``lease_ended`` when a held lease ends any other
 way (ack, nack, claimed again after expiry, removal).
-
-When only plain claims wait on a plain queue, ``serve_woken`` asks the
-compiled ``dispatch.serve_plain`` first (daemon/_lane.pyx): the same deal,
-each claimer's share claimed by the compiled transitions.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ def deal(available: int, counts: list[int]) -> list[int]:
 
 
 class Blocking:
-    __slots__ = ("server", "store", "loop", "serve_plain", "by_queue", "workers", "timers", "cohorts", "woken",
+    __slots__ = ("server", "store", "loop", "by_queue", "workers", "timers", "cohorts", "woken",
                  "results", "timeouts")
 
     def __init__(self, server, loop) -> None:
@@ -81,7 +77,6 @@ class Blocking:
         self.woken: set = set()     # queues a worker's freed slot asks to serve
         self.results = ResultWaits(server, loop)   # parked QRESULT BLOCKs (daemon/resultwaits.py)
         self.timeouts = Timeouts(loop, self._timed_out)     # the waiters' BLOCKs
-        self.serve_plain = dispatch.serve_plain     # the compiled lane's serve (None: not built)
 
     def count(self, queue=None) -> int:
         if queue is not None:
@@ -170,12 +165,14 @@ class Blocking:
         cohort_open = not closing_window and queue in self.cohorts     # its cohort waits for the window
         takers, asks = [], []
         for w in waiters:
-            if not w.conn.closed and not (cohort_open and w.wait.cohort):
+            wait = w.wait
+            if not w.conn.closed and not (cohort_open and wait.cohort):
                 takers.append(w)
-                asks.append(w.wait.count)
+                asks.append(wait.count)
         workers = self.workers.get(queue, ())
         if takers or workers:
             server = self.server
+            store = server.store
             now = server.now_ms()
             for k in workers:
                 if not k.conn.closed:
@@ -185,19 +182,22 @@ class Blocking:
                         asks.append(room)
             # after the fold, what the rules let out now: RATE, CONCURRENCY, pauses, group rules and turns
             if takers:
-                available = plain.claimable(server.store, queue, now, sum(asks))
+                available = plain.claimable(store, queue, now, sum(asks))
             else:
-                server.store.fold(queue, now)
+                store.fold(queue, now)
                 available = 0
             if available:
-                journal = server.store.journal
-                for taker, share in zip(takers, deal(available, asks)):
+                journal = store.journal
+                shares = deal(available, asks)
+                for i, taker in enumerate(takers):
+                    share = shares[i]
                     if not share:
                         continue
                     if isinstance(taker, Worker):
                         taker.take(share)
                         continue
-                    jobs, ticket = journal.claimed(server.now_ms, taker.wait.take, share)
+                    wait = taker.wait
+                    jobs, ticket = journal.claimed(server.clock, wait.take, share)
                     if not jobs:
                         break
                     self.cancel(taker)
@@ -229,8 +229,7 @@ class Blocking:
             self.woken = set()
         for q in sorted(woken, key=BY_QID) if len(woken) > 1 else woken:
             if q in self.by_queue or q in self.workers:
-                if self.serve_plain is None or not self.serve_plain(self, q):
-                    self.serve(q)
+                self.serve(q)
 
     def time_moved(self) -> None:
         """The clock jumped (DEBUG): timers were set for the old time (those
@@ -355,5 +354,3 @@ class Blocking:
         if cohort is not None:
             cohort.cancel()
 
-
-from . import dispatch      # (last: dispatch's plain lane imports the connection, which imports this module)

@@ -10,29 +10,7 @@ from __future__ import annotations
 
 import time
 
-from leaseq.storage.flavour import compiled_twin
-
-
-class Reading:
-    """The clock's state and ``now``, read many times a command (compiled
-    twin: ``daemon/_clock.pyx``)."""
-
-    __slots__ = ("offset", "frozen", "frozen_at")
-
-    def __init__(self, offset: int, frozen: bool, frozen_at: int) -> None:
-        self.offset = offset
-        self.frozen = frozen
-        self.frozen_at = frozen_at
-
-    def now(self) -> int:
-        return self.frozen_at if self.frozen else int(time.time() * 1000) + self.offset
-
-
-PureReading = Reading
-_twin = compiled_twin("leaseq.daemon._clock")
-COMPILED = _twin is not None
-if COMPILED:
-    Reading = _twin.Reading      # noqa: F811
+from leaseq.storage.clock import COMPILED, Reading    # noqa: F401  (COMPILED: daemon/resp.py reads it)
 
 
 class Clock(Reading):

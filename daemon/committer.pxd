@@ -1,7 +1,4 @@
-# The C types of daemon/committer.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# the committer does is written there; here only what each field and method
-# is in C.
+# The C types of daemon/committer.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.daemon.blocking cimport Blocking

@@ -1,20 +1,18 @@
-# The C types of daemon/connection.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# a connection does, and its turn, are written there; here only what each
-# field and method is in C.
+# The C types of daemon/connection.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.daemon.committer cimport Committer
+from leaseq.commands.parties cimport Caller
 from leaseq.daemon.dispatch cimport execute
 from leaseq.daemon._parser cimport RequestParser as BuiltParser   # daemon/resp.py's parser, as built
 from leaseq.daemon.faults cimport DiskFaults
 from leaseq.daemon.outbox cimport Outbox
 
 
-cdef class Connection:
-    cdef public object server, transport, id, addr, laddr, fd, name, user, acl_user, lib_name, lib_ver
-    cdef public object multi, last_command, created, last_active, pending, waiting, protocol_error, holdings
-    cdef public bint resp3, authenticated, multi_dirty, in_exec, quitting, closed, writing_paused
+cdef class Connection(Caller):
+    cdef public object transport, id, addr, laddr, fd, name, user, lib_name, lib_ver
+    cdef public object created, last_active, pending, waiting, protocol_error
+    cdef public bint quitting, closed, writing_paused
     cdef public Outbox outbox
     cdef public BuiltParser parser
     cdef public Committer committer

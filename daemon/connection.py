@@ -32,6 +32,7 @@ from collections import deque
 
 from leaseq.commands import errors
 from leaseq.commands.claims import ClaimWait
+from leaseq.commands.parties import Caller
 from leaseq.commands.results import ResultWait
 from leaseq.commands.replies import NO_REPLY
 
@@ -45,15 +46,14 @@ from .resp import ProtocolError, RequestParser, encode
 log = logging.getLogger(__name__)
 
 
-class Connection:
+class Connection(Caller):
     """An asyncio protocol (the loop calls ``connection_made``,
     ``data_received``, ``connection_lost``, ``pause_writing`` and
     ``resume_writing``; it asks for no base class)."""
 
-    __slots__ = ("server", "parser", "transport", "id", "addr", "laddr", "fd", "name", "resp3", "authenticated",
-                 "user", "acl_user", "lib_name", "lib_ver", "multi", "multi_dirty", "in_exec", "last_command",
-                 "created", "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed",
-                 "writing_paused", "holdings", "committer", "disk")
+    __slots__ = ("parser", "transport", "id", "addr", "laddr", "fd", "name", "user", "lib_name", "lib_ver", "created",
+                 "last_active", "pending", "outbox", "waiting", "protocol_error", "quitting", "closed",
+                 "writing_paused", "committer", "disk")     # and Caller's
 
     def __init__(self, server) -> None:
         self.server = server

@@ -15,92 +15,136 @@ bug, logged with its traceback and answered with an error, never a crash.
 the log records it appended need (written, or fsynced) before that reply may
 be sent; None when it appended nothing.  The connection holds the reply on
 it (docs/architecture.md, "The path of one QPUSH").  ``execute`` needs no
-socket: ``client`` is anything that fits ``commands.context.ClientContext``.
+socket: ``client`` is anything that fits ``commands.context.ClientContext``
+and derives from ``commands.parties.Caller``, its server from ``Host``.
+
+Every command comes this one way, at one job per request as well: the
+checks read what they need as fields (``Route`` for the command,
+``Caller`` for the client, ``Host`` for the server), which the compiled
+flavour reads as C (docs/performance.md, "One way in").
 """
 
 from __future__ import annotations
 
 import logging
-from time import perf_counter
 
 from leaseq.commands import acl, errors
+from leaseq.commands.parties import Caller, Host
 from leaseq.commands.replies import OK, QUEUED, Error
 from leaseq.commands.table import TABLE
-from leaseq.storage.flavour import compiled_twin
+from leaseq.storage.clock import seconds
 from leaseq.storage.wal import Ticket
 
 log = logging.getLogger(__name__)
 
-def execute(client, args: list) -> tuple[object, Ticket | None]:
+
+class Route:
+    """What the checks read of one command (a ``commands.table.Command``),
+    each flag a field of its own."""
+
+    __slots__ = ("command", "name", "handler", "arity", "noauth", "loading", "write", "pubsub", "denyoom", "direct",
+                 "transaction", "no_multi", "observes", "claims")
+
+    def __init__(self, command) -> None:
+        flags = command.flags
+        self.command = command
+        self.name = command.name
+        self.handler = command.handler
+        self.arity = command.arity
+        self.noauth = "noauth" in flags
+        self.loading = "loading" in flags
+        self.write = "write" in flags
+        self.pubsub = "pubsub" in flags
+        self.denyoom = "denyoom" in flags
+        self.direct = "direct" in flags
+        self.transaction = "transaction" in flags
+        self.no_multi = "no-multi" in flags
+        self.observes = bool(command.observes)         # its reply may show the queues
+        self.claims = command.observes == "claims"     # ... only the jobs it claims
+
+
+def routes(table: dict) -> dict:
+    """Each command's ``Route`` under its name in lower case and in upper
+    case (as clients send it); any other spelling is lowered first."""
+    found = {}
+    for name, command in table.items():
+        found[name] = found[name.upper()] = Route(command)
+    return found
+
+
+ROUTES = routes(TABLE)
+
+
+def execute(client: Caller, args: list) -> tuple[object, Ticket | None]:
     """Run one command for ``client``: its reply (or a ``ClaimWait`` to park)
     and its ticket: the records it logged, and for a command whose reply
-    may show the queues (``Command.observes``) every record appended so far
+    may show the queues (``Route.observes``) every record appended so far
     (``Journal.settled_since``; a claim's only what a claim can see), so
     that no reply shows a change the log may still refuse."""
-    if lane is not None:
-        got = lane(client, args)         # (reply, ticket), or None: not a plain command
-        if got is not None:
-            return got
-    journal = client.server.store.journal
+    server = client.server
+    journal = server.store.journal
     mark = journal.mark()
-    name = args[0].lower()
-    cmd = TABLE.get(name)
-    reply = _execute(client, args, name, cmd)
-    if cmd is not None and cmd.observes:
-        return reply, journal.settled_since(mark, client.server.now_ms() if cmd.observes == "claims" else None)
+    name, routes = args[0], ROUTES
+    route = routes.get(name)
+    if route is None:
+        route = routes.get(name.lower())
+    reply = _execute(client, server, args, route)
+    if route is not None and route.observes:
+        return reply, journal.settled_since(mark, server.now_ms() if route.claims else None)
     return reply, journal.ticket_since(mark)
 
 
-def _execute(client, args: list, name: bytes, cmd):
-    server = client.server
+def _execute(client: Caller, server: Host, args: list, route: Route):
     server.stats.commands += 1
-    if cmd is None:
+    if route is None:
         return _refuse(client, errors.unknown_command(args[0], args[1:]))
     n = len(args)
-    if n != cmd.arity if cmd.arity > 0 else n < -cmd.arity:
-        return _refuse(client, errors.wrong_arity(cmd.name))
-    if not client.authenticated and server.auth_required and "noauth" not in cmd.flags:
+    if n != route.arity if route.arity > 0 else n < -route.arity:
+        return _refuse(client, errors.wrong_arity(route.name))
+    if not client.authenticated and server.auth_required and not route.noauth:
         return _refuse(client, errors.NOAUTH)
-    if not client.acl_user.unrestricted and "noauth" not in cmd.flags:
-        denied = _permission(client, cmd, args)
+    if not client.acl_user.unrestricted and not route.noauth:
+        denied = _permission(client, route.command, args)
         if denied is not None:
             return _refuse(client, denied)
-    if client.holdings.subscriptions and not client.resp3 and "pubsub" not in cmd.flags:
-        return _refuse(client, errors.pubsub_context(cmd.name))
-    if server.loading and "loading" not in cmd.flags:
+    if client.holdings.subscriptions and not client.resp3 and not route.pubsub:
+        return _refuse(client, errors.pubsub_context(route.name))
+    if server.loading and not route.loading:
         return _refuse(client, errors.LOADING)
-    if server.disk_error is not None and "write" in cmd.flags:
-        return _refuse(client, errors.misconf(server.disk_error))
-    if server.replicas_gate and "write" in cmd.flags and server.replication.good_replicas() < server.replicas_gate:
-        return _refuse(client, errors.NOREPLICAS)
-    if server.read_only and "write" in cmd.flags and "pubsub" not in cmd.flags:    # (SUBSCRIBE: QWORK's only)
-        return _refuse(client, errors.READONLY)
-    client.last_command = cmd.name
-    if client.multi is not None and "direct" not in cmd.flags:
-        if "transaction" in cmd.flags:
-            return _transaction(client, name)
-        if "no-multi" in cmd.flags:
-            return _refuse(client, errors.not_allowed_in_multi(cmd.name))
-        client.multi.append((cmd, args))
+    if route.write:
+        if server.disk_error is not None:
+            return _refuse(client, errors.misconf(server.disk_error))
+        if server.replicas_gate and server.replication.good_replicas() < server.replicas_gate:
+            return _refuse(client, errors.NOREPLICAS)
+        if server.read_only and not route.pubsub:    # (SUBSCRIBE: QWORK's only)
+            return _refuse(client, errors.READONLY)
+    client.last_command = route.name
+    if client.multi is not None and not route.direct:
+        if route.transaction:
+            return _transaction(client, route.name)
+        if route.no_multi:
+            return _refuse(client, errors.not_allowed_in_multi(route.name))
+        client.multi.append((route, args))
         return QUEUED
-    if "transaction" in cmd.flags:
-        return _transaction(client, name)
-    return run(client, cmd, args)
+    if route.transaction:
+        return _transaction(client, route.name)
+    return run(client, server, route, args)
 
 
-def run(client, cmd, args):
-    if "denyoom" in cmd.flags and client.server.oom:
+def run(client: Caller, server: Host, route: Route, args: list):
+    if route.denyoom and server.oom:
         return errors.OOM
-    started = perf_counter()
+    started = seconds()
     try:
-        return cmd.handler(client, args)
+        return route.handler(client, args)
     except Error as e:
         return e
     except Exception:
-        log.exception("command %s failed", cmd.name.upper())
+        log.exception("command %s failed", route.name.upper())
         return errors.INTERNAL
     finally:
-        client.server.metrics.commands[cmd.name].observe(perf_counter() - started)
+        metrics = server.metrics
+        metrics.command(route.name, seconds() - started)
 
 
 def _permission(client, cmd, args: list) -> Error | None:
@@ -118,20 +162,20 @@ def _permission(client, cmd, args: list) -> Error | None:
     return None
 
 
-def _refuse(client, error: Error) -> Error:
+def _refuse(client: Caller, error: Error) -> Error:
     if client.multi is not None:
         client.multi_dirty = True
     return error
 
 
-def _transaction(client, name: bytes):
-    if name == b"multi":
+def _transaction(client: Caller, name: str):
+    if name == "multi":
         if client.multi is not None:
             return errors.NESTED_MULTI
         client.multi = []
         client.multi_dirty = False
         return OK
-    if name == b"discard":
+    if name == "discard":
         if client.multi is None:
             return errors.DISCARD_WITHOUT_MULTI
         client.multi = None
@@ -146,15 +190,6 @@ def _transaction(client, name: bytes):
     client.in_exec = True
     try:
         with client.server.store.journal.transaction():     # one TXN record: all or none
-            return [run(client, cmd, args) for cmd, args in queued]
+            return [run(client, client.server, route, args) for route, args in queued]
     finally:
         client.in_exec = False
-
-
-# The plain forms of QPUSH, QCLAIM and QACK, and the serve of plain claims
-# parked on a queue (``Blocking.serve_woken`` asks it), compiled
-# (daemon/_lane.pyx): None when not built.  Imported last: the lane knows
-# the connection's type, and the connection's module imports ``execute``.
-_lane = compiled_twin("leaseq.daemon._lane")
-lane = _lane.run if _lane is not None else None
-serve_plain = _lane.serve_plain if _lane is not None else None

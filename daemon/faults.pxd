@@ -1,7 +1,5 @@
-# The C types of daemon/faults.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# a disk fault does is written there; here only what each field is in C
-# (a connection's turn reads ``rebuilding`` before each command).
+# The C types of daemon/faults.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# (A connection's turn reads ``rebuilding`` before each command.)
 
 cdef class DiskFaults:
     cdef public object server, entered

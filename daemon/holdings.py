@@ -158,10 +158,12 @@ class Worker(Session):
         super().lease_ended(job)
         self.conn.server.blocking.wake(self.queue)       # a free slot: serve the queue again
 
+    def _claim(self, count: int) -> list:
+        return claim_now(self.conn.server, self.queue, self.consumer, count, self.lease_ms, self)
+
     def take(self, limit: int) -> int:
         server = self.conn.server
-        jobs, ticket = server.store.journal.claimed(
-            server.now_ms, claim_now, server, self.queue, self.consumer, min(limit, self.room), self.lease_ms, self)
+        jobs, ticket = server.store.journal.claimed(server.clock, self._claim, min(limit, self.room))
         name = self.queue.name
         for job in jobs:
             if self.channel is None:

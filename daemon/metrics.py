@@ -41,7 +41,6 @@ leaseq_connected_clients                   gauge
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections import defaultdict
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -65,7 +64,12 @@ class Histogram:
         self.total = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(BUCKETS, seconds)] += 1
+        i = 0
+        for bound in BUCKETS:        # (the first bound not below it: most durations are under the first few)
+            if bound >= seconds:
+                break
+            i += 1
+        self.counts[i] += 1
         self.total += seconds
 
     def buckets(self) -> list[tuple[str, int]]:
@@ -85,6 +89,11 @@ class Metrics:
         self.fsync = Histogram()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+
+    def command(self, name: str, seconds: float) -> None:
+        """A command named ``name`` took ``seconds``."""
+        histogram = self.commands[name]
+        histogram.observe(seconds)
 
     def collect(self):
         server = self.server

@@ -1,6 +1,4 @@
-# The C types of daemon/outbox.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# the Outbox does, and its five rules, are written there.
+# The C types of daemon/outbox.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 

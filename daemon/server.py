@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
 
 from leaseq.commands import errors
 from leaseq.commands.acl import Acl
+from leaseq.commands.parties import Host, Stats
 from leaseq.commands.table import TABLE
 from leaseq.storage.datadir import DataDir
 from leaseq.storage.journal import Journal
@@ -42,19 +42,7 @@ from .snapshots import Snapshots
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class Stats:
-    connections: int = 0
-    commands: int = 0
-    rejected: int = 0
-    protocol_errors: int = 0
-    acl_access_denied_auth: int = 0     # AUTH/HELLO with a wrong user or password
-    acl_access_denied_cmd: int = 0      # -NOPERM for a command
-    acl_access_denied_key: int = 0      # -NOPERM for a queue
-    tls_handshake_failures: int = 0
-
-
-class Server:
+class Server(Host):
     """Listens at once and answers -LOADING until ``attach`` hands it the
     recovered data directory (docs/operations.md, "Starting").  Its parts
     each do one job: ``listeners`` (daemon/listeners.py), ``admission`` and
@@ -62,10 +50,9 @@ class Server:
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
     ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
 
-    __slots__ = ("settings", "acl", "datadir", "loading", "store", "faults", "clients", "stats", "oom", "stopping",
-                 "clock", "now_ms", "listeners", "admission", "reaper", "memory", "info", "disk", "disk_error",
-                 "metrics", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer", "snapshots",
-                 "replication", "read_only", "config_file", "channels", "replicas_gate", "roles")
+    __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "listeners", "admission",
+                 "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
+                 "snapshots", "config_file", "channels", "roles")     # and Host's
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -80,7 +67,6 @@ class Server:
         self.oom = False                         # written by ``memory`` only
         self.stopping = False
         self.clock = Clock(0, False, 0, on_change=self._clock_changed)
-        self.now_ms = self.clock.now
         self.listeners = Listeners(self)
         self.admission = Admission(self)
         self.reaper = IdleReaper(self)
@@ -113,7 +99,6 @@ class Server:
         self.faults = datadir.faults
         config.copy_to_storage(s, store, datadir)
         self.clock = Clock(*store.clock, on_change=self._clock_changed)
-        self.now_ms = self.clock.now
         if self.clock.frozen and not s.enable_debug_command:
             # a test froze time in this data directory; without DEBUG nobody could resume it
             log.warning("the log holds a frozen DEBUG clock and enable-debug-command is no: resuming it")

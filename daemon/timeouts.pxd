@@ -1,6 +1,4 @@
-# The C types of daemon/timeouts.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours"); what a
-# timeout does is written there.
+# The C types of daemon/timeouts.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 

@@ -1,5 +1,4 @@
-# The C type of daemon/waiter.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").
+# The C types of daemon/waiter.py, compiled as it is (docs/performance.md, "One source, two flavours").
 
 
 cdef class Waiter:

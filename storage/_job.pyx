@@ -154,21 +154,6 @@ cdef int _fill(Job job, object id, object payload, int priority, object enqueued
     return 0
 
 
-cdef Job c_new_job(object id, object payload, int priority, object now):
-    """``Job(id, payload, priority, now, now)`` (what storage._plain calls)."""
-    cdef Job job = Job.__new__(Job)
-    _fill(job, id, payload, priority, now, now)
-    return job
-
-
-cdef object c_acked_deadline(Job job):
-    """The deadline of ``job``'s lease when it is in flight and has none of
-    the rare fields (what a plain ack takes); None for any other."""
-    if job.extra is not None or job._state != _IN_FLIGHT:
-        return None
-    return 0 if job._lease is None else job._lease.deadline
-
-
 cdef int _keep(Job job, object payload) except -1:
     """Copy ``payload`` (bytes, or any bytes-like object) into a buffer of
     ``job``'s own, in place of the one it had (a function, not a method: a
@@ -234,11 +219,6 @@ def lease_tokens(jobs, unsigned long long epoch, unsigned long long first_seq):
     """``storage.leasing``'s ``TOKEN`` for a new lease on each of ``jobs``,
     the lease numbers counting from ``first_seq``, written digit by digit
     (a bytes ``%`` per token was 8 % of W2's claims and acks in a profile)."""
-    return c_lease_tokens(jobs, epoch, first_seq)
-
-
-cdef list c_lease_tokens(object jobs, unsigned long long epoch, unsigned long long first_seq):
-    """``lease_tokens`` (what storage._plain calls)."""
     cdef char buf[64]
     cdef char mid[20]
     cdef Job job
@@ -264,11 +244,6 @@ cdef list c_lease_tokens(object jobs, unsigned long long epoch, unsigned long lo
 def take_leases(jobs, tokens, deadline, consumer):
     """``leasing.take_leases``: each job in flight under its token, with
     ``deadline`` and ``consumer``, one more delivery; the jobs' ids."""
-    return c_take_leases(jobs, tokens, deadline, consumer)
-
-
-cdef list c_take_leases(object jobs, object tokens, object deadline, object consumer):
-    """``take_leases`` (what storage._plain calls)."""
     cdef Job job
     cdef _Lease lease
     ids = []
@@ -289,11 +264,6 @@ cdef list c_take_leases(object jobs, object tokens, object deadline, object cons
 def drop_leases(jobs, table):
     """``leasing.drop_leases``: jobs in flight leave ``table`` with their
     leases ended; their ids by deadline, and the jobs with rare fields."""
-    return c_drop_leases(jobs, table)
-
-
-cdef tuple c_drop_leases(object jobs, object table):
-    """``drop_leases`` (what storage._plain calls)."""
     cdef Job job
     cdef _Lease lease
     cdef dict by_deadline = {}
@@ -323,11 +293,6 @@ def jobs_for_tokens(table, tokens):
     digits before the first dot; anything else there names no job (a head
     ``int(head, 16)`` would also take, such as upper-case digits, cannot
     equal a token the daemon made, so both twins skip it)."""
-    return c_jobs_for_tokens(table, tokens)
-
-
-cdef list c_jobs_for_tokens(object table, object tokens):
-    """``jobs_for_tokens`` (what storage._plain calls)."""
     cdef bytes token
     cdef const unsigned char *s
     cdef Py_ssize_t n, i
@@ -369,11 +334,6 @@ def job_replies(record, plain, job_reply, jobs):
     with no rare fields as ``record(plain, values)`` made here (``record`` is
     ``commands.replies.Record``: its two slots are set here, as its
     ``__init__`` sets them), the others by ``job_reply``."""
-    return c_job_replies(record, plain, job_reply, jobs)
-
-
-cdef list c_job_replies(object record, object plain, object job_reply, object jobs):
-    """``job_replies`` (what daemon._lane calls)."""
     cdef Job job
     cdef _Lease lease
     out = []

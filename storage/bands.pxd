@@ -1,5 +1,3 @@
-# The C types of storage/bands.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours"); the
-# formula and what it means are written there.
+# The C types of storage/bands.py, compiled as it is (docs/performance.md, "One source, two flavours").
 
 cpdef int band(int priority, bint requeued) noexcept

@@ -12,9 +12,7 @@ LEASE_MIN, LEASE_MAX = 100, 86_400_000
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
-    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON.
-    Slotted, so that the compiled path reads them at their offsets
-    (storage/_slots.pxi)."""
+    """A queue's options (docs/semantics.md §3.1); the log stores them as JSON."""
 
     lease: int = 30_000
     maxdeliveries: int = 0

@@ -2,8 +2,8 @@
 /api/queues/<q>/history`` and the status page's charts show.
 
 Where it is counted.  Two sources, each seen by every flavour and every
-way in (the ``Store`` transitions and the plain transitions' short ways,
-storage/plain.py, which the compiled lane daemon/_lane.pyx calls, alike):
+way (the ``Store`` transitions and the plain transitions' short ways,
+storage/plain.py, alike):
 
 * the queue's own counters (``Queue.counters``, which QINFO and /metrics
   show and both flavours keep): a minute's pushed, acked, nacked, dead and

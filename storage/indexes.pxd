@@ -1,7 +1,4 @@
-# The C types of storage/indexes.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# the indexes are and the table that places a job are written there; here
-# only what each field and method is in C.
+# The C types of storage/indexes.py, compiled as it is (docs/performance.md, "One source, two flavours").
 
 from leaseq.storage._index cimport TimeIndex as BuiltTimeIndex    # storage/index.py's, as built
 

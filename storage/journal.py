@@ -49,42 +49,36 @@ from .logbuffer import LogBuffer, Ticket
 _PUSH, _CLAIM, _CANCEL = records.PUSH, records.CLAIM, records.CANCEL
 
 
-class _NoLog:
-    """What the journal asks of its log when it has none: no records, so no
-    reply waits."""
-
-    @staticmethod
-    def mark() -> int:
-        return 0
-
-    @staticmethod
-    def ticket_since(mark: int) -> Ticket | None:
-        return None
-
-    @staticmethod
-    def settled_since(mark: int, claim_at: int | None = None) -> Ticket | None:
-        return None
-
-
 class Journal:
-    __slots__ = ("log", "mark", "ticket_since", "settled_since", "lease_sync", "_txn", "_txn_sync", "_txn_depth",
-                 "history")
+    __slots__ = ("log", "lease_sync", "_txn", "_txn_sync", "_txn_depth", "history")
 
     def __init__(self, log: LogBuffer | None = None, lease_sync: bool = False, history=None) -> None:
-        if log is not None and not isinstance(log, LogBuffer):      # (the compiled lane relies on it)
+        if log is not None and not isinstance(log, LogBuffer):      # (the compiled flavour reads it as one)
             raise TypeError(f"a journal's log is a LogBuffer or None, not {type(log).__name__}")
         self.log = log
-        # asked at every command, so they are the log's own methods, one call each:
-        answers = _NoLog if log is None else log
-        self.mark = answers.mark                    # () -> a point in the stream of records
-        self.ticket_since = answers.ticket_since    # (mark) -> what a reply waits for: the records since
-        self.settled_since = answers.settled_since  # (mark, claim_at=None) -> ... and all before them
-        # (see LogBuffer's methods of the same names)
         self.lease_sync = lease_sync        # lease-durability fsync
         self._txn: list | None = None       # records of the open transaction
         self._txn_sync = False
         self._txn_depth = 0
         self.history = history if log is not None else None    # storage.history.History, or None: off
+
+    # -- what a command's reply waits for (LogBuffer's methods of the same names; with no log, nothing) --
+
+    def mark(self) -> int:
+        """A point in the stream of records, for ``ticket_since``."""
+        log = self.log
+        return 0 if log is None else log.mark()
+
+    def ticket_since(self, mark: int) -> Ticket | None:
+        """What a reply waits for: the records appended since ``mark``."""
+        log = self.log
+        return None if log is None else log.ticket_since(mark)
+
+    def settled_since(self, mark: int, claim_at: int | None = None) -> Ticket | None:
+        """What a reply that may show the queues waits for: the records since
+        ``mark`` and every one before them (``claim_at``: see LogBuffer)."""
+        log = self.log
+        return None if log is None else log.settled_since(mark, claim_at)
 
     # -- what transitions call -------------------------------------------------------------
 
@@ -161,11 +155,11 @@ class Journal:
 
     # -- what the daemon asks -------------------------------------------------------------
 
-    def claimed(self, clock, fn, *args):
-        """Call ``fn(*args)``, a claim whose result hands out jobs (served to
+    def claimed(self, clock, take, limit: int):
+        """Call ``take(limit)``, a claim whose result hands out jobs (served to
         a parked claimer, sent to a work stream); return its result and the
-        ticket it waits for (``settled_since`` at ``clock()`` read after the
-        claim: None when nothing it may show can still be refused)."""
+        ticket it waits for (``settled_since`` at ``clock.now()`` read after
+        the claim: None when nothing it may show can still be refused)."""
         mark = self.mark()
-        result = fn(*args)
-        return result, self.settled_since(mark, clock())
+        result = take(limit)
+        return result, self.settled_since(mark, clock.now())

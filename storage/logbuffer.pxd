@@ -1,6 +1,4 @@
-# The C types of storage/logbuffer.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# LogBuffer does is written there; here only what each field and method is in C.
+# The C types of storage/logbuffer.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 

@@ -1,7 +1,4 @@
-# The C types of storage/plain.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# each plain transition changes is written there; here only what is a C
-# function and which of its names are C types.
+# The C types of storage/plain.py, compiled as it is (docs/performance.md, "One source, two flavours").
 cimport cython
 
 from leaseq.storage._job cimport Job as BuiltJob

@@ -20,9 +20,9 @@ another (``Store.deps``).
 
 One source: Cython compiles this file as it is, with the C types of
 plain.pxd beside it (docs/performance.md, "One source, two flavours"); the
-pure flavour runs the same text.  tests/unit/test_lane.py runs generated
-command sequences with the short ways (``SHORT``) and without, and holds
-them to the same replies, records and store."""
+pure flavour runs the same text.  tests/unit/test_short_ways.py runs
+generated command sequences with the short ways (``SHORT``) and without,
+and holds them to the same replies, records and store."""
 
 from __future__ import annotations
 

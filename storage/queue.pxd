@@ -1,7 +1,5 @@
-# The C types of storage/queue.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  What
-# a queue holds and its transitions are written there; here only what each
-# field is in C (``Counters`` stays an ordinary class).
+# The C types of storage/queue.py, compiled as it is (docs/performance.md, "One source, two flavours").
+# (``Counters`` stays an ordinary class.)
 cimport cython
 from libc.stdint cimport int64_t
 

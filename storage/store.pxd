@@ -1,7 +1,4 @@
-# The C types of storage/store.py, which Cython compiles as it is (the
-# compiled flavour: docs/performance.md, "One source, two flavours").  The
-# store's transitions are written there; here only what each field and
-# method is in C.
+# The C types of storage/store.py, compiled as it is (docs/performance.md, "One source, two flavours").
 from leaseq.storage.queue cimport Queue
 
 

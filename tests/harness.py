@@ -60,7 +60,7 @@ def unique(prefix: str = "q") -> str:
 
 
 def compiled(name: str):
-    """The compiled module ``name`` (``"leaseq.daemon._lane"`` ...), for a
+    """The compiled module ``name`` (``"leaseq.storage._clock"`` ...), for a
     test of compiled code that has no pure counterpart to load; the test
     (or its module, when called at import) is skipped, saying why, in the
     pure flavour (LEASEQ_PURE=1: such a module is built against the compiled
@@ -68,8 +68,6 @@ def compiled(name: str):
     not built (no C compiler at install time)."""
     if os.environ.get("LEASEQ_PURE") == "1":
         pytest.skip(f"{name} is compiled code, and LEASEQ_PURE=1 runs the pure flavour", allow_module_level=True)
-    if name.startswith("leaseq.daemon."):
-        importlib.import_module("leaseq.daemon.dispatch")     # (which imports the lane, after what the lane knows)
     try:
         return importlib.import_module(name)
     except ImportError as e:

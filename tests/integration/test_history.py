@@ -77,8 +77,8 @@ def hd(tmp_path_factory):
 def test_counts_and_percentiles_of_a_known_workload(flavoured):
     """Ten jobs: five claimed after 1 s, five after 4 s; acked 300 ms or
     2.5 s after their claims, one nacked; one cancelled, one nacked DEAD,
-    one whose lease ran out.  Single QPUSH/QCLAIM/QACK go by the compiled
-    lane where it is built: the counts are the same either way."""
+    one whose lease ran out.  Single QPUSH/QCLAIM/QACK take the plain
+    transitions' short ways: the counts are the same either way."""
     c = frozen(flavoured)
     q = unique("known")
     c.execute_command("QCREATE", q, "LEASE", 60_000)
@@ -86,7 +86,7 @@ def test_counts_and_percentiles_of_a_known_workload(flavoured):
     for i in range(10):
         c.execute_command("QPUSH", q, f"job-{i}")
     advance(c, 1000)
-    early = [claim(c, q)[0] for _ in range(5)]            # single claims: the plain lane's path
+    early = [claim(c, q)[0] for _ in range(5)]            # single claims: the short way
     advance(c, 300)
     for job in early[:4]:
         assert c.execute_command("QACK", q, job[b"lease"]) == 1

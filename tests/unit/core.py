@@ -25,9 +25,9 @@ from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.commands.table import TABLE
 from leaseq.daemon import config
 from leaseq.daemon.clock import Clock
+from leaseq.commands.parties import Caller, Host, Stats
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.metrics import Metrics
-from leaseq.daemon.server import Stats
 from leaseq.storage import queries
 from leaseq.storage.config import QueueConfig
 from leaseq.storage.datadir import DataDir
@@ -40,7 +40,7 @@ T0 = 1_700_000_000_000
 PARKED = "parked"     # what ``call`` answers for a claim the daemon would park
 
 
-class Core:
+class Core(Host):
     """A ``ServerContext`` in memory.  ``clock`` is frozen at ``now`` and moves
     only when the test says so (``at``)."""
 
@@ -71,9 +71,6 @@ class Core:
     @property
     def auth_required(self) -> bool:
         return self.acl.auth_required
-
-    def now_ms(self) -> int:
-        return self.clock.now()
 
     def at(self, now: int) -> None:
         """Set the clock (tests may step it to any moment)."""
@@ -115,7 +112,7 @@ class Core:
         return self.last_save
 
 
-class Client:
+class Client(Caller):
     """A ``ClientContext`` in memory; ``holder`` receives SESSION leases."""
 
     def __init__(self, core: Core, holder=None) -> None:

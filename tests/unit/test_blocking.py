@@ -19,7 +19,6 @@ from leaseq.daemon.resp import encode
 from store_state import digest
 
 from core import T0, Client, Core, call, plain
-from harness import compiled
 
 
 class Parked:
@@ -146,11 +145,7 @@ def test_deal_divides_in_proportion_never_above_a_count(available, counts):
             assert available * c // total <= s <= available * c // total + 1
 
 
-# -- the compiled serve of plain claims (daemon/_lane.pyx serve_plain) against Blocking.serve --------
-
-def _compiled_serve():
-    """The compiled serve (skips in the pure flavour)."""
-    return compiled("leaseq.daemon._lane").serve_plain
+# -- Blocking.serve through the plain transitions' short way (storage/plain.py) and without it --------
 
 SERVED_QUEUES = {b"mem": [b"DURABILITY", b"memory"], b"sync": [b"DURABILITY", b"fsync", b"LEASE", b"100"],
                  b"slots": [b"CONCURRENCY", b"1", b"DURABILITY", b"memory"]}
@@ -169,13 +164,12 @@ served_ops = st.one_of(     # (parks, pushes and turns weighed thrice: a park, t
 
 
 class ServeSide:
-    """A store, its blocking claims and their parked connections, served with
-    the compiled ``serve_plain`` or without it."""
+    """A store, its blocking claims and their parked connections, served
+    with the plain transitions' short way (``plain.SHORT``) or without it."""
 
-    def __init__(self, compiled: bool) -> None:
-        from leaseq.daemon import dispatch as dispatch_module
+    def __init__(self, short: bool) -> None:
         from leaseq.storage import plain as plain_module
-        self.modules, self.compiled = (dispatch_module, plain_module), compiled
+        self.plain, self.short = plain_module, short
         self.core = Core()
         self.core.committer = Committer()
         self.loop = asyncio.new_event_loop()
@@ -187,20 +181,14 @@ class ServeSide:
             self.run([b"QCREATE", name] + options)
 
     def run(self, args):
-        dispatch_module, plain_module = self.modules
-        saved = dispatch_module.serve_plain, plain_module.SHORT
-        if self.compiled:
-            dispatch_module.serve_plain, plain_module.SHORT = _compiled_serve(), True
-        else:
-            dispatch_module.serve_plain, plain_module.SHORT = None, False
-        self.blocking.serve_plain = dispatch_module.serve_plain     # (a Blocking takes it when made)
+        saved, self.plain.SHORT = self.plain.SHORT, self.short
         try:
             if args == "turn":
                 self.blocking.serve_woken()
                 return None
             return execute(self.client, args)[0]
         finally:
-            dispatch_module.serve_plain, plain_module.SHORT = saved
+            self.plain.SHORT = saved
 
     def do(self, op) -> None:
         kind = op[0]
@@ -280,13 +268,13 @@ def _lease_tokens(data: bytes) -> list[bytes]:
 @example([("parks", b"slots", [1, 2]), ("push", b"slots", 2, []), ("turn",), ("ack", 0), ("turn",)])
 @example([("park", b"sync", 1, True), ("park", b"sync", 2, True), ("push", b"sync", 2, []), ("turn",),
           ("clock", 120), ("park", b"sync", 1, True), ("park", b"sync", 1, True), ("turn",)])
-def test_serve_plain_and_serve_do_the_same(sequence):
+def test_serve_does_the_same_with_the_short_way_and_without(sequence):
     """Generated parks, pushes, turns, clock steps, closed claimers and acks
     on a plain memory queue, a plain fsync queue whose leases run out, and
     a queue with CONCURRENCY (not plain): the same answers in the same
-    order, the same records, store, waiters and timers with the compiled
-    serve of plain claims as with ``Blocking.serve``."""
-    sides = [ServeSide(compiled=True), ServeSide(compiled=False)]
+    order, the same records, store, waiters and timers whether the plain
+    transitions take their short way or the store's."""
+    sides = [ServeSide(short=True), ServeSide(short=False)]
     try:
         for op in sequence:
             for side in sides:

@@ -1,7 +1,7 @@
 """bin/build-from-profile: a counting build, a training load, a build from
 the counts; and the plain build again whenever one of them fails, so that a
 counting build never stays.  Run on a small project of one Cython module
-(named ``_lane``, as the counts it looks for), built for real with GCC;
+(named ``dispatch``, as the counts it looks for), built for real with GCC;
 the training load of the real modules is tests/integration/test_bench.py's.
 bin/setup's own run of it is held to the modules loaded by
 ``test_the_modules_loaded_are_built_as_bin_setup_says``."""
@@ -23,18 +23,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SETUP = """
 from Cython.Build import cythonize
 from setuptools import setup
-COMPILED = [("_lane", "_lane.pyx")]
+COMPILED = [("dispatch", "dispatch.pyx")]
 if __name__ == "__main__":
     import glob, os
-    for old in glob.glob("_lane.*.so") + glob.glob("build/lib.*/_lane.*.so"):
+    for old in glob.glob("dispatch.*.so") + glob.glob("build/lib.*/dispatch.*.so"):
         os.remove(old)          # as leaseq's setup.py: a module not built this time must not run from its old build
-    built = cythonize(["_lane.pyx"], quiet=True, compiler_directives={"language_level": "3"})
+    built = cythonize(["dispatch.pyx"], quiet=True, compiler_directives={"language_level": "3"})
     for ext in built:
         ext.optional = True     # as leaseq's: a module the compiler refuses is left out, the build goes on
     setup(name="toy", ext_modules=built)
 """
 
-LANE = '''
+TOY = '''
 cdef extern from *:
     """
     #ifdef LEASEQ_PROFILE_USE
@@ -69,24 +69,24 @@ def load_script():
 def toy(tmp_path):
     """The toy project, installed: built once the plain way, as pip builds leaseq before bin/setup's rebuild."""
     (tmp_path / "setup.py").write_text(SETUP)
-    (tmp_path / "_lane.pyx").write_text(LANE)
+    (tmp_path / "dispatch.pyx").write_text(TOY)
     script = load_script()
     assert script.build(sys.executable, root=str(tmp_path))
-    assert script.modules(sys.executable, root=str(tmp_path)) == ["_lane"]
+    assert script.modules(sys.executable, root=str(tmp_path)) == ["dispatch"]
     return tmp_path
 
 
 def run_toy(toy, code: str) -> str:
     """Import the toy's module in a process of its own (a counting build
     writes its counts when that process exits)."""
-    done = subprocess.run([sys.executable, "-c", f"import _lane; {code}"], cwd=toy, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", f"import dispatch; {code}"], cwd=toy, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def built(toy) -> bytes:
-    (so,) = [p for p in toy.iterdir() if p.name.startswith("_lane.") and p.suffix == ".so"]
+    (so,) = [p for p in toy.iterdir() if p.name.startswith("dispatch.") and p.suffix == ".so"]
     return so.read_bytes()
 
 
@@ -102,13 +102,13 @@ def test_a_build_from_counts_of_the_training_load(toy):
     trained = []
 
     def train(_python):
-        trained.append(run_toy(toy, "print(_lane.work(100000), _lane.guided())"))
+        trained.append(run_toy(toy, "print(dispatch.work(100000), dispatch.guided())"))
         return True
 
     assert script.build_from_profile(sys.executable, **steps(script, toy, train)) == "profile-guided"
     assert trained == ["249997 False"]                                # the counting build ran the load
     assert b"__gcov" not in built(toy)                                 # and did not stay
-    assert run_toy(toy, "print(_lane.work(100000), _lane.guided())") == "249997 True"
+    assert run_toy(toy, "print(dispatch.work(100000), dispatch.guided())") == "249997 True"
 
 
 @pytest.mark.timeout(300)
@@ -118,13 +118,13 @@ def test_a_failed_step_leaves_the_plain_build(toy, failing, capsys):
 
     def train(_python):
         if failing == "no counts":
-            return True                   # it said it ran, but nothing ran: no counts of _lane
-        run_toy(toy, "_lane.work(10)")
+            return True                   # it said it ran, but nothing ran: no counts of dispatch
+        run_toy(toy, "dispatch.work(10)")
         return False
 
     assert script.build_from_profile(sys.executable, **steps(script, toy, train)) == "plain"
     assert b"__gcov" not in built(toy)
-    assert run_toy(toy, "print(_lane.guided())") == "False"
+    assert run_toy(toy, "print(dispatch.guided())") == "False"
     assert "the build from a profile failed" in capsys.readouterr().err
     assert not [p for p in toy.rglob("*.gcda")]
 
@@ -141,11 +141,11 @@ def test_a_compiler_that_refuses_the_flags_leaves_the_plain_build(toy, monkeypat
         return plain(python, cflags, ldflags, root)
 
     def train(_python):
-        run_toy(toy, "_lane.work(10)")
+        run_toy(toy, "dispatch.work(10)")
         return True
 
     assert script.build_from_profile(sys.executable, **steps(script, toy, train, build)) == "plain"
-    assert b"__gcov" not in built(toy) and run_toy(toy, "print(_lane.guided())") == "False"
+    assert b"__gcov" not in built(toy) and run_toy(toy, "print(dispatch.guided())") == "False"
 
 
 def test_when_even_the_plain_build_fails_setup_stops(capsys):

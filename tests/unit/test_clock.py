@@ -1,5 +1,5 @@
 """``daemon.clock``: the daemon's time, in both flavours of its reading
-(``Reading``, compiled in daemon/_clock.pyx when built): whole ms since the
+(``Reading``, compiled in storage/_clock.pyx when built): whole ms since the
 epoch plus the offset, or the frozen moment; DEBUG CLOCK's changes (whose
 values commands bound to 2**53 ms) reach ``on_change`` and the next
 reading."""
@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from leaseq.daemon import clock
+from leaseq.daemon import clock as daemon_clock
+from leaseq.storage import clock
 
 FLAVOURS = [clock.PureReading] + ([clock.Reading] if clock.COMPILED else [])
 
 
 def test_the_compiled_reading_is_used_when_built():
-    assert issubclass(clock.Clock, clock.Reading)
+    assert issubclass(daemon_clock.Clock, clock.Reading)
     assert clock.COMPILED is (clock.Reading is not clock.PureReading)
 
 
@@ -43,7 +44,7 @@ def test_a_frozen_clock_reads_its_moment(reading, at):
 def test_debug_clock_changes_are_told_and_read():
     """(On the flavour in use; the LEASEQ_PURE=1 run of the unit tests reads the pure one.)"""
     changes: list = []
-    c = clock.Clock(0, False, 0, lambda *state: changes.append(state))
+    c = daemon_clock.Clock(0, False, 0, lambda *state: changes.append(state))
     c.advance(60_000)
     assert changes[-1] == (60_000, False, 0) and c.now() >= int(time.time() * 1000) + 60_000 - 1
     c.freeze(2_000_000_000_000)
@@ -70,3 +71,17 @@ def test_the_state_is_plain_numbers_and_a_bad_one_is_refused(reading):
             c.offset = "soon"
         with pytest.raises(OverflowError):
             c.frozen_at = 2**63
+
+
+SECONDS = [time.perf_counter] + ([clock.seconds] if clock.COMPILED else [])
+
+
+@pytest.mark.parametrize("seconds", SECONDS)
+def test_seconds_reads_the_clock_perf_counter_reads(seconds):
+    """``seconds()``, what a command's timing reads: ``time.perf_counter``'s
+    clock (the compiled one reads it with one ``clock_gettime``)."""
+    before = time.perf_counter()
+    got = seconds()
+    after = time.perf_counter()
+    assert before <= got <= after and isinstance(got, float)
+    assert clock.seconds is (time.perf_counter if not clock.COMPILED else clock._twin.seconds)

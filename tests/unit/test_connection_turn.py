@@ -1,16 +1,12 @@
-"""``Connection.run_pending`` and ``data_received`` and their compiled twins
-(``daemon._lane``'s, which the compiled flavour runs, with its plain lane
-and its serve of a parked claim; the Python side runs none of them) write the same bytes
-and close the same connections.  One script of requests, in chunks, over several connections
-of an in-process server (stand-in transports, the clock frozen), is run
-once with each: pipelined plain and other commands, replies held for the
-log and for fsync, a claim that parks with a command pipelined behind it
-and the push that wakes it, MULTI, RESP3, unknown commands and bad arity,
-a protocol error, QUIT with a command behind it, and a claim whose BLOCK
-runs out.  ``Committer.end_of_turn``, the ``Outbox`` and the log's tickets
-are one definition each, which both turns call.  The compiled module is
-built against the compiled Outbox and log buffer, so these tests skip in
-the pure flavour (``harness.compiled``)."""
+"""``Connection.run_pending`` and ``data_received`` write the same bytes and
+close the same connections in both flavours.  One script of requests, in
+chunks, over several connections of an in-process server (stand-in
+transports, the clock frozen), is run in this process and, when this one
+runs compiled, once more in a pure one: pipelined plain and other
+commands, replies held for the log and for fsync, a claim that parks with
+a command pipelined behind it and the push that wakes it, MULTI, RESP3,
+unknown commands and bad arity, a protocol error, QUIT with a command
+behind it, and a claim whose BLOCK runs out."""
 
 from __future__ import annotations
 
@@ -25,11 +21,10 @@ import sys
 import hiredis
 
 from leaseq.bench.path import Transport as BenchTransport
-from leaseq.daemon import config, dispatch
+from leaseq.daemon import config
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.server import Server
 from leaseq.storage.datadir import DataDir
-from harness import compiled
 
 PURE = os.environ.get("LEASEQ_PURE") == "1"
 
@@ -141,22 +136,11 @@ async def _run_script(data_dir: str) -> list[tuple[bytes, bool]]:
         return [(b"".join(t.written), t.closed) for t in transports]
 
 
-def _lanes():
-    """(name, the plain lane, the compiled serve): the ordinary way of every
-    command, and (when built) the lane's."""
-    lane = dispatch._lane
-    return [("ordinary", None, None)] + ([("lane", lane.run, lane.serve_plain)] if lane is not None else [])
-
-
-def test_the_turn_writes_the_same_bytes_whichever_way_a_command_goes(tmp_path, monkeypatch):
+def test_the_turn_writes_the_same_bytes_in_either_flavour(tmp_path):
     got = {}
-    for name, lane, serve in _lanes():
-        monkeypatch.setattr(dispatch, "lane", lane)
-        monkeypatch.setattr(dispatch, "serve_plain", serve)
-        got[name] = asyncio.run(_run_script(str(tmp_path / name)))
-    if not PURE:            # and the pure flavour, the same .py files uncompiled, in a process of its own
+    if not PURE:            # the pure flavour, the same .py files uncompiled, in a process of its own
         got["pure"] = _pure_run(tmp_path / "pure")
-    first = got.pop("ordinary")
+    first = asyncio.run(_run_script(str(tmp_path / "here")))
     for name, other in got.items():
         for i, (expected, written) in enumerate(zip(first, other)):
             assert written == expected, f"{name}: connection {i}"
@@ -235,28 +219,6 @@ async def _serve_now_script(data_dir: str, ends: list) -> None:
         assert b"$1\r\nz" in b"".join(transports[4].written) and ends
 
 
-def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path, monkeypatch):
-    """``Committer.serve_now``, whichever way the commands go."""
-    for name, lane, serve in _lanes():
-        monkeypatch.setattr(dispatch, "lane", lane)
-        monkeypatch.setattr(dispatch, "serve_plain", serve)
-        asyncio.run(_serve_now_script(str(tmp_path / name), []))
-
-
-def test_the_compiled_histogram_puts_each_duration_where_the_python_one_does():
-    """The lane times its commands into ``Metrics.commands`` itself
-    (``_observe``): each duration, at and around every bound, lands in the
-    bucket ``Histogram.observe`` puts it in."""
-    from collections import defaultdict
-
-    from leaseq.daemon.metrics import BUCKETS, Histogram
-
-    lane = compiled("leaseq.daemon._lane")
-    by_lane, python = defaultdict(Histogram), defaultdict(Histogram)
-    durations = [0.0, 1e-9, 10.0] + [b * f for b in BUCKETS for f in (0.999, 1.0, 1.001)]
-    for i, seconds in enumerate(durations):
-        name = ("qpush", "qclaim")[i % 2]
-        lane.observe(by_lane, name, seconds)
-        python[name].observe(seconds)
-    assert {n: (h.counts, h.total) for n, h in by_lane.items()} == \
-        {n: (h.counts, h.total) for n, h in python.items()}
+def test_a_push_that_wakes_a_parked_claim_of_a_memory_queue_serves_it_at_once(tmp_path):
+    """``Committer.serve_now``."""
+    asyncio.run(_serve_now_script(str(tmp_path / "here"), []))

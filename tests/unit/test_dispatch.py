@@ -17,7 +17,7 @@ from leaseq.commands.context import ClientContext, Holdings, ServerContext
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error
 from leaseq.commands.table import TABLE
-from leaseq.daemon import config
+from leaseq.daemon import config, dispatch
 from leaseq.daemon.connection import Connection
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.server import Server
@@ -239,14 +239,9 @@ def test_cython_imports_and_includes_are_read(tmp_path):
 
 # Modules that import each other round a cycle, each to be untied (issue 42):
 # the list may only shrink.  A twin that imports its definition's module
-# (job.py loads _job.pyx, which takes JobExtra from job.py); the compiled lane
-# and the daemon modules it serves (dispatch, connection and blocking load
-# the lane, which imports them back at first use: ``_lane._imports``); the
-# settings and the TLS context they check.
+# (job.py loads _job.pyx, which takes JobExtra from job.py); the settings and
+# the TLS context they check.
 KNOWN_CYCLES = [
-    # the plain lane knows the connection's class, whose module imports dispatch, which imports the
-    # lane last (tests/unit/test_one_source.py: the lane loads whichever module comes first)
-    ["leaseq.daemon._lane", "leaseq.daemon.connection", "leaseq.daemon.dispatch"],
     ["leaseq.daemon.config", "leaseq.daemon.tls"],
     ["leaseq.storage._job", "leaseq.storage.job"],
 ]
@@ -546,7 +541,9 @@ def test_a_handler_bug_is_an_error_reply_not_a_crash(c, monkeypatch, caplog):
     def broken(client, args):
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setitem(TABLE, b"qlen", dataclasses.replace(TABLE[b"qlen"], handler=broken))
+    route = dispatch.Route(dataclasses.replace(TABLE[b"qlen"], handler=broken))
+    monkeypatch.setitem(dispatch.ROUTES, b"qlen", route)
+    monkeypatch.setitem(dispatch.ROUTES, b"QLEN", route)
     reply, ticket = execute(c, [b"QLEN", b"q"])
     assert reply.line == "ERR internal error while running the command; see the server log"
     assert ticket is None
@@ -610,3 +607,55 @@ def test_while_loading_only_commands_flagged_loading_run(core, c):
     assert core.store.queues == {} and logged(core) == []
     core.loading = False
     assert call(c, "PING") == "PONG"
+
+
+# -- one way in: what the checks read --------------------------------------------------------------
+
+def test_every_command_has_one_route_under_its_name_in_either_case():
+    for name, command in TABLE.items():
+        route = dispatch.ROUTES[name]
+        assert dispatch.ROUTES[name.upper()] is route and route.command is command
+        assert (route.name, route.handler, route.arity) == (command.name, command.handler, command.arity)
+        for flag, field in (("noauth", "noauth"), ("loading", "loading"), ("write", "write"), ("pubsub", "pubsub"),
+                            ("denyoom", "denyoom"), ("direct", "direct"), ("transaction", "transaction"),
+                            ("no-multi", "no_multi")):
+            assert getattr(route, field) is (flag in command.flags), (name, flag)
+        assert route.observes is bool(command.observes) and route.claims is (command.observes == "claims")
+    assert len(dispatch.ROUTES) == 2 * len(TABLE)
+
+
+def test_a_command_in_mixed_case_finds_its_route(c):
+    call(c, "QCREATE", "q")
+    assert execute(c, [b"qPuSh", b"q", b"x"])[0] == 1 and c.last_command == "qpush"
+    assert call(c, "QLEN", "q") == 1
+
+
+def test_the_daemon_and_the_test_core_are_the_two_parties(tmp_path, core, c):
+    from leaseq.commands.parties import Caller, Host
+
+    server = Server(config.Settings(dir=str(tmp_path / "data")))
+    assert isinstance(server, Host) and isinstance(Connection(server), Caller)
+    assert isinstance(core, Host) and isinstance(c, Caller)
+    core.at(T0 + 5)
+    assert core.now_ms() == core.clock.now() == T0 + 5
+
+
+def test_a_commands_time_lands_in_its_bucket():
+    """``Histogram.observe`` counts a duration in the first bucket whose
+    bound is not below it (``bisect_left`` of the bounds), at and around
+    every bound; ``Metrics.command`` in the command's own histogram."""
+    from bisect import bisect_left
+
+    from leaseq.daemon.metrics import BUCKETS, Histogram, Metrics
+
+    h = Histogram()
+    durations = [0.0, 1e-9, 10.0] + [b * f for b in BUCKETS for f in (0.999, 1.0, 1.001)]
+    expected = [0] * (len(BUCKETS) + 1)
+    for seconds in durations:
+        h.observe(seconds)
+        expected[bisect_left(BUCKETS, seconds)] += 1
+    assert h.counts == expected and h.total == pytest.approx(sum(durations))
+    m = Metrics(None)
+    m.command("qpush", 0.0002)
+    m.command("qpush", 0.003)
+    assert sum(m.commands["qpush"].counts) == 2 and list(m.commands) == ["qpush"]

@@ -168,7 +168,7 @@ def test_replay_takes_the_same_step_so_a_replica_reacts_alike(end):
 
 def test_a_plain_ack_takes_the_step_too():
     """QACK of a job nobody depends on, on a queue with no retention or
-    groups, goes the plain lane's short way (storage/plain.py): the step
+    groups, goes the plain transitions' short way (storage/plain.py): the step
     still tells its waiter and frees its CONCURRENCY slot."""
     w = World(child=False)                      # nobody waits for P: the short way
     assert not w.store.deps.children

@@ -116,16 +116,16 @@ def test_private_reads_sees_another_objects_private_attribute():
     assert private_reads("log._written\nself._own\ncls._also\nx.__class__\nlog.public\n") == {"_written"}
 
 
-def test_the_plain_lane_loads_whichever_module_is_imported_first():
-    """The lane knows the connection's and the waits' classes, so it loads
-    after their modules, last of ``dispatch``: whichever module of the
-    daemon a process imports first, the lane is in use afterwards (an
-    import cycle would leave it out, silently, as if it were not built)."""
+def test_the_compiled_flavour_loads_whichever_module_is_imported_first():
+    """The compiled modules cimport each other's types: whichever module of
+    the daemon a process imports first, every compiled module is in use
+    afterwards (an import cycle could leave one out, silently, as if it
+    were not built)."""
     if PURE or not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("the plain lane is compiled code: built by bin/setup, not run with LEASEQ_PURE=1")
-    names = [info.name for info in pkgutil.iter_modules([str(ROOT / "daemon")]) if info.name != "_lane"]
-    code = "import importlib, sys; importlib.import_module(sys.argv[1]); from leaseq.daemon import dispatch; " \
-           "print(dispatch.lane is not None)"
+        pytest.skip("the compiled flavour is built by bin/setup, not run with LEASEQ_PURE=1")
+    names = [info.name for info in pkgutil.iter_modules([str(ROOT / "daemon")])]
+    code = "import importlib, sys; importlib.import_module(sys.argv[1]); from leaseq.daemon import flavour; " \
+           "print(flavour.FLAVOUR == 'compiled')"
     children = [(name, subprocess.Popen([sys.executable, "-c", code, f"leaseq.daemon.{name}"], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)) for name in names]
     failed = []

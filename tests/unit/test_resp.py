@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Ints, Map, Push, Record, Shape, Simple, Verbatim
 from leaseq.daemon import dispatch, flavour, resp
 from leaseq.daemon.resp import PureRequestParser, ProtocolError, RequestParser, encode, split_args, wire_size
+from leaseq.storage.flavour import is_compiled
 
 # Every parser test runs against the pure parser (the definition) and the one
 # in use: the compiled daemon/_parser.pyx when built, else the pure one again
@@ -677,11 +678,12 @@ def test_the_buffer_kept_between_replies_carries_nothing_over():
 def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     """bin/setup builds daemon/_resp.pyx, daemon/_parser.pyx,
     storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx and
-    daemon/_clock.pyx and daemon/_lane.pyx when Cython and a C compiler are
-    there; LEASEQ_PURE=1 (the second unit-test run of .ci/run) picks the pure
-    encoder, parser, Job, job table, indexes and clock, and no lane."""
+    storage/_clock.pyx, and the modules compiled from their own .py, when
+    Cython and a C compiler are there; LEASEQ_PURE=1 (the second unit-test
+    run of .ci/run) picks the pure encoder, parser, Job, job table, indexes
+    and clock, and the .py files."""
     if os.environ.get("LEASEQ_PURE") == "1":
-        assert flavour.FLAVOUR == "pure" and flavour.COMPILED == [] and dispatch.lane is None
+        assert flavour.FLAVOUR == "pure" and flavour.COMPILED == [] and not is_compiled(dispatch)
         assert resp.encode is resp.encode_pure and resp.RequestParser is resp.PureRequestParser
     elif shutil.which("cc") or shutil.which("gcc"):
         assert flavour.FLAVOUR == "compiled"

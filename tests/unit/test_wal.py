@@ -589,9 +589,23 @@ def test_locks_on_different_directories_are_independent(tmp_path):
 
 
 def test_a_journal_takes_a_log_buffer_or_none():
-    """The compiled lane reads a journal's log as a ``LogBuffer`` (or none)."""
+    """The compiled journal reads its log as a ``LogBuffer`` (or none)."""
     from leaseq.storage.journal import Journal
 
     assert Journal(None).log is None and isinstance(Journal(MemoryLog()).log, MemoryLog)
     with pytest.raises(TypeError, match="a journal's log is a LogBuffer or None, not list"):
         Journal([])
+
+
+def test_a_journal_without_a_log_holds_no_reply():
+    """A command's mark and ticket come from the journal's log; with none,
+    no reply waits for anything."""
+    from leaseq.storage.journal import Journal
+
+    journal = Journal(None)
+    assert journal.mark() == 0 and journal.ticket_since(0) is None and journal.settled_since(0, 5) is None
+    logged = Journal(MemoryLog())
+    mark = logged.mark()
+    assert logged.ticket_since(mark) is None
+    logged.meta_record(records.CLOCK, records.clock(0, False, 0))
+    assert logged.ticket_since(mark) is not None and logged.settled_since(mark) is not None

@@ -1,40 +1,30 @@
-"""The plain lane (daemon/_lane.pyx) and the short ways of the plain
-transitions (storage/plain.py) against ``dispatch.execute``'s ordinary path
-and ``Store``'s transitions: generated command sequences, run once
-with both and once with neither, on two stores that start alike, give the
-same reply bytes, the same tickets, the same counters and command
-statistics, the same log records and the same store.  The sequences mix
-plain commands with every way of not being plain (options, a queue's
-features, jobs with rare fields, MULTI, a full memory, a failed log, bad
-arguments, names in any case, leases that ran out), so both sides of each
-check are run.  The lane is built against the compiled one-source classes
-(the Outbox, the log buffer), which the pure flavour does not load: with
-LEASEQ_PURE=1 the sequences compare the short ways alone, and the tests of
-the lane itself skip, saying so."""
+"""The short ways of the plain transitions (storage/plain.py) against
+``Store``'s transitions: generated command sequences, run through
+``dispatch.execute`` once with the short ways (``plain.SHORT``) and once
+without, on two stores that start alike, give the same reply bytes, the
+same tickets, the same counters and command statistics, the same log
+records and the same store.  The sequences mix plain commands with every
+way of not being plain (options, a queue's features, jobs with rare
+fields, MULTI, a full memory, a failed log, bad arguments, names in any
+case, leases that ran out), so both sides of each check are run, in
+whichever flavour is loaded."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
-import shutil
 
 import pytest
 
 from core import T0, Client, Core
-from harness import compiled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_state import digest
 
 from leaseq.commands.claims import ClaimWait
-from leaseq.daemon import dispatch
 from leaseq.daemon.holdings import Session
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
 from leaseq.storage import plain as plain_module
-
-LANE = dispatch.lane           # the compiled lane's run; None in the pure flavour (or not built)
 
 QUEUES = {
     b"mem": [b"DURABILITY", b"memory"],
@@ -90,22 +80,21 @@ def _args(op, tokens: dict) -> list[bytes]:
 
 
 class Side:
-    """One store and one client, with the lane or without it."""
+    """One store and one client, with the short ways or without them."""
 
-    def __init__(self, lane: bool) -> None:
-        self.lane = lane
+    def __init__(self, short: bool) -> None:
+        self.short = short
         self.core = Core(max_payload=256)
         self.client = Client(self.core, holder=Session(None))       # SESSION claims hold their leases
         for name, options in QUEUES.items():
             self.execute([b"QCREATE", name] + options)
 
     def execute(self, args: list):
-        saved = dispatch.lane, plain_module.SHORT
-        dispatch.lane, plain_module.SHORT = (LANE, True) if self.lane else (None, False)
+        saved, plain_module.SHORT = plain_module.SHORT, self.short
         try:
             reply, ticket = execute(self.client, args)
         finally:
-            dispatch.lane, plain_module.SHORT = saved
+            plain_module.SHORT = saved
         if isinstance(reply, ClaimWait):
             shown = ("parked", reply.queue.name, reply.consumer, reply.count, reply.lease_ms, reply.timeout_ms,
                      reply.cohort, reply.compact)
@@ -132,7 +121,7 @@ class Side:
         core = self.core
         log = core.store.journal.log
         log.flush()
-        return {"stats": dataclasses.asdict(core.stats),
+        return {"stats": {name: getattr(core.stats, name) for name in type(core.stats).__slots__},
                 "commands": {name: sum(h.counts) for name, h in core.metrics.commands.items() if sum(h.counts)},
                 "records": log.records(),
                 "store": digest(core.store),
@@ -142,7 +131,7 @@ class Side:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops, min_size=1, max_size=40))
-def test_the_lane_and_the_ordinary_path_do_the_same(sequence):
+def test_the_short_ways_and_the_stores_transitions_do_the_same(sequence):
     _same_on_both_sides(sequence)
 
 
@@ -185,7 +174,7 @@ def test_each_way_of_not_being_plain(name):
 
 
 def _same_on_both_sides(sequence):
-    sides = [Side(lane=True), Side(lane=False)]
+    sides = [Side(short=True), Side(short=False)]
     tokens: dict = {}
     now = T0
     for op in _spread(sequence):
@@ -232,31 +221,3 @@ def _tokens(reply: bytes) -> list[bytes]:
 
 
 TOKEN = re.compile(rb"[0-9a-f]+\.[0-9a-f]+\.[0-9a-f]+")
-
-
-def test_plain_commands_take_the_lane_and_others_do_not():
-    """The lane answers the plain forms itself (the ordinary path is not
-    asked) and leaves everything else to it."""
-    lane = compiled("leaseq.daemon._lane").run      # (skips in the pure flavour, saying why)
-    side = Side(lane=True)
-    assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is not None
-    assert lane(side.client, [b"qclaim", b"mem", b"w", b"COUNT", b"1"]) is not None
-    assert lane(side.client, [b"QACK", b"mem", b"1.1.1"]) is not None
-    assert lane(side.client, [b"QACK", b"mem", b"a.1.1", b"results"]) is not None     # tokens, not RESULT
-    for args in ([b"QPUSH", b"mem", b"x", b"PRIORITY", b"1"], [b"QPUSH", b"fresh", b"x"],
-                 [b"QPUSH", b"short", b"x"], [b"QCLAIM", b"window", b"w"], [b"QCLAIM", b"mem", b"w", b"SESSION"],
-                 [b"QCLAIM", b"mem", b""], [b"QACK", b"mem", b"1.1.1", b"RESULT", b"r"], [b"QACK", b"mem", b"a.1.1", b"rEsUlT", b"r"], [b"QLEN", b"mem"],
-                 [b"QPUSH", b"mem"], [b"QACKX", b"mem", b"1"]):
-        assert lane(side.client, args) is None, args
-    before = dataclasses.asdict(side.core.stats)
-    side.core.oom = True
-    assert lane(side.client, [b"QPUSH", b"mem", b"x"]) is None
-    assert dataclasses.asdict(side.core.stats) == before        # nothing counted when it passes
-
-
-def test_the_lane_is_built_and_used_unless_told_otherwise():
-    if os.environ.get("LEASEQ_PURE") == "1":
-        assert dispatch.lane is None
-    else:
-        assert LANE is not None or not (shutil.which("cc") or shutil.which("gcc"))
-        assert LANE is compiled("leaseq.daemon._lane").run
