@@ -23,6 +23,11 @@ import redis
 HOST = "127.0.0.1"
 
 
+def progress(msg: str) -> None:
+    """A benchmark's progress line, on stderr (its figures go to stdout)."""
+    print(f"# {msg}", file=sys.stderr, flush=True)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket() as s:

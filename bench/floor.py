@@ -49,7 +49,7 @@ from collections import deque
 
 import hiredis
 
-from .common import HOST, cpu_seconds, free_port, pin_threads, print_grid, publish, wait_pong
+from .common import HOST, cpu_seconds, free_port, pin_threads, print_grid, publish, wait_pong, progress
 from .queue import Endpoint, LeaseqServer, RedisServer, Settings, placement, redis_version, run_one
 
 CLIENTS = 12
@@ -408,7 +408,7 @@ def _interleaved(servers: tuple, reps: int, redis_binary: str, say, one) -> tupl
     """``one(kind, work, server_cpus, load_cpus, redis_path)`` for each
     server kind (redis only when installed) and rep, the order reversed
     every other rep: ({kind: [figures of each rep]}, the machine's facts)."""
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     server_cpus, load_cpus = placement()
     redis_path = shutil.which(redis_binary)
     redis_ver = redis_version(redis_path) if redis_path else None

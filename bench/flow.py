@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from bisect import bisect_left
 
-from .common import Daemon, print_table, publish
+from .common import Daemon, print_table, publish, progress
 
 LEASE = 600_000
 GROUPS = 4
 
 
 def run(seconds: float, n: int, window_ms: int, claimers: int, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-flow-")
     daemon = Daemon(os.path.join(work, "data"), os.path.join(work, "daemon.log"))
     try:

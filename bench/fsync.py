@@ -26,11 +26,10 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-from .common import percentile, print_table, publish
+from .common import percentile, print_table, publish, progress
 
 WAYS = ("grows", "reserved", "zero-filled")
 RESERVE = 1 << 20        # storage.wal.RESERVE (bench/ does not import the daemon's modules)
@@ -39,7 +38,7 @@ POINTS = (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9))
 
 def run(count: int, size: int, rounds: int, reserve: int, directory: str | None, json_path: str | None,
         say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     try:
         work = tempfile.mkdtemp(prefix="leaseq-bench-fsync-", dir=directory or ".")
     except OSError as e:

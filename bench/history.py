@@ -34,13 +34,12 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
-from .common import Daemon, dir_bytes, free_port, pin_threads, print_table, publish
+from .common import Daemon, dir_bytes, free_port, pin_threads, print_table, publish, progress
 
 MINUTE = 60_000
 DEBUG = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
@@ -315,7 +314,7 @@ def filled(hours: int, queues: int, say) -> dict:
 
 
 def run(rate: int, seconds: float, rounds: int, hours: int, queues: int, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     result = {"hook": hook_cost(200_000, rate, say), "cpu": cpu_cost(rate, seconds, rounds, say),
               "fill": filled(hours, queues, say)}
     return publish(result, report, json_path)

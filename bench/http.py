@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
-from .common import Daemon, free_port, percentile, print_table, publish
+from .common import Daemon, free_port, percentile, print_table, publish, progress
 
 
 def run(seconds: float, queues: int, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-http-")
     http = free_port()
     daemon = Daemon(os.path.join(work, "data"), os.path.join(work, "daemon.log"),

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from .common import HOST, free_port, leaseq_command, pin_threads, print_grid, publish, wait_pong
+from .common import HOST, free_port, leaseq_command, pin_threads, print_grid, publish, wait_pong, progress
 from .floor import QUEUE_LABELS, QUEUE_SERVERS, compiled_minimal
 from .queue import Conn, placement, redis_version, wire_for
 
@@ -266,7 +266,7 @@ def run(redis_binary: str, json_path: str | None, kinds=KINDS, jobs: int = JOBS,
     that many of leaseq's C functions with the most misses."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise RuntimeError("--instructions needs valgrind (Debian package valgrind)")
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     server_cpus, _load_cpus = placement()
     redis_path = shutil.which(redis_binary)
     redis_ver = redis_version(redis_path) if redis_path else None

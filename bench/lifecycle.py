@@ -25,16 +25,15 @@ import logging
 import os
 import random
 import shutil
-import sys
 import tempfile
 import threading
 import time
 
-from .common import Daemon, percentile, print_table, publish
+from .common import Daemon, percentile, print_table, publish, progress
 
 
 def run(cancels: int, results: int, heartbeat_ms: int, durability: str, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-lifecycle-")
     daemon = Daemon(os.path.join(work, "data"), os.path.join(work, "daemon.log"),
                     env={"LEASEQ_DEFAULT_DURABILITY": durability})

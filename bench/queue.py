@@ -69,7 +69,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -81,7 +80,7 @@ from urllib.parse import urlsplit
 import hiredis
 
 from .common import (HOST, Daemon, cpu_by_process, free_port, percentile, pin_threads, print_grid, publish,
-                     read_calls, steal_seconds, wait_pong)
+                     read_calls, steal_seconds, wait_pong, progress)
 
 PAYLOAD = 128
 BATCH = 100                   # jobs per push batch and per claim
@@ -937,7 +936,7 @@ def ratios(lq: dict, rd: dict | None) -> dict:
 
 def run(jobs: int, seconds: float, rate: int, reps: int, workloads: tuple, classes: tuple, url: str | None,
         redis_binary: str, json_path: str | None, say=None, replica_dir: str | None = None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     server_cpus, load_cpus = placement()
     redis_path = shutil.which(redis_binary)
     redis_ver = redis_version(redis_path) if redis_path else None

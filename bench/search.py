@@ -25,13 +25,12 @@ import multiprocessing
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 
-from .common import Daemon, free_port, percentile, print_table, publish
+from .common import Daemon, free_port, percentile, print_table, publish, progress
 
 QUEUE = "orders"
 BATCH = 10_000
@@ -39,7 +38,7 @@ CUSTOMERS = 50
 
 
 def run(jobs: int, count: int, search_slice: int | None, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-search-")
     http = free_port()
     env = {"LEASEQ_HTTP_PORT": str(http), "LEASEQ_DEFAULT_DURABILITY": "memory"}

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from .common import Daemon, print_table, publish
+from .common import Daemon, print_table, publish, progress
 
 PAYLOAD = 128
 DEFAULT_ROWS = 1_000_000
@@ -97,7 +97,7 @@ def run(rows: int, json_path: str | None, say=None, side: str = "both", sources:
 
 
 def run_write(rows: int, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-spark-")
     daemon = Daemon(os.path.join(work, "data"), os.path.join(work, "daemon.log"))
     spark = None
@@ -201,7 +201,7 @@ def _field(reply, name: bytes):
 
 
 def run_read(sources: int, jobs: int, live_seconds: float, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-spark-read-")
     spark = None
     live = None

@@ -23,7 +23,6 @@ import math
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -31,7 +30,7 @@ import time
 import redis
 import redis.utils
 
-from .common import Daemon, dir_bytes, mib, percentile, print_table, publish, wait_snapshot
+from .common import Daemon, dir_bytes, mib, percentile, print_table, publish, wait_snapshot, progress
 
 PAYLOAD = 128
 PUSH_BATCH = 1000          # jobs per QPUSHMANY
@@ -272,7 +271,7 @@ def churn(work: str, name: str, cycles: int, env: dict | None, started: list, sa
 
 
 def run(jobs: int, cycles: int, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-storage-")
     started: list[Daemon] = []
     t0 = time.monotonic()

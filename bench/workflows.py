@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-from .common import Daemon, mib, print_table, publish, rss_of
+from .common import Daemon, mib, print_table, publish, rss_of, progress
 
 
 def run(jobs: int, durability: str, json_path: str | None, say=None) -> dict:
-    say = say or (lambda msg: print(f"# {msg}", file=sys.stderr, flush=True))
+    say = say or progress
     work = tempfile.mkdtemp(prefix="leaseq-bench-workflows-")
     daemon = Daemon(os.path.join(work, "data"), os.path.join(work, "daemon.log"),
                     env={"LEASEQ_ENABLE_DEBUG_COMMAND": "yes", "LEASEQ_DEFAULT_DURABILITY": durability})

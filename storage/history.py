@@ -105,6 +105,8 @@ _B_AT = struct.Struct("<B").unpack_from
 
 CLAIM, ACK, NACK, DEAD, CANCEL, EXPIRE = (records.CLAIM, records.ACK, records.NACK, records.DEAD, records.CANCEL,
                                          records.EXPIRE)
+# where the fields read here sit in a record's body (storage/records.py)
+_TS, _IDS, _COUNT = records.TS_AT, records.IDS_AT, records.IDS_COUNT_AT
 _INFLIGHT_CAP = 1 << 20           # claim times kept per queue (jobs in flight); beyond, runs go uncounted
 
 
@@ -326,16 +328,16 @@ class History:
         if t is None:
             t = self.tracks[q.name] = Track(q)
         if rtype == CLAIM:
-            n = _U32_AT(body, 28)[0]
+            n = _U32_AT(body, records.CLAIM_COUNT_AT)[0]
             t.claimed += n
             t.countdown -= 1
             if t.countdown:
                 return          # (a sampled job is claimed again only after a NACK, EXPIRE or DEAD dropped it)
-            ts = _TS_AT(body, 4)[0]
+            ts = _TS_AT(body, _TS)[0]
             if t.wait.n > 64 + SAMPLES_A_MINUTE * (ts - (self.minute or ts)) // MINUTE:
                 t.stride *= 2                    # ahead of the minute's share (a burst, a new track): fewer
             t.countdown = t.stride
-            at = 34 + _U16_AT(body, 32)[0]
+            at = records.CLAIM_CONSUMER_AT + _U16_AT(body, records.CLAIM_CONSUMER_LEN_AT)[0]
             ids = _ids(body, at, n)
             end = at + 8 * n
             deliveries = _ids_u32(body, end, n) if len(body) >= end + 4 * n else (1,) * n
@@ -355,28 +357,29 @@ class History:
             if not t.claimed_at:
                 return
             pop = t.claimed_at.pop
-            if len(body) == 24:                  # one job: the common case
-                at = pop(body[16:24], None)
+            if len(body) == _IDS + 8:            # one job: the common case
+                at = pop(body[_IDS:_IDS + 8], None)
                 if at is not None:
                     self.sampled -= 1
-                    t.run.add(_TS_AT(body, 4)[0] - at)
+                    t.run.add(_TS_AT(body, _TS)[0] - at)
                 return
-            ts = _TS_AT(body, 4)[0]
-            for k in range(16, 16 + 8 * _U32_AT(body, 12)[0], 8):
+            ts = _TS_AT(body, _TS)[0]
+            for k in range(_IDS, _IDS + 8 * _U32_AT(body, _COUNT)[0], 8):
                 at = pop(body[k:k + 8], None)
                 if at is not None:
                     self.sampled -= 1
                     t.run.add(ts - at)
         elif rtype == CANCEL:
-            n = _U32_AT(body, 12)[0]
+            n = _U32_AT(body, _COUNT)[0]
             t.cancelled += n
-            self._ended(t, body, 16, n)
+            self._ended(t, body, _IDS, n)
         elif rtype == NACK:
-            self._ended(t, body, 29 + _U32_AT(body, 25)[0], _U32_AT(body, 21)[0])
+            self._ended(t, body, records.NACK_ERROR_AT + _U32_AT(body, records.NACK_ERROR_LEN_AT)[0],
+                        _U32_AT(body, records.NACK_COUNT_AT)[0])
         elif rtype == EXPIRE:
-            self._ended(t, body, 16, _U32_AT(body, 12)[0])
+            self._ended(t, body, _IDS, _U32_AT(body, _COUNT)[0])
         elif rtype == DEAD:
-            self._ended(t, body, 21, _U32_AT(body, 17)[0], 16)
+            self._ended(t, body, records.DEAD_PAIRS_AT, _U32_AT(body, records.DEAD_COUNT_AT)[0], 16)
 
     def _ended(self, t: Track, body: bytes, at: int, n: int, step: int = 8) -> None:
         """Jobs out of flight: a sampled one's claim time is void."""

@@ -178,6 +178,23 @@ _META_NAME = struct.Struct("<B")
 _PING = struct.Struct("<Q")
 
 
+def _at(layout: struct.Struct, i: int) -> int:
+    """Where the ``i``-th field of ``layout`` (little-endian, one letter a
+    field, no padding) starts in a body."""
+    return struct.calcsize("<" + layout.format[1:1 + i])
+
+
+# Where a reader that does not decode a whole body (the history's sampling of
+# claims, storage/history.py) finds a field: every record about a queue
+# starts with its qid (u32) and ts (u64); ACK, CANCEL, EXPIRE (and the
+# others shaped as ACK) go on with a count and that many ids.
+TS_AT = _at(_TS, 1)
+CLAIM_COUNT_AT, CLAIM_CONSUMER_LEN_AT, CLAIM_CONSUMER_AT = _at(_CLAIM, 4), _at(_CLAIM, 5), _CLAIM.size
+IDS_COUNT_AT, IDS_AT = _at(_ACK, 2), _ACK.size
+NACK_COUNT_AT, NACK_ERROR_LEN_AT, NACK_ERROR_AT = _at(_NACK, 4), _at(_NACK, 5), _NACK.size
+DEAD_COUNT_AT, DEAD_PAIRS_AT = _at(_DEAD, 4), _DEAD.size
+
+
 # The id and count lists of records: one Struct per length, made once (a
 # format string built and looked up at every record cost more than the
 # pack); functools' cache keeps the lengths used last.

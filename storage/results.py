@@ -80,16 +80,22 @@ class Results:
         self.bytes = 0
 
 
+def kept_until(q, ts: int) -> int | None:
+    """Until when a result of ``q`` given at ``ts`` is kept (its RESULT-TTL
+    on); None: the queue keeps none (RESULT-TTL 0)."""
+    ttl = q.config.result_ttl
+    return ts + ttl if ttl else None
+
+
 def keep(q, jobs, how: bytes, detail: bytes, ts: int) -> None:
     """The results' part in a job's end (``Store.ended``, which calls it only
     when there is a ``detail``): how ``jobs`` of ``q`` ended, kept for the
     queue's RESULT-TTL from ``ts``: an ack's value (the one job's), or the
     reason a death or a cancel gives."""
-    ttl = q.config.result_ttl
-    if not ttl:
+    until = kept_until(q, ts)
+    if until is None:
         return
     results = q.results
-    until = ts + ttl
     if how is ACKED:
         results.put(jobs[0].id, until, value=detail)
         return

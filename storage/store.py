@@ -213,9 +213,9 @@ class Store:
         if waited_on or result is not None:
             with self.journal.transaction():
                 self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]))
-                if result is not None and q.config.result_ttl:      # (kept by the end's step)
-                    self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id,
-                                                                              ts + q.config.result_ttl, result))
+                until = results.kept_until(q, ts) if result is not None else None
+                if until is not None:      # (kept by the end's step)
+                    self.journal.job_record(q, records.RESULT, records.result(q.qid, ts, jobs[0].id, until, result))
                 self.log_released(ts)
         elif self.journal.logs_jobs_of(q):
             self.journal.job_record(q, records.ACK, records.ack(q.qid, ts, [j.id for j in jobs]),

@@ -503,3 +503,24 @@ def test_a_schedule_keeps_its_meta_in_json_and_one_written_before_meta_has_none(
     assert "meta" not in old and Schedule.from_json(old).meta is None
     with pytest.raises(FormatError):
         Schedule.from_json({**old, "meta": [["only a name"]]})
+
+
+def test_the_offsets_a_reader_uses_without_decoding_point_at_their_fields():
+    """``TS_AT``, ``CLAIM_COUNT_AT`` ...: what the history reads of a body
+    without decoding it (storage/history.py) is where the encoder put it."""
+    u16, u32, u64 = (lambda b, at, f=f: struct.unpack_from(f, b, at)[0] for f in ("<H", "<I", "<Q"))
+    claim = records.claim(7, 1234, 5678, 9, b"worker", [11, 12], [1, 2])
+    assert u64(claim, records.TS_AT) == 1234 and u32(claim, records.CLAIM_COUNT_AT) == 2
+    assert u16(claim, records.CLAIM_CONSUMER_LEN_AT) == 6
+    assert claim[records.CLAIM_CONSUMER_AT:records.CLAIM_CONSUMER_AT + 6] == b"worker"
+    assert u64(claim, records.CLAIM_CONSUMER_AT + 6) == 11
+    for body in (records.ack(7, 99, [5, 6]), records.cancel(7, 99, [5, 6]), records.expire(7, 99, [5, 6])):
+        assert u64(body, records.TS_AT) == 99 and u32(body, records.IDS_COUNT_AT) == 2
+        assert u64(body, records.IDS_AT) == 5 and u64(body, records.IDS_AT + 8) == 6
+    nack = records.nack(7, 99, 100, b"boom", [5])
+    assert u32(nack, records.NACK_COUNT_AT) == 1 and u32(nack, records.NACK_ERROR_LEN_AT) == 4
+    error_at = records.NACK_ERROR_AT
+    assert nack[error_at:error_at + 4] == b"boom" and u64(nack, error_at + 4) == 5
+    dead = records.dead(7, 99, 1, 8, [(5, 50), (6, 60)])
+    assert u32(dead, records.DEAD_COUNT_AT) == 2
+    assert [u64(dead, records.DEAD_PAIRS_AT + 8 * k) for k in range(4)] == [5, 50, 6, 60]
