@@ -102,4 +102,5 @@ def remove_old_builds(compiled=COMPILED, root: str = ".") -> list[str]:
 
 if __name__ == "__main__":           # (setuptools runs this file as __main__; tests import it)
     remove_old_builds()
-    setup(ext_modules=extensions())
+    # the C compiler runs on every core (build_ext --parallel), for pip's build and bin/build-from-profile's alike
+    setup(ext_modules=extensions(), options={"build_ext": {"parallel": os.cpu_count() or 1}})
