@@ -176,8 +176,8 @@ def remembered(parse):
     keywords): a worker sends the same ``COUNT 10 BLOCK 5000`` with every
     claim, and reading them again took a twentieth of a blocked claim's
     path.  An error is never remembered: bad options are read (and refused)
-    every time.  ``.seen`` is the memory: the option words (a tuple) → what
-    ``parse`` answered."""
+    every time.  The memory: the option words (a tuple) → what ``parse``
+    answered."""
     seen: dict = {}
 
     @functools.wraps(parse)
@@ -190,5 +190,4 @@ def remembered(parse):
                 seen.clear()
             seen[words] = found
         return found
-    parse_remembered.seen = seen
     return parse_remembered

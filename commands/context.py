@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from leaseq.commands.acl import Acl, User
+from leaseq.commands.parties import Stats      # the server's counters: a concrete class both servers share
 from leaseq.storage.history import History
 from leaseq.storage.queue import Queue
 from leaseq.storage.store import Store
@@ -54,13 +55,6 @@ class Settings(Protocol):
     max_payload: int
     max_args: int
     enable_debug_command: bool
-
-
-class Stats(Protocol):
-    commands: int
-    acl_access_denied_auth: int
-    acl_access_denied_cmd: int
-    acl_access_denied_key: int
 
 
 class DebugClock(Protocol):
