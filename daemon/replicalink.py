@@ -11,7 +11,7 @@ then the log's frames, each checked by its CRC as recovery checks them.
 ``masteruser``/``masterauth`` when set), ``REPLCONF listening-port``,
 ``ip-address`` (``replica-announce-ip``) and ``capa eof capa psync2``, then
 ``PSYNC`` with what this node holds (``? -1`` the first time), applies what
-comes (``Roles.install_snapshot``, ``Roles.apply_frame``: daemon/roles.py) and sends
+comes (``Roles.install_snapshot``, ``Roles.apply_frames``: daemon/roles.py) and sends
 ``REPLCONF ACK <offset>`` once a second, the offset being what is on its
 disk.  A link that drops or fails is tried again after a second, with PSYNC
 from where it stopped.
@@ -24,7 +24,9 @@ import logging
 import os
 import time
 
-from leaseq.storage.frames import FRAME, FRAME_SIZE, FormatError, read_frame
+from crc32c import crc32c
+
+from leaseq.storage.frames import FRAME, FRAME_SIZE, FormatError
 
 from .admission import keep_alive
 from .resp import encode
@@ -43,7 +45,8 @@ class LinkError(Exception):
 class LinkReader:
     """Bytes from the primary in, events out (see the module docstring):
     ``("line", bytes)``, ``("bulk", length)``, ``("chunk", bytes)``,
-    ``("bulk_end",)``, ``("frame", frame, rtype, body)``."""
+    ``("bulk_end",)``, ``("frames", their bytes, [(rtype, body), ...])``
+    (the whole frames of one feed)."""
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -58,19 +61,9 @@ class LinkReader:
         while True:
             mode = self.mode
             if mode == "frames":
-                if len(buf) - at < FRAME_SIZE:
-                    break
-                _crc, length, _rtype = FRAME.unpack_from(buf, at)
-                end = at + FRAME_SIZE + length
-                if end > len(buf):
-                    break
-                frame = bytes(buf[at:end])
-                got = read_frame(frame, 0)
-                if got is None:
-                    raise LinkError("a frame from the primary fails its checksum")
-                events.append(("frame", frame, got[0], got[1]))
-                at = end
-            elif mode == "bulk":
+                at = _frames(buf, at, events)
+                break
+            if mode == "bulk":
                 take = min(self.remaining, len(buf) - at)
                 if not take:
                     break
@@ -104,6 +97,30 @@ class LinkReader:
                     self.mode = "frames"
         del buf[:at]
         return events
+
+
+def _frames(buf: bytearray, at: int, events: list) -> int:
+    """The whole frames in ``buf`` from ``at`` on, as one ``("frames",
+    their bytes, [(rtype, body), ...])`` event (none if there is no whole
+    frame); where the first incomplete frame starts.  Each frame's CRC is
+    checked here, in one pass over its length, type and body."""
+    data = bytes(buf)
+    size = len(data)
+    start = at
+    got = []
+    unpack = FRAME.unpack_from
+    while size - at >= FRAME_SIZE:
+        crc, length, rtype = unpack(data, at)
+        end = at + FRAME_SIZE + length
+        if end > size:
+            break
+        if crc32c(data[at + 4:end]) != crc:
+            raise LinkError("a frame from the primary fails its checksum")
+        got.append((rtype, data[at + FRAME_SIZE:end]))
+        at = end
+    if got:
+        events.append(("frames", data[start:at] if start or at < size else data, got))
+    return at
 
 
 class ReplicaLink(asyncio.Protocol):
@@ -215,9 +232,9 @@ class ReplicaLink(asyncio.Protocol):
         applied = False
         for i, event in enumerate(events):
             kind = event[0]
-            if kind == "frame":
+            if kind == "frames":
                 try:
-                    self.server.roles.apply_frame(event[1], event[2], event[3])
+                    self.server.roles.apply_frames(event[1], event[2])
                 except (FormatError, ValueError, KeyError) as e:
                     self._fail(f"a record from the primary does not apply ({e})")
                     return

@@ -7,13 +7,14 @@ replica or a primary, and how a replica takes its primary's data
   schedules wait, parked claims are answered.
 * ``become_primary``: the store logs its own changes again from a new
   boot epoch, the schedules fire.
-* ``apply_frame``: one record of the primary's stream, applied as recovery
-  applies it and written to this node's log as it came.
+* ``apply_frames``: records of the primary's stream, applied as recovery
+  applies them and written to this node's log as they came.
 * ``install_snapshot``: a full sync's snapshot replaces this node's data.
 """
 
 from __future__ import annotations
 
+from leaseq.storage.frames import FRAME_SIZE
 from leaseq.storage.journal import Journal
 from leaseq.storage.recovery import Replayer
 from leaseq.storage.wal import MemoryLog
@@ -54,12 +55,21 @@ class Roles:
         server.alarm.attach(store)
         server.committer.touch()
 
-    def apply_frame(self, frame: bytes, rtype: int, body: bytes) -> None:
-        """A replica: one record of its primary's, applied as recovery
-        applies it and written to this node's log as it came."""
-        server = self.server
-        Replayer(server.store).apply(rtype, body)
-        server.committer.wal.append_frame(frame, True)
+    def apply_frames(self, frames: bytes, got: list) -> None:
+        """A replica: records of its primary's (``got``: ``(rtype, body)``
+        each), applied as recovery applies them, and the ``frames`` that
+        carried them written to this node's log as they came (one append).
+        If one does not apply, the frames before it are written all the
+        same: what the store holds and what the log holds stay alike."""
+        replay = Replayer(self.server.store).apply
+        applied = 0
+        try:
+            for rtype, body in got:
+                replay(rtype, body)
+                applied += FRAME_SIZE + len(body)
+        finally:
+            if applied:
+                self.server.committer.wal.append_frame(frames if applied == len(frames) else frames[:applied], True)
 
     async def install_snapshot(self, path: str) -> None:
         """A replica's full sync: the primary's snapshot, received into

@@ -279,7 +279,7 @@ FAST_PUSH = -records.PUSH           # a PUSH whose jobs have no parents, as ``re
 def _decoded(rtype: int, body: bytes) -> tuple:
     """``(type, records.decode(...))``, but a PUSH of jobs without parents
     (AFTER) is ``(FAST_PUSH, records.push_columns(...))``: its rows need no
-    JobRecord per job."""
+    ``Job`` made per job."""
     if rtype == records.PUSH:
         cols = records.push_columns(body)
         if not cols[5]:
@@ -364,7 +364,7 @@ def _rows(rtype: int, f: tuple, names: dict):
         for job in f[2]:
             meta = _meta(job.meta)
             yield ts, queue, "push", job.id, None, None, job.priority, len(job.payload), None, meta
-            if job.after is not None:
+            if job.waiting_for is not None:
                 yield ts, queue, "wait", job.id, None, None, job.priority, len(job.payload), None, meta
     elif rtype == records.FIRE:
         _q, _t, name, _next, skipped, pairs = f

@@ -14,6 +14,7 @@ cpdef object claimable(Store store, Queue q, object now, Py_ssize_t want)
 @cython.locals(ready=BuiltReadyIndex)
 cpdef list claim_next(Store store, Queue q, object now, Py_ssize_t count, object deadline, object consumer)
 cpdef object ack_tokens(Store store, Queue q, object tokens, object now)
+cpdef object ack(Store store, Queue q, list jobs, object now)
 
 cdef bint _claims_plainly(Queue q) except -1
 cdef int _fold(Store store, Queue q, object now) except -1

@@ -95,16 +95,20 @@ def claim_next(store, q, now: int, count: int, deadline: int, consumer: bytes) -
 def ack_tokens(store, q, tokens, now: int) -> int:
     """QACK without RESULT: the jobs these tokens still hold, completed
     (``ack``); how many."""
-    table = q.jobs
-    jobs = jobs_for_tokens(table, tokens)
-    if not jobs:
-        return 0
+    jobs = jobs_for_tokens(q.jobs, tokens)
+    if jobs:
+        ack(store, q, jobs, now)
+    return len(jobs)
+
+
+def ack(store, q, jobs: list, now: int) -> None:
+    """``Store.ack(q, jobs, now)``, the short way when the jobs are all in
+    flight on a plain queue (a QACK's, and an ACK record's replayed)."""
     if (SHORT and not q.config.retain_completed and q.indexes.groups is None and not store.deps.children
             and _all_in_flight(jobs)):
         _complete(store, q, jobs, now)
     else:
         store.ack(q, jobs, now)
-    return len(jobs)
 
 
 def _claims_plainly(q) -> bool:
@@ -158,7 +162,9 @@ def _lease_front(store, q, jobs: list, now: int, deadline: int, consumer: bytes)
 def _complete(store, q, jobs: list, now: int) -> None:
     """``Store.ack(q, jobs, now)`` of jobs all in flight, on a queue that keeps
     none and whose jobs nobody waits for (``Queue.complete_many`` in bulk)."""
-    blind_until = unseen_by_claims_until(q, jobs) if q.durability is FSYNC else 0
+    journal = store.journal
+    logged = journal.logs_jobs_of(q)
+    blind_until = unseen_by_claims_until(q, jobs) if logged and q.durability is FSYNC else 0
     table = q.jobs
     by_deadline, _rare = drop_leases(jobs, table)
     indexes = q.indexes
@@ -169,7 +175,6 @@ def _complete(store, q, jobs: list, now: int) -> None:
     table.compact()
     q.counters.acked += len(jobs)
     store.ended(q, jobs, ACKED, now)     # the one step of a job's end
-    journal = store.journal
-    if journal.logs_jobs_of(q):
+    if logged:
         journal.job_record(q, records.ACK, records.ack(q.qid, now, [job.id for job in jobs]),
                            lease=False, blind_until=blind_until)

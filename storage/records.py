@@ -132,6 +132,7 @@ import struct
 from .frames import (FRAME, FRAME_SIZE, MAGIC, SEGMENT_HEADER, SEGMENT_HEADER_SIZE, VERSION,  # noqa: F401
                      FormatError, check_segment_header, frame, iter_frames, next_nonzero, read_frame,
                      reserved_from, segment_header)
+from .job import Job
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
     range(1, 18)
@@ -417,27 +418,6 @@ def replace(qid: int, ts: int, visible_at: int, priority: int, pairs) -> bytes:
 
 # -- decoding --------------------------------------------------------------------
 
-class JobRecord:
-    """One job of a PUSH record, as decoded."""
-
-    __slots__ = ("id", "visible_at", "priority", "flags", "max_deliveries", "expire_ms", "key", "payload", "group",
-                 "after", "meta")
-
-    def __init__(self, id, visible_at, priority, flags, max_deliveries, expire_ms, key, payload, group=b"",
-                 after=None, meta=None):
-        self.id = id
-        self.visible_at = visible_at
-        self.priority = priority
-        self.flags = flags
-        self.max_deliveries = max_deliveries
-        self.expire_ms = expire_ms
-        self.key = key
-        self.payload = payload
-        self.group = group
-        self.after = after              # (after_delay, onfail_run, {(qid, id)}) or None
-        self.meta = meta                # ((field, value), ...) or None
-
-
 def _ids(body: bytes, offset: int, count: int) -> tuple:
     if len(body) != offset + 8 * count:
         raise FormatError("id list length does not match its count")
@@ -481,6 +461,8 @@ def _d_drop(b):
 
 
 def _d_push(b):
+    """``(qid, ts, jobs)``: the jobs as ``push`` was given them, ``Job``
+    objects enqueued at ``ts``."""
     qid, ts, count = _PUSH.unpack_from(b)
     off = _PUSH.size
     unpack = _JOB.unpack_from
@@ -489,26 +471,40 @@ def _d_push(b):
     for _ in range(count):
         jid, visible_at, prio, flags, maxd, expire_ms, klen, plen = unpack(b, off)
         off += size
-        key = b[off:off + klen] if klen else None
-        off += klen
-        group = b""
-        if flags & PUSH_GROUP:
-            (glen,) = _U16.unpack_from(b, off)
-            group = b[off + 2:off + 2 + glen]
-            off += 2 + glen
-        after = None
-        if flags & PUSH_AFTER:
-            after, off = read_parents(b, off)
-        fields = None
-        if flags & PUSH_META:
-            fields, off = read_meta(b, off)
-        flags &= ~(PUSH_GROUP | PUSH_AFTER | PUSH_META)
-        payload = b[off:off + plen]
+        key = group = after = fields = None
+        if flags or klen:               # a key, a group, parents, META (most jobs have none of them)
+            key, group, after, fields, off = _rare_parts(b, off, flags, klen)
+        # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
+        job = Job(jid, b[off:off + plen], prio, ts, ts if visible_at == ts else visible_at, key,
+                  flags & ~(PUSH_GROUP | PUSH_AFTER | PUSH_META), maxd, expire_ms)
         off += plen
-        jobs.append(JobRecord(jid, visible_at, prio, flags, maxd, expire_ms, key, payload, group, after, fields))
+        if group:
+            job.group = group
+        if after is not None:
+            job.after_delay, job.onfail_run, job.waiting_for = after
+        if fields is not None:
+            job.meta = fields
+        jobs.append(job)
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
     return qid, ts, jobs
+
+
+def _rare_parts(b, off: int, flags: int, klen: int) -> tuple:
+    """A PUSH job's key, group, parents and META (each None when absent),
+    and the offset of its payload."""
+    key = b[off:off + klen] if klen else None
+    off += klen
+    group = after = fields = None
+    if flags & PUSH_GROUP:
+        (glen,) = _U16.unpack_from(b, off)
+        group = b[off + 2:off + 2 + glen]
+        off += 2 + glen
+    if flags & PUSH_AFTER:
+        after, off = read_parents(b, off)
+    if flags & PUSH_META:
+        fields, off = read_meta(b, off)
+    return key, group, after, fields, off
 
 
 def push_columns(b) -> tuple:
@@ -517,7 +513,7 @@ def push_columns(b) -> tuple:
     payload_lengths, waits, metas)``; ``waits`` is True when a job has
     parents (AFTER); ``metas`` is None when no job has META, else each
     job's META fields (``((name, value), ...)`` or None).  The same walk
-    as ``_d_push`` without making a JobRecord or slicing a payload."""
+    as ``_d_push`` without making a Job or slicing a payload."""
     qid, ts, count = _PUSH.unpack_from(b)
     off = _PUSH.size
     unpack = _JOB.unpack_from

@@ -22,7 +22,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from . import records
+from . import plain, records
 from .config import MEMORY, QueueConfig
 from .job import Job
 from .queue import Queue
@@ -318,13 +318,14 @@ def _queue(store: Store, fields) -> None:
 
 def _push(store: Store, q: Queue, fields) -> None:
     _qid, ts, jobs = fields
-    # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
-    store.push(q, [_job(r, ts) for r in jobs], ts)
+    store.push(q, jobs, ts)
 
 
 def _claim(store: Store, q: Queue, fields) -> None:
     _qid, ts, deadline, first_seq, consumer, ids, _deliveries = fields
-    store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq)
+    indexes = q.indexes
+    front = indexes.groups is None and indexes.ready.first(len(ids)) == list(ids)   # (a plain claim's jobs)
+    store.claim(q, _jobs(q, ids), deadline, consumer, ts, first_seq, front)
 
 
 def _expire(store: Store, q: Queue, fields) -> None:
@@ -333,7 +334,7 @@ def _expire(store: Store, q: Queue, fields) -> None:
 
 def _ack(store: Store, q: Queue, fields) -> None:
     _qid, ts, ids = fields
-    store.ack(q, _jobs(q, ids), ts)
+    plain.ack(store, q, _jobs(q, ids), ts)
 
 
 def _nack(store: Store, q: Queue, fields) -> None:
@@ -454,16 +455,3 @@ def _survives(target: Queue | None) -> bool:
 def _jobs(q: Queue, ids) -> list[Job]:
     jobs = q.jobs
     return [jobs[i] for i in ids if i in jobs]
-
-
-def _job(r, ts: int) -> Job:
-    """The job a PUSH record's entry ``r`` (``records.JobRecord``) made at ``ts``."""
-    job = Job(r.id, r.payload, r.priority, ts, ts if r.visible_at == ts else r.visible_at, r.key, r.flags,
-              r.max_deliveries, r.expire_ms)
-    if r.group:
-        job.group = r.group
-    if r.after is not None:
-        job.after_delay, job.onfail_run, job.waiting_for = r.after
-    if r.meta is not None:
-        job.meta = r.meta
-    return job

@@ -708,3 +708,53 @@ def test_a_replicas_blocked_qresult_hears_of_a_death_or_a_cancel_on_the_primary(
     t.join(25)
     assert not t.is_alive()
     assert got["reply"] == ("DEAD nack" if end == "QNACK" else "DEAD cancelled")
+
+
+def test_a_record_that_does_not_apply_drops_the_link_and_keeps_what_came_before_it(tmp_path):
+    """A stand-in primary (a socket here, not a leaseq) continues a
+    replica's stream with a queue, a push, then a record of a type no
+    leaseq writes.  The replica drops the link and says why; the push
+    that came in the same read before it is applied and in its log alike,
+    so it is there after a kill -9 and restart."""
+    import socket
+    import threading
+
+    from leaseq.storage import records
+    from leaseq.storage.frames import frame
+    from leaseq.storage.job import Job
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(20)
+    stream = (frame(records.QUEUE, records.queue(1, 1000, b"q", {}))
+              + frame(records.PUSH, records.push(1, 1000, [Job(1, b"kept", 0, 1000, 1000)]))
+              + frame(99, b"not a record"))
+
+    def primary() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(20)
+            for last, answer in ((b"psync2", b"+PONG\r\n+OK\r\n+OK\r\n"),     # PING, REPLCONF x2
+                                 (b"PSYNC", b"+CONTINUE " + b"c" * 40 + b"\r\n" + stream)):
+                said = b""
+                while last not in said or not said.endswith(b"\r\n"):
+                    said += conn.recv(4096)
+                conn.sendall(answer)
+            time.sleep(1)
+
+    stand_in = threading.Thread(target=primary, daemon=True)
+    stand_in.start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {listener.getsockname()[1]}").start()
+    try:
+        wait_for(lambda: "does not apply" in replica.log(), timeout=20, what="the replica to refuse the record")
+        stand_in.join(20)
+        listener.close()
+        assert "a record from the primary does not apply (unknown record type 99)" in replica.log()
+        assert replica.client().execute_command("QLEN", "q") == 1
+        replica.kill()
+        replica.restart()
+        c = replica.client()
+        assert c.execute_command("QLEN", "q") == 1
+        assert as_map(c.execute_command("QGET", "q", 1))[b"payload"] == b"kept"
+    finally:
+        listener.close()
+        replica.kill()

@@ -471,7 +471,7 @@ def test_push_round_trip_keeps_meta_after_key_group_and_parents():
     body = records.push(1, 50, [full, only, plain])
     decoded = records.decode(records.PUSH, body)[2]
     assert [d.meta for d in decoded] == [full.meta, only.meta, None]
-    assert decoded[0].flags == 1 and decoded[0].group == b"tenant" and decoded[0].after == (0, False, {(2, 9)})
+    assert decoded[0].flags == 1 and decoded[0].group == b"tenant" and (decoded[0].after_delay, decoded[0].onfail_run, decoded[0].waiting_for) == (0, False, {(2, 9)})
     assert [d.payload for d in decoded] == [b"payload", b"p", b"q"]
     assert len(records.push(1, 50, [only])) == len(records.push(1, 50, [J(6, b"p")])) + 1 + 1 + 1 + 2 + 1
 

@@ -29,23 +29,38 @@ def test_a_full_sync_reads_alike_however_the_bytes_come(size):
     lines = [e[1] for e in events if e[0] == "line"]
     assert lines == [b"+PONG", b"+OK", b"+OK", b"+FULLRESYNC " + b"a" * 40 + b" 17"]
     assert b"".join(e[1] for e in events if e[0] == "chunk") == b"SNAPS"
-    kinds = [e[0] for e in events if e[0] != "chunk"]
-    assert kinds == ["line"] * 4 + ["bulk", "bulk_end", "frame", "frame"]
-    assert [(e[2], e[3]) for e in events if e[0] == "frame"] == [(records.BOOT, records.boot(3, 1000)),
-                                                                 (records.CLOCK, records.clock(5, False, 0))]
-    assert [e[1] for e in events if e[0] == "frame"] == FRAMES        # written to the replica's log as they came
+    kinds = [e[0] for e in events if e[0] not in ("chunk", "frames")]
+    assert kinds == ["line"] * 4 + ["bulk", "bulk_end"]
+    assert [e[0] for e in events][-1] == "frames"
+    assert [r for e in events if e[0] == "frames" for r in e[2]] == [(records.BOOT, records.boot(3, 1000)),
+                                                                      (records.CLOCK, records.clock(5, False, 0))]
+    # the bytes of the frames, written to the replica's log as they came, with each feed's records
+    assert b"".join(e[1] for e in events if e[0] == "frames") == b"".join(FRAMES)
+    for e in events:
+        if e[0] == "frames":
+            assert e[1] == b"".join(frame(rtype, body) for rtype, body in e[2])
+
+
+def test_the_whole_frames_of_one_feed_come_as_one_event():
+    reader = LinkReader()
+    assert reader.feed(b"+CONTINUE x\r\n" + FRAMES[0] + FRAMES[1] + FRAMES[0][:7]) == [
+        ("line", b"+CONTINUE x"),
+        ("frames", FRAMES[0] + FRAMES[1], [(records.BOOT, records.boot(3, 1000)),
+                                           (records.CLOCK, records.clock(5, False, 0))])]
+    assert reader.feed(FRAMES[0][7:]) == [("frames", FRAMES[0], [(records.BOOT, records.boot(3, 1000))])]
+    assert reader.feed(b"") == []
 
 
 def test_a_partial_sync_goes_straight_to_the_frames():
     events = fed_in_pieces(b"+CONTINUE " + b"b" * 40 + b"\r\n" + FRAMES[0], 3)
-    assert [e[0] for e in events] == ["line", "frame"]
+    assert [e[0] for e in events] == ["line", "frames"]
 
 
 def test_an_empty_snapshot_and_a_frame_cut_short_wait_for_the_rest():
     reader = LinkReader()
     assert reader.feed(b"+FULLRESYNC x 0\r\n$0\r\n" + FRAMES[0][:5]) == [
         ("line", b"+FULLRESYNC x 0"), ("bulk", 0), ("bulk_end",)]
-    assert reader.feed(FRAMES[0][5:]) == [("frame", FRAMES[0], records.BOOT, records.boot(3, 1000))]
+    assert reader.feed(FRAMES[0][5:]) == [("frames", FRAMES[0], [(records.BOOT, records.boot(3, 1000))])]
 
 
 def test_a_damaged_frame_or_a_bad_length_line_is_an_error():
