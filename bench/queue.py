@@ -18,7 +18,8 @@ fresh data directory, stopped by its PID afterwards):
 - ``replicated-async`` (leaseq only): the same with ``min-replicas-to-ack
   0``; during W3 at a fixed rate a sampler reads both nodes' replication
   offsets every millisecond and reports how far behind the replica was,
-  in time (``lag_*_ms``).
+  in time (``lag_*_ms``).  In both, the replica's own CPU a job
+  (``replica_cpu_us_per_job``) is counted apart from the other processes'.
 
 On the Redis side a queue is a stream with one consumer group: push =
 XADD, claim = XREADGROUP, ack = XACK + XDEL in one write.
@@ -276,6 +277,7 @@ class Endpoint:
     auth: bytes | None = None
     key: str = "bench"
     replica_port: int = 0       # the replicated classes: the replica, for the lag sampler
+    replica_pid: int = 0        # ... and its process, whose CPU is counted apart
 
 
 class LeaseqServer:
@@ -306,7 +308,8 @@ class LeaseqServer:
             self.replica = self._daemon("-replica", ("--replicaof", f"{HOST} {d.port}"), pin=False,
                                         work=self.replica_work)
             wait_link(self.replica)
-        return Endpoint(HOST, d.port, d.pid, replica_port=self.replica.port if self.replica else 0)
+        return Endpoint(HOST, d.port, d.pid, replica_port=self.replica.port if self.replica else 0,
+                        replica_pid=self.replica.pid if self.replica else 0)
 
     def _daemon(self, suffix: str, args: tuple, pin: bool, work: str | None = None) -> Daemon:
         name = f"leaseq-{self.runs}{suffix}"
@@ -686,20 +689,25 @@ def run_load(specs: list[tuple[str, dict]], ep: Endpoint, kind: str, load_cpus: 
     if errors or len(outs) < len(procs):
         raise RuntimeError("load failed: " + ("; ".join(errors[:4]) or f"{len(procs) - len(outs)} processes "
                                               f"reported nothing within {limit:.0f} s"))
-    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall, stolen, reads)
+    return [outs[i] for i in range(len(procs))], accounting(before, after, ep.pid, wall, stolen, reads,
+                                                            ep.replica_pid)
 
 
 def accounting(before: dict, after: dict, server_pid: int, wall: float, stolen: float = math.nan,
-               reads: float = math.nan) -> dict:
+               reads: float = math.nan, replica_pid: int = 0) -> dict:
     """Server CPU and other processes' CPU between two cpu_by_process()
     snapshots (processes present in both; one that ended meanwhile counts
     in its parent once reaped), ``stolen``: the server CPUs' steal seconds
-    meanwhile, and ``reads``: the server's read calls meanwhile."""
-    mine = {os.getpid(), server_pid}
+    meanwhile, and ``reads``: the server's read calls meanwhile.  A
+    replicated class's replica is counted apart (``replica_cpu_s``), not
+    among the other processes."""
+    def used(pid: int) -> float:
+        return after.get(pid, math.nan) - before.get(pid, math.nan) if pid else math.nan
+
+    mine = {os.getpid(), server_pid, replica_pid}
     other = sum(after[p] - before[p] for p in before.keys() & after.keys() if p not in mine)
-    server = after.get(server_pid, math.nan) - before.get(server_pid, math.nan) if server_pid else math.nan
-    return {"wall_s": wall, "server_cpu_s": server, "other_cpu_s": max(other, 0.0), "steal_s": stolen,
-            "reads": reads}
+    return {"wall_s": wall, "server_cpu_s": used(server_pid), "other_cpu_s": max(other, 0.0), "steal_s": stolen,
+            "reads": reads, "replica_cpu_s": used(replica_pid)}
 
 
 # --- the workloads --------------------------------------------------------
@@ -746,7 +754,9 @@ def common_figures(jobs: int, span: float, acct: dict, outs: list[dict]) -> dict
             "steal_pct": 100 * acct.get("steal_s", math.nan) / wall if wall else math.nan,
             "server_reads_per_job": acct.get("reads", math.nan) / jobs if jobs else math.nan,
             "server_cpu_us_per_read": cpu / acct.get("reads", math.nan) * 1e6 if acct.get("reads") else math.nan,
-            "wall_s": wall, "span_s": span}
+            "wall_s": wall, "span_s": span,
+            **({"replica_cpu_us_per_job": acct["replica_cpu_s"] / jobs * 1e6}
+               if jobs and not math.isnan(acct.get("replica_cpu_s", math.nan)) else {})}
 
 
 def w1(conn: Conn, ep: Endpoint, wire, kind: str, s: Settings) -> dict:
@@ -1143,7 +1153,8 @@ def report(r: dict) -> None:
 
 def replication_rows(results: dict) -> list[list]:
     """Each replicated class's throughput, push->claim latency and replica
-    lag beside the fsync class's figure of the same run."""
+    lag beside the fsync class's figure of the same run; the replica's CPU
+    a job beside the unreplicated server's."""
     rows = []
     for w, by_class in results.items():
         plain = by_class.get("fsync", {}).get("leaseq")
@@ -1151,11 +1162,12 @@ def replication_rows(results: dict) -> list[list]:
             mine = by_class.get(c, {}).get("leaseq")
             if not mine:
                 continue
-            for key in ("jobs_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_job", "lag_p50_ms", "lag_p99_ms",
-                        "lag_max_ms", "lag_resolution_ms"):
+            for key in ("jobs_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_job", "replica_cpu_us_per_job",
+                        "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "lag_resolution_ms"):
                 if key not in mine:
                     continue
-                base = plain.get(key) if plain else None
-                ratio = mine[key] / base if base and key in plain and not key.startswith("lag") else "-"
+                beside = "server_cpu_us_per_job" if key == "replica_cpu_us_per_job" else key
+                base = plain.get(beside) if plain else None
+                ratio = mine[key] / base if base and beside in plain and not key.startswith("lag") else "-"
                 rows.append([TITLES[w], c, key, mine[key], base if base is not None else "-", ratio])
     return rows

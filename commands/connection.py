@@ -267,7 +267,7 @@ def client_type(server, c) -> str:
     """Redis's client type: a replica of this node, a connection with
     subscriptions, or any other (the link to this node's own primary is no
     client here, so nothing is "master")."""
-    if server.replication.is_peer(c):
+    if server.replication.replicas.is_peer(c):
         return "replica"
     if c.holdings.subscriptions:
         return "pubsub"

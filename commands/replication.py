@@ -19,7 +19,7 @@ def replicaof(client, args):
     number = to_int(port)
     if not 0 < number <= 65535:
         raise errors.INVALID_PORT
-    if replication.is_peer(client):
+    if replication.replicas.is_peer(client):
         raise errors.REPLICAOF_FROM_REPLICA
     return Simple(replication.follow(host.decode(errors="replace"), number))
 
@@ -38,7 +38,7 @@ def replconf(client, args):
             raise errors.unrecognized_replconf(option)
         if option in (b"listening-port", b"ack"):
             to_int(value)
-    return client.server.replication.replconf(client, pairs)
+    return client.server.replication.replicas.replconf(client, pairs)
 
 
 def psync(client, args):

@@ -114,7 +114,7 @@ def _execute(client: Caller, server: Host, args: list, route: Route):
     if route.write:
         if server.disk_error is not None:
             return _refuse(client, errors.misconf(server.disk_error))
-        if server.replicas_gate and server.replication.good_replicas() < server.replicas_gate:
+        if server.replicas_gate and server.replication.replicas.good() < server.replicas_gate:
             return _refuse(client, errors.NOREPLICAS)
         if server.read_only and not route.pubsub:    # (SUBSCRIBE: QWORK's only)
             return _refuse(client, errors.READONLY)

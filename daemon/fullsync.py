@@ -43,12 +43,12 @@ class FullSync:
         snapshots = replication.server.snapshots
         if snapshots.in_progress:
             return
-        waiting = [p for p in replication.peers if p.state == "wait_bgsave" and p.held is None]
+        waiting = [p for p in replication.replicas.peers if p.state == "wait_bgsave" and p.held is None]
         if not waiting:
             return
         if not snapshots.start("a replica's full sync"):
             for peer in waiting:
-                replication.drop_peer(peer, "cannot take a snapshot for its full sync")
+                replication.replicas.drop(peer, "cannot take a snapshot for its full sync")
             return
         for peer in waiting:           # the snapshot's cut is the stream as written up to now
             peer.cut = replication.offset
@@ -64,12 +64,12 @@ class FullSync:
         this one is done with."""
         replication = self.replication
         server = replication.server
-        waiting = [p for p in replication.peers if p.state == "wait_bgsave" and p.held is not None]
+        waiting = [p for p in replication.replicas.peers if p.state == "wait_bgsave" and p.held is not None]
         if not waiting:
             return
         if covers is None:
             for peer in waiting:
-                replication.drop_peer(peer, "its snapshot failed")
+                replication.replicas.drop(peer, "its snapshot failed")
             return
         path = os.path.join(server.datadir.directory, snapshot.snapshot_name(covers))
         for peer in waiting:
@@ -104,9 +104,9 @@ class FullSync:
                     peer.send(chunk)
                     left -= len(chunk)
         except OSError as e:
-            replication.drop_peer(peer, f"cannot send it the snapshot: {e}")
+            replication.replicas.drop(peer, f"cannot send it the snapshot: {e}")
             return
-        if conn.closed or peer not in replication.peers:
+        if conn.closed or peer not in replication.replicas.peers:
             return
         held, peer.held = peer.held, None
         peer.state = "online"

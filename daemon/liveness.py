@@ -62,9 +62,9 @@ class Liveness:
         """Drop the replicas that acknowledged nothing for ``timeout``
         seconds (hung, or gone without closing).  The clock of a replica
         starts when its full sync ends: one still receiving it is not online."""
-        for peer in self.replication.online_peers():
+        for peer in self.replication.replicas.online():
             if now - peer.ack_time > timeout:
-                self.replication.drop_peer(
+                self.replication.replicas.drop(
                     peer, f"no acknowledgement for {now - peer.ack_time:.0f} s (repl-timeout {timeout} s)")
 
     def _ping_if_idle(self, now: float, period: int) -> None:
@@ -75,7 +75,7 @@ class Liveness:
         if offset != self._seen_offset:
             self._seen_offset, self._seen_at = offset, now
             return
-        if now - self._seen_at < period or not replication.online_peers():
+        if now - self._seen_at < period or not replication.replicas.online():
             return
         server = replication.server
         if server.loading or server.read_only or server.disk_error is not None:

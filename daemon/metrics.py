@@ -172,13 +172,13 @@ def replication_metrics(r):
     yield GaugeMetricFamily("leaseq_replication_offset_bytes", "Bytes of the replication stream this node "
                             "holds (INFO's master_repl_offset).", value=r.offset)
     yield GaugeMetricFamily("leaseq_replication_connected_replicas", "Replicas of this node (INFO's "
-                            "connected_slaves).", value=len(r.peers))
+                            "connected_slaves).", value=len(r.replicas.peers))
     now = time.monotonic()
     lag = GaugeMetricFamily("leaseq_replication_replica_lag_seconds", "Seconds since the replica's last "
                             "acknowledgement.", labels=["replica"])
     behind = GaugeMetricFamily("leaseq_replication_replica_lag_bytes", "Bytes of the stream the replica has "
                                "not acknowledged as on its disk.", labels=["replica"])
-    for p in r.peers:
+    for p in r.replicas.peers:
         lag.add_metric([f"{p.ip}:{p.port}"], now - p.ack_time)
         behind.add_metric([f"{p.ip}:{p.port}"], max(0, r.offset - p.ack_offset))
     yield lag

@@ -17,7 +17,8 @@ stream, in memory) still holds ``offset``, the primary answers ``+CONTINUE``
 and the bytes from there on (a partial sync); else ``+FULLRESYNC replid
 offset``: it takes a snapshot (the fork that BGSAVE uses) whose cut is at
 that offset, sends it as one bulk string, then the stream written since
-the cut.  Each ``Peer`` is a replica as its primary sees it.
+the cut.  The replicas themselves, as their primary sees them, are
+``daemon/replicas.py``'s.
 
 As a replica (``follow``): the link to the primary is
 ``daemon/replicalink.py``; the store applies only the primary's records,
@@ -38,11 +39,12 @@ import time
 from collections import deque
 
 from leaseq.commands import errors
-from leaseq.commands.replies import NO_REPLY, OK, Raw, Simple
+from leaseq.commands.replies import NO_REPLY, Raw, Simple
 
 from .fullsync import FullSync
 from .liveness import Liveness
 from .replanchor import Anchor
+from .replicas import Replicas
 from .replicawaits import ReplicaWaits
 
 log = logging.getLogger(__name__)
@@ -53,31 +55,6 @@ NO_ID = "0" * 40
 def new_id() -> str:
     """A replication id or a run id: 40 hex characters, as Redis's."""
     return os.urandom(20).hex()
-
-
-class Peer:
-    """A replica of this primary: its connection, where it says it listens,
-    how far it has the stream (``ack_offset``, its last REPLCONF ACK: on its
-    disk), and what it is being sent: ``wait_bgsave`` (its full sync waits
-    for a snapshot's cut), ``send_bulk`` (the snapshot is on its way;
-    ``held``: the stream written since the cut, sent after it) or
-    ``online`` (the stream as it is written)."""
-
-    __slots__ = ("conn", "ip", "port", "state", "ack_offset", "ack_time", "cut", "held")
-
-    def __init__(self, conn, ip: str, port: int) -> None:
-        self.conn = conn
-        self.ip = ip
-        self.port = port
-        self.state = "wait_bgsave"
-        self.ack_offset = 0
-        self.ack_time = time.monotonic()
-        self.cut = -1
-        self.held: list | None = None
-
-    def send(self, data: bytes) -> None:
-        self.conn.answer(Raw(data))
-        self.conn.flush()
 
 
 class Backlog:
@@ -128,9 +105,8 @@ class Replication:
         self._wal = None                 # the log written to (``attach_log``); the stream is what it writes
         self._base = 0                   # the stream's offset where ``_wal`` began
         self.backlog: Backlog | None = None   # made when the first replica asks (as Redis's)
-        self.peers: list[Peer] = []
+        self.replicas = Replicas(self)   # this node's replicas (daemon/replicas.py)
         self.waits = ReplicaWaits(self)  # parked WAITs (daemon/replicawaits.py)
-        self.announced: dict[int, list] = {}    # connection id -> [ip, port] from REPLCONF, until PSYNC
         self.master: tuple[str, int] | None = None   # (host, port) followed; None: a primary
         self.link = None                 # the ReplicaLink to it (daemon/replicalink.py)
         self.down_since = time.monotonic()
@@ -169,11 +145,7 @@ class Replication:
         """The log wrote ``data`` (``LogBuffer.stream``): keep it in the
         backlog and send it to the replicas."""
         self.backlog.add(data, self.server.settings.repl_backlog_size)
-        for peer in self.peers:
-            if peer.state == "online":
-                peer.send(data)
-            elif peer.held is not None:
-                peer.held.append(data)
+        self.replicas.send(data)
 
     def appended_offset(self) -> int:
         """The offset once what the log holds in its buffer is written (WAIT's target)."""
@@ -193,80 +165,35 @@ class Replication:
 
     # -- a primary's side --------------------------------------------------------------------------
 
-    def replconf(self, conn, pairs: list[tuple[bytes, bytes]]):
-        """REPLCONF: what a replica says of itself, and its ACKs (no reply)."""
-        for option, value in pairs:
-            if option == b"ack":
-                peer = self._peer_of(conn)
-                if peer is not None:
-                    peer.ack_offset = max(peer.ack_offset, int(value))
-                    peer.ack_time = time.monotonic()
-                    self.acked()
-                    self.waits.acked()
-                return NO_REPLY
-            if option == b"getack":
-                if self.link is not None and conn is self.link:
-                    self.link.ack()
-                return NO_REPLY
-            said = self.announced.setdefault(conn.id, [conn.addr.rsplit(":", 1)[0], 0])
-            if option == b"listening-port":
-                said[1] = int(value)
-            elif option == b"ip-address":
-                said[0] = value.decode(errors="replace")
-        return OK
-
     def psync(self, conn, replid: str, offset: int):
         """PSYNC: continue from ``offset`` (the first byte the replica lacks,
         counted from 1 as Redis does) or start a full sync."""
         if self.following and (self.link is None or not self.link.up):
             return errors.NOMASTERLINK
-        ip, port = self.announced.pop(conn.id, [conn.addr.rsplit(":", 1)[0], 0])
-        self.forget(conn)
-        peer = Peer(conn, ip, port)
-        self.peers.append(peer)
+        peer = self.replicas.join(conn)
         want = offset - 1
         backlog = self.backlog
         if ((replid == self.replid or (replid == self.replid2 and offset <= self.second_offset))
                 and backlog is not None and backlog.first <= want <= self.offset and offset > 0):
             peer.state = "online"
             peer.ack_offset = want
-            log.info("replica %s:%d continues from offset %d (partial sync, %d bytes)", ip, port, want,
+            log.info("replica %s:%d continues from offset %d (partial sync, %d bytes)", peer.ip, peer.port, want,
                      self.offset - want)
             conn.answer(Simple(f"CONTINUE {self.replid}"))
             if want < self.offset:
                 conn.answer(Raw(backlog.since(want)))
             return NO_REPLY
-        log.info("replica %s:%d asks PSYNC %s %d: full sync", ip, port, replid, offset)
+        log.info("replica %s:%d asks PSYNC %s %d: full sync", peer.ip, peer.port, replid, offset)
         self._keep_backlog()
         self.full_sync.wanted()
         return NO_REPLY
 
-    def online_peers(self) -> list[Peer]:
-        """The replicas streamed to as the log is written (past their full sync)."""
-        return [p for p in self.peers if p.state == "online"]
-
-    def drop_peer(self, peer: Peer, why: str) -> None:
-        """Close a replica's connection; it connects again and continues with PSYNC."""
-        log.warning("replica %s:%d dropped: %s", peer.ip, peer.port, why)
-        self.forget(peer.conn)
-        peer.conn.kill()
-
-    def _peer_of(self, conn) -> Peer | None:
-        for peer in self.peers:
-            if peer.conn is conn:
-                return peer
-        return None
-
-    def acked(self) -> None:
-        """A replica acknowledged: with min-replicas-to-ack n, the log's
-        generations that n replicas have on disk are replicated, and the
-        replies held on them may go."""
-        n = self.server.settings.min_replicas_to_ack
+    def replicated(self, offset: int) -> None:
+        """min-replicas-to-ack: enough replicas have the stream up to
+        ``offset`` on their disks; the log's generations that end there are
+        replicated, and the replies held on them may go."""
         wal = self._wal
-        if not n or wal is None or not wal.ack_needed:
-            return
-        offsets = sorted((p.ack_offset for p in self.online_peers()), reverse=True)
-        if len(offsets) >= n and wal.replicated_to(offsets[n - 1] - self._base):
+        if wal is not None and wal.ack_needed and wal.replicated_to(offset - self._base):
             self.server.committer.touch()
 
     def synced(self) -> None:
@@ -274,20 +201,6 @@ class Replication:
         once (a primary waiting for replicas' disks waits no longer than that)."""
         if self.link is not None and self.link.up:
             self.link.ack()
-
-    def good_replicas(self) -> int:
-        """Replicas online that acknowledged within min-replicas-max-lag."""
-        lag = self.server.settings.min_replicas_max_lag
-        now = time.monotonic()
-        return sum(1 for p in self.online_peers() if now - p.ack_time <= lag)
-
-    def is_peer(self, conn) -> bool:
-        return self._peer_of(conn) is not None
-
-    def forget(self, conn) -> None:
-        """A connection closed (or asked again): it is no replica any more."""
-        self.announced.pop(conn.id, None)
-        self.peers = [p for p in self.peers if p.conn is not conn]
 
     # -- roles -------------------------------------------------------------------------------------
 
@@ -301,8 +214,7 @@ class Replication:
         self.stop_link()
         self.master = (host, port)
         self.down_since = time.monotonic()
-        for peer in list(self.peers):       # sub-replicas start again from this node's new history
-            self.drop_peer(peer, "this node now follows another")
+        self.replicas.drop_all("this node now follows another")   # (they start again from its new history)
         self.waits.release()
         server.roles.become_replica()
         self.link = ReplicaLink(server, host, port)
@@ -320,8 +232,7 @@ class Replication:
         self.anchor.drop()
         self.replid2, self.second_offset = self.replid, self.offset + 1
         self.replid = new_id()
-        for peer in list(self.peers):
-            self.drop_peer(peer, "its primary was promoted: it continues with PSYNC")
+        self.replicas.drop_all("its primary was promoted: it continues with PSYNC")
         self.server.roles.become_primary()
         log.info("promoted to primary: replication id %s, %s kept up to offset %d", self.replid, self.replid2,
                  self.second_offset)
@@ -379,12 +290,7 @@ class Replication:
                       ("replica_announced", 1)]
             if not up:
                 fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
-        fields.append(("connected_slaves", len(self.peers)))
-        for i, p in enumerate(self.peers):
-            fields.append((f"slave{i}", f"ip={p.ip},port={p.port},state={p.state},offset={p.ack_offset},"
-                                        f"lag={int(now - p.ack_time)}"))
-        if self.server.replicas_gate:
-            fields.append(("min_slaves_good_slaves", self.good_replicas()))
+        fields += self.replicas.info_fields(now)
         backlog = self.backlog
         fields += [("master_replid", self.replid), ("master_replid2", self.replid2),
                    ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),
@@ -397,7 +303,7 @@ class Replication:
         if self.master is None:
             return [b"master", self.offset,
                     [[p.ip.encode(), str(p.port).encode(), str(p.ack_offset).encode()]
-                     for p in self.online_peers()]]
+                     for p in self.replicas.online()]]
         link = self.link
         return [b"slave", self.master[0].encode(), self.master[1],
                 (link.state if link is not None else "connect").encode(),

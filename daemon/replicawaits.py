@@ -57,7 +57,7 @@ class ReplicaWaits:
             self._answer(w, self._count(w.wait[1]))
 
     def _count(self, offset: int) -> int:
-        return sum(1 for p in self.replication.online_peers() if p.ack_offset >= offset)
+        return sum(1 for p in self.replication.replicas.online() if p.ack_offset >= offset)
 
     def _over(self, w: Acks) -> None:
         w.timer = None

@@ -218,7 +218,7 @@ class Server(Host):
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(s.loglevel.upper())
         self.replication_rules()
-        self.replication.acked()             # (a smaller min-replicas-to-ack may let replies go now)
+        self.replication.replicas.acked()             # (a smaller min-replicas-to-ack may let replies go now)
 
     def info_sections(self) -> dict[str, list[tuple[str, object]]]:
         return self.info.sections()
@@ -229,7 +229,7 @@ class Server(Host):
 
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
-        self.replication.forget(conn)
+        self.replication.replicas.forget(conn)
         if self.committer is not None:
             self.committer.waiters.discard(conn)
 

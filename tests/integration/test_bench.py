@@ -193,7 +193,13 @@ def test_bench_queue_replicated_classes_sit_beside_fsync(tmp_path):
         cell = data["results"]["w3rate"][c]["leaseq"]
         assert cell["lag_samples"] > 0 and cell["lag_p99_ms"] >= 0 and cell["lag_resolution_ms"] > 0
         assert data["results"]["w3rate"][c]["redis"] is None
+        # the replica's own CPU, counted apart from the other processes'
+        assert data["results"]["w1"][c]["leaseq"]["replica_cpu_us_per_job"] > 0
     assert "lag_p99_ms" not in data["results"]["w3rate"]["fsync"]["leaseq"]
+    assert "replica_cpu_us_per_job" not in data["results"]["w1"]["fsync"]["leaseq"]
+    replica_rows = [line.split() for line in stdout.splitlines()
+                    if line.startswith("  W1 produce") and "replica_cpu_us_per_job" in line]
+    assert len(replica_rows) == 2 and all(float(row[-2]) > 0 for row in replica_rows), stdout   # beside the fsync server's
     beside = [line for line in stdout.splitlines() if line.startswith("  W1 produce") and "jobs_per_s" in line]
     assert len(beside) == 2, stdout                   # replicated and replicated-async, each with the fsync figure
 
