@@ -8,8 +8,12 @@ from leaseq.storage.journal cimport Journal
 from leaseq.storage.queue cimport Queue
 from leaseq.storage.store cimport Store
 
-@cython.locals(ready=BuiltReadyIndex, journal=Journal, jid=object)
+@cython.locals(journal=Journal, jid=object)
 cpdef object push_one(Store store, Queue q, object payload, int priority, object now)
+@cython.locals(job=BuiltJob)
+cpdef object arrive(Store store, Queue q, list jobs, object now)
+@cython.locals(ready=BuiltReadyIndex, jid=object)
+cdef int _arrive_ready(Store store, Queue q, BuiltJob job) except -1
 cpdef object claimable(Store store, Queue q, object now, Py_ssize_t want)
 @cython.locals(ready=BuiltReadyIndex)
 cpdef list claim_next(Store store, Queue q, object now, Py_ssize_t count, object deadline, object consumer)

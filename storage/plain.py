@@ -4,7 +4,8 @@ a serve of parked claims deals out) and a QACK without RESULT
 (``ack_tokens``).
 
 At one job per command a job's life is these three, and they are where the
-daemon spends its time, so each takes a short way on a *plain* queue: one
+daemon spends its time (a replica's too: replayed PUSH records of one job
+arrive by ``arrive``, ACK records by ``ack``, as recovery's), so each takes a short way on a *plain* queue: one
 function over the queue's parts (its job table, indexes and counters, the
 store's woken set, the journal's records) instead of the dozen small
 transitions of ``Store`` (``push`` -> ``arrive`` -> ``Queue.add_many``
@@ -49,17 +50,36 @@ def push_one(store, q, payload: bytes, priority: int, now: int) -> int:
     journal = store.journal
     logged = journal.logs_jobs_of(q)
     body = records.push(q.qid, now, [job]) if logged else b""     # encoded first, as push does
+    _arrive_ready(store, q, job)
+    if logged:
+        journal.job_record(q, records.PUSH, body)
+    return jid
+
+
+def arrive(store, q, jobs: list, now: int) -> None:
+    """``Store.arrive(q, jobs, now)``, the short way for one job ready now,
+    without rare fields, on a queue without groups (a replayed PUSH
+    record's, as ``push_one`` takes it)."""
+    if SHORT and len(jobs) == 1 and q.indexes.groups is None:
+        job = jobs[0]
+        if job.extra is None and job.visible_at <= now and job.id >= q.next_id:
+            _arrive_ready(store, q, job)
+            return
+    store.arrive(q, jobs, now)
+
+
+def _arrive_ready(store, q, job) -> None:
+    """``Store.arrive`` of one job ready now, without rare fields, above
+    every id of ``q`` so far, on a queue without groups."""
+    jid = job.id
     q.next_id = jid + 1
     job.state = READY
     q.jobs.extend([job])
     ready = q.indexes.ready
-    ready.append_new(band(priority, False), (jid,))
-    q.payload_bytes += len(payload)
+    ready.append_new(band(job.priority, False), (jid,))
+    q.payload_bytes += job.payload_len
     q.counters.pushed += 1
     store.woken.add(q)
-    if logged:
-        journal.job_record(q, records.PUSH, body)
-    return jid
 
 
 def claimable(store, q, now: int, want: int) -> int:

@@ -3,7 +3,9 @@
 ``dispatch.execute`` once with the short ways (``plain.SHORT``) and once
 without, on two stores that start alike, give the same reply bytes, the
 same tickets, the same counters and command statistics, the same log
-records and the same store.  The sequences mix plain commands with every
+records and the same store; and those records, replayed (as recovery and
+a replica replay them) with the short ways and without, make the same
+store.  The sequences mix plain commands with every
 way of not being plain (options, a queue's features, jobs with rare
 fields, MULTI, a full memory, a failed log, bad arguments, names in any
 case, leases that ran out), so both sides of each check are run, in
@@ -25,6 +27,8 @@ from leaseq.daemon.holdings import Session
 from leaseq.daemon.dispatch import execute
 from leaseq.daemon.resp import encode
 from leaseq.storage import plain as plain_module
+from leaseq.storage.recovery import Replayer
+from leaseq.storage.store import Store
 
 QUEUES = {
     b"mem": [b"DURABILITY", b"memory"],
@@ -197,7 +201,23 @@ def _same_on_both_sides(sequence):
         reply = got[0][0]
         if op[0] == "claim" and isinstance(reply, bytes):
             tokens.setdefault(op[2], []).extend(_tokens(reply))
-    assert sides[0].summary() == sides[1].summary()
+    summary = sides[0].summary()
+    assert summary == sides[1].summary()
+    assert _replayed(summary["records"], short=True) == _replayed(summary["records"], short=False)
+
+
+def _replayed(records: list, short: bool) -> dict:
+    """The store a replay of ``records`` makes (recovery's, a replica's),
+    taking the short ways or not."""
+    store = Store()
+    replay = Replayer(store).apply
+    saved, plain_module.SHORT = plain_module.SHORT, short
+    try:
+        for rtype, body in records:
+            replay(rtype, body)
+    finally:
+        plain_module.SHORT = saved
+    return digest(store)
 
 
 def _spread(sequence):
