@@ -1,6 +1,7 @@
 import pytest
 
-from harness import Daemon, make_pki
+from harness import Daemon
+from harness_tls import make_pki
 
 
 @pytest.fixture
@@ -22,6 +23,6 @@ def r(daemon):
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory):
-    """A throwaway CA with server and client certificates (harness.make_pki),
+    """A throwaway CA with server and client certificates (harness_tls.make_pki),
     made once for the whole run."""
     return make_pki(tmp_path_factory.mktemp("pki"))

@@ -1,22 +1,27 @@
 """Run the real daemon as a subprocess for tests: free loopback port, temp
 directory, readiness polled with a deadline, stopped by PID; and the small
-helpers more than one test file uses: replies (maps, QINFO / QGET / QCLAIM,
-QSCAN walks, errors), the status page's users, requests and tables, its
-clicks in headless Chromium, ``leaseq bench`` runs, in-memory spans.
-Fixtures live in the conftest.py files; a test file imports helpers from
-here, never from another test file."""
+helpers most test files use beside it: clients (no retries, raw RESP, a
+transport from an address the loopback cannot have), replies (maps, QINFO /
+QGET / QCLAIM, QSCAN walks, the DEBUG clock, errors, BGSAVE), threads that
+keep their failures, ``leaseq bench`` runs.
+
+The helpers of fewer tests have modules of their own beside this one:
+``harness_http`` (the HTTP listener, users and the status page, in requests
+and in headless Chromium), ``harness_client`` (leaseq.client's workers:
+worker processes, heartbeats through leases, spans), ``harness_disk`` (data
+directories written byte by byte) and ``harness_tls`` (a throwaway PKI and
+TLS clients).  Each helper is defined in one of them and imported from
+there.  Fixtures live in the conftest.py files; a test file imports helpers
+from these modules, never from another test file."""
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import importlib
 import importlib.util
 import itertools
 import json
 import os
 import pathlib
-import re
 import signal
 import socket
 import subprocess
@@ -24,25 +29,12 @@ import sys
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.parse
-import urllib.request
-from html.parser import HTMLParser
 
 import hiredis
 import pytest
 import redis
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
-
-from leaseq.storage import records
-from leaseq.storage.wal import segment_name
 
 LEASEQ = [sys.executable, "-m", "leaseq.cli"]
 HOST = "127.0.0.1"
@@ -214,114 +206,6 @@ class Daemon:
         self.kill() if exc[0] else self.stop()
 
 
-def http_daemon(data_dir, env: dict | None = None, args: tuple = ()) -> Daemon:
-    """A started daemon with its HTTP listener on a free port (``d.http``);
-    ``args``: more of its command line (``("--replicaof", "127.0.0.1 6479")``)."""
-    port = free_port()
-    d = Daemon(str(data_dir), *args, env={"LEASEQ_HTTP_PORT": str(port), **(env or {})}).start()
-    d.http = port
-    return d
-
-
-def basic_auth(user: str, password: str) -> str:
-    """The Authorization header of HTTP Basic auth for ``user``."""
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-def http_get(d: Daemon, path: str, method: str = "GET", user: tuple | None = None) -> tuple[int, str, str]:
-    """(status, Content-Type, body text) of a request to ``http_daemon``'s
-    listener, as ``user`` (name, password) when given; error statuses are
-    answers too, not exceptions."""
-    req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", method=method)
-    if user is not None:
-        req.add_header("Authorization", basic_auth(*user))
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
-
-
-PASSWORDS = {"LEASEQ_REQUIREPASS": "s3cret"}
-
-
-def acl_daemon(tmp_path, **env) -> Daemon:
-    """A daemon with its HTTP listener, a password for the default user and
-    two more users: ``ops`` (all queue commands) and ``viewer`` (read-only)."""
-    conf = tmp_path / "leaseq.conf"
-    conf.write_text("user ops on >opspass ~* +@all\n"
-                    "user viewer on >viewpass ~* +@read +@connection\n")
-    return http_daemon(tmp_path / "data", env={**PASSWORDS, **env}, args=("--config", str(conf)))
-
-
-def ops_client(d):
-    return d.client(protocol=2, username="ops", password="opspass")
-
-
-def request(d: Daemon, path: str, form: dict | None = None, user: tuple | None = None,
-            raw_body: bytes | None = None) -> tuple[int, dict, str]:
-    """(status, headers, body) of a GET (or, with ``form``/``raw_body``, a POST); redirects not followed."""
-    data = raw_body if raw_body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
-    req = urllib.request.Request(f"http://{HOST}:{d.http}{path}", data=data,
-                                 method="POST" if data is not None else "GET")
-    if user is not None:
-        req.add_header("Authorization", basic_auth(*user))
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-
-    opener = urllib.request.build_opener(NoRedirect)
-    try:
-        with opener.open(req, timeout=15) as r:
-            return r.status, dict(r.headers), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
-
-
-def csrf_of(page: str) -> str:
-    """The one CSRF token of a status page's forms."""
-    tokens = set(re.findall(r'name="csrf" value="([^"]+)"', page))
-    assert len(tokens) == 1, tokens
-    return tokens.pop()
-
-
-class Tables(HTMLParser):
-    """Each ``<table>`` of a page as rows of cell texts, and the text of
-    every ``<h2>``, in page order."""
-
-    def __init__(self, page: str) -> None:
-        super().__init__()
-        self.tables: list[list[list[str]]] = []
-        self.headings: list[str] = []
-        self._cell: list[str] | None = None
-        self._heading: list[str] | None = None
-        self.feed(page)
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr":
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag == "h2":
-            self._heading = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th"):
-            self.tables[-1][-1].append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "h2":
-            self.headings.append("".join(self._heading))
-            self._heading = None
-
-    def handle_data(self, data):
-        for part in (self._cell, self._heading):
-            if part is not None:
-                part.append(data)
-
-
 class CheckedThread(threading.Thread):
     """A (daemon) thread that keeps what its target raised, an assertion
     included, in ``failure`` (the traceback text; None when it ran through).
@@ -350,46 +234,8 @@ def run_threads(target, n: int, timeout: float = 30.0) -> None:
         assert not t.is_alive() and t.failure is None, t.failure
 
 
-class Peak:
-    """How many handlers run at once (``with peak:`` around the work), and
-    the most that ever did (``most``); for threads and asyncio tasks alike."""
-
-    def __init__(self) -> None:
-        self.now = self.most = 0
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.now -= 1
-
-
-def run_client_worker(d: Daemon, flavour: str, queue: str, seconds: float, concurrency: int,
-                      in_flight) -> tuple[int, str, str]:
-    """Run ``tests/integration/client_worker.py`` (a leaseq.client Worker of
-    ``flavour`` "sync" or "aio" whose handler sleeps ``seconds``) on
-    ``queue``; once ``in_flight()`` is true, SIGTERM it and wait for it to
-    end.  Returns (exit status, stdout, stderr); the process is killed by
-    its PID if it is still there after 30 s."""
-    script = os.path.join(os.path.dirname(__file__), "integration", "client_worker.py")
-    proc = subprocess.Popen([sys.executable, script, flavour, d.url, queue, str(seconds), str(concurrency)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: proc.poll() is not None or in_flight(), 20, "the worker's jobs in flight")
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        return proc.returncode, out, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
-
 # -- reply helpers ----------------------------------------------------------------------------
+
 
 class BlockedClaim(threading.Thread):
     """A QCLAIM on a connection of its own, in a thread; ``t_sent`` /
@@ -481,41 +327,6 @@ def advance(c, ms: int) -> None:
     assert c.execute_command("DEBUG", "CLOCK", "ADVANCE", ms) == b"OK"
 
 
-def hold_through_leases(c, q, job_id: int, lease_ms: int, leases: int = 4) -> None:
-    """Move a frozen DEBUG clock through ``leases`` lengths of ``lease_ms``,
-    a half lease at a time, while a worker's heartbeat holds job ``job_id``
-    of ``q``: each step waits until the heartbeat has extended the lease to a
-    full length from the clock's moment, checks that another claimer gets
-    nothing, then moves on.  The lease never gets near its end however late
-    a beat comes (the clock stands still until the beat lands), so only the
-    heartbeat's work is tested, not the machine's timing."""
-    step = lease_ms // 2
-    for _ in range(leases * 2):
-        at = now(c)
-        wait_for(lambda: qget(c, q, job_id)[b"deadline"] == at + lease_ms, 10,
-                 f"a heartbeat extending job {job_id} at {at}")
-        assert c.execute_command("QCLAIM", q, "thief", "LEASE", 60_000) == []
-        advance(c, step)
-
-
-def work_through_leases(c, q, job_id: int, lease_ms: int, run, started, finish):
-    """Run ``run()`` (a worker's burst run, whose handler sets ``started``
-    and then waits for ``finish``) in a thread; once the handler runs,
-    ``hold_through_leases``, then let the handler end.  Returns what
-    ``run()`` returned."""
-    result = []
-    t = CheckedThread(target=lambda: result.append(run()))
-    t.start()
-    try:
-        assert started.wait(10)
-        hold_through_leases(c, q, job_id, lease_ms)
-    finally:
-        finish.set()
-        t.join(15)
-    assert not t.is_alive() and t.failure is None, t.failure
-    return result[0]
-
-
 def claim(c, q, consumer="w", *options) -> list[dict]:
     return [as_map(j) for j in c.execute_command("QCLAIM", q, consumer, *options)]
 
@@ -593,38 +404,7 @@ def wait_blocked(c, q, n: int) -> None:
     wait_for(lambda: blocked() == n, 5, f"{n} claimers blocked on {q}")
 
 
-# -- data directories, byte by byte ---------------------------------------------------------------
-
-def write_segment(directory, number: int, data: bytes, header: bytes | None = None) -> str:
-    """A segment file ``number`` in ``directory``: its header (or ``header``)
-    then ``data`` (framed records, or whatever damage a test wants)."""
-    path = os.path.join(directory, segment_name(number))
-    with open(path, "wb") as f:
-        f.write(records.segment_header(number) if header is None else header)
-        f.write(data)
-    return path
-
-
-def records_end(path) -> int:
-    """Where the last whole record of a segment file ends: after a kill the
-    room the daemon reserved ahead of its writes (zeros) follows it."""
-    with open(path, "rb") as f:
-        data = f.read()
-    end = records.SEGMENT_HEADER_SIZE
-    for offset, _rtype, body in records.iter_frames(data, end):
-        end = offset + records.FRAME_SIZE + len(body)
-    assert records.reserved_from(data, end), f"{path}: bytes after the last record that are not reserved room"
-    return end
-
-
-def write_torn(path, data: bytes) -> int:
-    """Put ``data`` where a write cut short by a crash lands: right after the
-    last record, over the reserved room.  Returns that offset."""
-    end = records_end(path)
-    with open(path, "r+b") as f:
-        f.seek(end)
-        f.write(data)
-    return end
+# -- raw RESP on a socket ----------------------------------------------------------------------
 
 
 class RespSocket:
@@ -676,7 +456,9 @@ class RespSocket:
     def close(self) -> None:
         self.sock.close()
 
+
 # -- a client the loopback cannot produce -------------------------------------------------------
+
 
 class StandInTransport:
     """What ``Connection.connection_made`` and ``Admission.register`` read of a
@@ -701,74 +483,7 @@ class StandInTransport:
         self.closed = True
 
 
-# -- TLS: a throwaway CA, server and client certificates ---------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Pki:
-    """Paths of PEM files: a CA, the daemon's certificate (SAN IP:127.0.0.1),
-    a client certificate it signed, and a second CA with a client of its own
-    (a certificate the daemon must not trust)."""
-
-    ca: str
-    server_cert: str
-    server_key: str
-    client_cert: str
-    client_key: str
-    stranger_cert: str
-    stranger_key: str
-
-
-def _openssl(*args: str, cwd: str) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
-
-
-def _make_ca(directory: str, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2", "-subj", f"/CN=leaseq test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=directory)
-
-
-def _make_leaf(directory: str, name: str, ca: str, extensions: str) -> None:
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=leaseq test {name}", cwd=directory)
-    with open(os.path.join(directory, f"{name}.ext"), "w") as f:
-        f.write(extensions)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
-             "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=directory)
-
-
-def make_pki(directory) -> Pki:
-    """Certificates for TLS tests, made with the openssl command line (the
-    cryptography package is not a test dependency); valid for two days."""
-    d = str(directory)
-    leaf = "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-    _make_ca(d, "ca")
-    _make_ca(d, "other-ca")
-    _make_leaf(d, "server", "ca", leaf + "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n")
-    _make_leaf(d, "client", "ca", leaf + "extendedKeyUsage=clientAuth\n")
-    _make_leaf(d, "stranger", "other-ca", leaf + "extendedKeyUsage=clientAuth\n")
-    p = lambda name: os.path.join(d, name)    # noqa: E731
-    return Pki(ca=p("ca.crt"), server_cert=p("server.crt"), server_key=p("server.key"),
-               client_cert=p("client.crt"), client_key=p("client.key"),
-               stranger_cert=p("stranger.crt"), stranger_key=p("stranger.key"))
-
-
-def tls_env(pki: Pki, tls_port: int, auth_clients: str = "yes", **more: str) -> dict:
-    """LEASEQ_* variables for a daemon with a TLS listener on ``tls_port``."""
-    return {"LEASEQ_TLS_PORT": str(tls_port), "LEASEQ_TLS_CERT_FILE": pki.server_cert,
-            "LEASEQ_TLS_KEY_FILE": pki.server_key, "LEASEQ_TLS_CA_CERT_FILE": pki.ca,
-            "LEASEQ_TLS_AUTH_CLIENTS": auth_clients, **more}
-
-
-def tls_client(pki: Pki, tls_port: int, cert: str | None = "client", **kw) -> redis.Redis:
-    """redis-py over TLS to the daemon, verifying its certificate;
-    ``cert``: which client certificate to present ("client", "stranger", or
-    None for none)."""
-    if cert is not None:
-        kw.update(ssl_certfile=getattr(pki, f"{cert}_cert"), ssl_keyfile=getattr(pki, f"{cert}_key"))
-    kw.setdefault("socket_timeout", 30)
-    return redis.Redis(host=HOST, port=tls_port, ssl=True, ssl_ca_certs=pki.ca, ssl_cert_reqs="required", **kw)
+# -- the leaseq command and the repository --------------------------------------------------------
 
 
 def run_bench(tmp_path, *args: str, figures: tuple, timeout: float = 110) -> dict:
@@ -789,61 +504,3 @@ def load_setup():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-# -- the status page in headless Chromium (the ``browser`` fixture of tests/integration/conftest.py) --
-
-def log_in(driver, user: str, password: str) -> None:
-    """HTTP Basic credentials on every request the page makes (the forms' POSTs too)."""
-    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": basic_auth(user, password)}})
-
-
-def press(driver, button_title: str) -> None:
-    """Click the button titled ``button_title`` on the page shown (it
-    refreshes itself every 2 s: a button found stale is looked up again)."""
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            driver.find_element(By.CSS_SELECTOR, f'button[title="{button_title}"]').click()
-            return
-        except StaleElementReferenceException:
-            if time.monotonic() > deadline:
-                raise
-
-
-def click(driver, d, button_title: str) -> None:
-    """Open ``d``'s status page and click the button titled ``button_title``."""
-    driver.get(f"http://{HOST}:{d.http}/")
-    press(driver, button_title)
-
-
-def notice(driver) -> str:
-    """The notice of the page an action redirected to."""
-    WebDriverWait(driver, 15).until(lambda drv: "done=" in drv.current_url)
-    return driver.find_element(By.ID, "notice").text
-
-
-def screenshot(driver, name: str) -> None:
-    """Save the page as ``name`` in LEASEQ_SCREENSHOTS, when that names a directory."""
-    where = os.environ.get("LEASEQ_SCREENSHOTS")
-    if where:
-        driver.save_screenshot(os.path.join(where, name))
-
-
-class Spans:
-    """A tracer provider whose finished spans stay in memory (the ``spans``
-    fixture of tests/integration/conftest.py)."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("test")
-
-    def named(self, name: str) -> list:
-        return [s for s in self.exporter.get_finished_spans() if s.name == name]
-
-    def one(self, name: str):
-        found = self.named(name)
-        assert len(found) == 1, [s.name for s in self.exporter.get_finished_spans()]
-        return found[0]

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from harness import LEASEQ, Daemon, as_map, bgsave, qinfo, write_torn
+from harness import LEASEQ, Daemon, as_map, bgsave, qinfo
+from harness_disk import write_torn
 from leaseq.storage import records
 
 LONG = 600_000

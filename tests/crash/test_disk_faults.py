@@ -20,7 +20,8 @@ import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, error_text, records_end, wait_for
+from harness import Daemon, as_map, error_text, wait_for
+from harness_disk import records_end
 
 from leaseq.storage.wal import list_segments
 

@@ -23,7 +23,8 @@ import time
 import pytest
 import redis
 
-from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, records_end, wait_for, write_torn
+from harness import CheckedThread, Daemon, as_map, no_retry_client, qinfo, wait_for
+from harness_disk import records_end, write_torn
 
 SEG_RE = re.compile(r"^seg-\d{20}\.wal$")
 SEGMENT_HEADER_SIZE = 24

@@ -1,4 +1,4 @@
-"""A leaseq.client worker process, for the SIGTERM tests (harness.run_client_worker):
+"""A leaseq.client worker process, for the SIGTERM tests (harness_client.run_client_worker):
 
     python client_worker.py sync|aio URL QUEUE SECONDS CONCURRENCY
 

@@ -15,7 +15,9 @@ import shutil
 import pytest
 from selenium import webdriver
 
-from harness import Daemon, Spans, acl_daemon, unique
+from harness import Daemon, unique
+from harness_client import Spans
+from harness_http import acl_daemon
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -85,7 +87,7 @@ def own(tmp_path):
 
 @pytest.fixture(scope="module")
 def page_daemon(tmp_path_factory):
-    """The module's daemon for the status page's clicks: ``harness.acl_daemon``'s users."""
+    """The module's daemon for the status page's clicks: ``harness_http.acl_daemon``'s users."""
     d = acl_daemon(tmp_path_factory.mktemp("browser"))
     yield d
     d.kill()
@@ -109,7 +111,7 @@ def browser():
 
 @pytest.fixture
 def spans():
-    """A tracer provider of the test's own whose finished spans stay in memory (``harness.Spans``)."""
+    """A tracer provider of the test's own whose finished spans stay in memory (``harness_client.Spans``)."""
     s = Spans()
     yield s
     s.provider.shutdown()

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 import redis
 
-from harness import (LEASEQ, Daemon, RespSocket, as_map, claim_one, error_text, free_port, no_retry_client, qinfo,
-                     tls_env, unique)
+from harness import LEASEQ, Daemon, RespSocket, as_map, claim_one, error_text, free_port, no_retry_client, qinfo, unique
+from harness_tls import tls_env
 
 APP_PASSWORD = "app-secret"
 APP_HASH = hashlib.sha256(APP_PASSWORD.encode()).hexdigest()

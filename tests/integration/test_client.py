@@ -22,8 +22,8 @@ import time
 import pytest
 import redis
 
-from harness import (CheckedThread, Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique,
-                     wait_blocked, wait_for, work_through_leases)
+from harness import CheckedThread, Daemon, claim_one, qget, qinfo, unique, wait_blocked, wait_for
+from harness_client import Peak, run_client_worker, work_through_leases
 from leaseq.client import Job, Queue, Worker, WorkerStats, errors
 from leaseq.client import protocol as client_protocol
 

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from harness import (Daemon, Peak, claim_one, qget, qinfo, run_client_worker, unique, wait_blocked,
-                     work_through_leases)
+from harness import Daemon, claim_one, qget, qinfo, unique, wait_blocked
+from harness_client import Peak, run_client_worker, work_through_leases
 from leaseq.client import WorkerStats, aio, errors
 
 SHARED_DAEMON_ENV = {"LEASEQ_MAX_PAYLOAD": "1kb"}

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from harness import (DEBUG_ENV, BlockedClaim, CheckedThread, ClockWatch, Daemon, advance, bgsave, claim, error_text,
-                     http_daemon, http_get, most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
+                     most_in_window, qget, qinfo, run_threads, unique, wait_blocked)
+from harness_http import http_daemon, http_get
 
 LEASE = 60_000
 

@@ -14,19 +14,15 @@ import pytest
 import redis
 from harness import (
     DEBUG_ENV,
-    PASSWORDS,
     Daemon,
-    acl_daemon,
     advance,
     as_map,
     claim,
     error_text,
-    http_daemon,
-    http_get,
     now,
-    request,
     unique,
 )
+from harness_http import PASSWORDS, acl_daemon, http_daemon, http_get, request
 
 MINUTE = 60_000
 FIELDS = ("pushed", "claimed", "acked", "nacked", "dead", "cancelled", "expired", "wait_p50", "wait_p95",

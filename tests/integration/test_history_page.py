@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from harness import DEBUG_ENV, http_daemon, http_get, screenshot, unique
+from harness import DEBUG_ENV, unique
+from harness_http import http_daemon, http_get, screenshot
 from leaseq.bench.history import fill
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By

@@ -10,7 +10,8 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import Daemon, RespSocket, as_map, http_daemon, http_get, wait_for
+from harness import Daemon, RespSocket, as_map, wait_for
+from harness_http import http_daemon, http_get
 
 
 @pytest.fixture(scope="module")

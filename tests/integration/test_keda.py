@@ -12,7 +12,8 @@ import urllib.parse
 
 import pytest
 import yaml
-from harness import ROOT, http_daemon, http_get
+from harness import ROOT
+from harness_http import http_daemon, http_get
 
 EXAMPLE = ROOT / "conf" / "keda-scaledobject.yaml"
 

@@ -28,7 +28,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import as_map, error_text, http_daemon, http_get, unique, wait_for
+from harness import as_map, error_text, unique, wait_for
+from harness_http import http_daemon, http_get
 
 CONF = pathlib.Path(__file__).resolve().parents[2] / "conf"
 DASHBOARD = CONF / "grafana-dashboard.json"

@@ -14,8 +14,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from harness import (DEBUG_ENV, BlockedClaim, Daemon, advance, as_map, bgsave, claim, error_text, http_daemon, http_get,
-                     now, qget, qscan_all, unique, wait_blocked)
+from harness import (DEBUG_ENV, BlockedClaim, Daemon, advance, as_map, bgsave, claim, error_text, now, qget, qscan_all,
+                     unique, wait_blocked)
+from harness_http import http_daemon, http_get
 
 NEW_YORK = ZoneInfo("America/New_York")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import subprocess
 
-from harness import LEASEQ, Daemon, as_map, free_port, http_get
+from harness import LEASEQ, Daemon, as_map, free_port
+from harness_http import http_get
 
 
 def test_settings_given_as_flags_are_the_daemons_settings(tmp_path):

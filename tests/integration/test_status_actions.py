@@ -17,17 +17,13 @@ import pytest
 
 from harness import (
     Daemon,
-    acl_daemon,
     claim_one,
-    csrf_of,
-    http_daemon,
-    ops_client,
     qget,
     qinfo,
-    request,
     unique,
     wait_for,
 )
+from harness_http import acl_daemon, csrf_of, http_daemon, ops_client, request
 
 
 @pytest.fixture(scope="module")

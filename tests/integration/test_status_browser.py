@@ -11,7 +11,8 @@ from __future__ import annotations
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import claim_one, click, log_in, notice, ops_client, qget, qinfo, screenshot, unique
+from harness import claim_one, qget, qinfo, unique
+from harness_http import click, log_in, notice, ops_client, screenshot
 
 
 def test_an_operator_acts_by_clicking(page_daemon, browser):

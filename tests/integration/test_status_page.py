@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from harness import Tables, claim, http_daemon, http_get, unique, wait_for
+from harness import claim, unique, wait_for
+from harness_http import Tables, http_daemon, http_get
 
 HOSTILE_NAME = "<script>alert(1)</script>"
 HOSTILE_ERROR = "disk <b>full</b> & 'quoted'"

@@ -17,18 +17,13 @@ import redis
 from harness import (
     DEBUG_ENV,
     Daemon,
-    Tables,
-    acl_daemon,
     as_map,
     claim_one,
-    csrf_of,
-    http_daemon,
-    ops_client,
     qget,
-    request,
     unique,
     wait_for,
 )
+from harness_http import Tables, acl_daemon, csrf_of, http_daemon, ops_client, request
 
 OPS = ("ops", "opspass")
 VIEWER = ("viewer", "viewpass")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import claim_one, log_in, notice, ops_client, press, qget, screenshot, unique
+from harness import claim_one, qget, unique
+from harness_http import log_in, notice, ops_client, press, screenshot
 
 
 def test_an_operator_searches_and_cancels_every_match(page_daemon, browser):

@@ -18,8 +18,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from harness import (HOST, LEASEQ, CheckedThread, Daemon, as_map, free_port, tls_client, tls_env, unique,
-                     wait_for)
+from harness import HOST, LEASEQ, CheckedThread, Daemon, as_map, free_port, unique, wait_for
+from harness_tls import tls_client, tls_env
 
 
 def daemon_with_tls(directory, pki, auth_clients: str = "yes", **more) -> Daemon:

@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from harness import Daemon, as_map, unique, wait_for, write_segment
+from harness import Daemon, as_map, unique, wait_for
+from harness_disk import write_segment
 
 from leaseq.storage import records
 

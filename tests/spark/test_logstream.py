@@ -16,7 +16,8 @@ from collections import Counter
 
 import pytest
 
-from harness import Daemon, as_map, bgsave, write_segment, write_torn
+from harness import Daemon, as_map, bgsave
+from harness_disk import write_segment, write_torn
 
 from leaseq.pipeline.logsource import SCHEMA
 from leaseq.storage import records

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import write_segment
+from harness_disk import write_segment
 
 from leaseq.storage import records, snapshot
 from leaseq.storage.check import CheckError, check

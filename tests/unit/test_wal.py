@@ -7,7 +7,7 @@ import errno
 import os
 
 import pytest
-from harness import write_segment
+from harness_disk import write_segment
 
 from leaseq.storage import records
 from leaseq.storage.recovery import CorruptLog, read_log
