@@ -16,7 +16,6 @@ from these modules, never from another test file."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import itertools
 import json
@@ -49,21 +48,6 @@ _names = itertools.count(1)
 def unique(prefix: str = "q") -> str:
     """A queue name no other test in this process uses (tests share daemons)."""
     return f"{prefix}-{next(_names)}"
-
-
-def compiled(name: str):
-    """The compiled module ``name`` (``"leaseq.storage._clock"`` ...), for a
-    test of compiled code that has no pure counterpart to load; the test
-    (or its module, when called at import) is skipped, saying why, in the
-    pure flavour (LEASEQ_PURE=1: such a module is built against the compiled
-    one-source classes, which that flavour does not load) and where it was
-    not built (no C compiler at install time)."""
-    if os.environ.get("LEASEQ_PURE") == "1":
-        pytest.skip(f"{name} is compiled code, and LEASEQ_PURE=1 runs the pure flavour", allow_module_level=True)
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        pytest.skip(f"{name} is not built here ({e})", allow_module_level=True)
 
 
 def wait_for(predicate, timeout: float = 5.0, what: str = "condition", interval: float = 0.005):
