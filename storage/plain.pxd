@@ -10,9 +10,8 @@ from leaseq.storage.store cimport Store
 
 @cython.locals(journal=Journal, jid=object)
 cpdef object push_one(Store store, Queue q, object payload, int priority, object now)
-@cython.locals(job=BuiltJob)
 cpdef object arrive(Store store, Queue q, list jobs, object now)
-@cython.locals(ready=BuiltReadyIndex, jid=object)
+@cython.locals(ready=BuiltReadyIndex)
 cdef int _arrive_ready(Store store, Queue q, BuiltJob job) except -1
 cpdef object claimable(Store store, Queue q, object now, Py_ssize_t want)
 @cython.locals(ready=BuiltReadyIndex)

@@ -71,12 +71,11 @@ def arrive(store, q, jobs: list, now: int) -> None:
 def _arrive_ready(store, q, job) -> None:
     """``Store.arrive`` of one job ready now, without rare fields, above
     every id of ``q`` so far, on a queue without groups."""
-    jid = job.id
-    q.next_id = jid + 1
+    q.next_id = job.id + 1
     job.state = READY
     q.jobs.extend([job])
     ready = q.indexes.ready
-    ready.append_new(band(job.priority, False), (jid,))
+    ready.append_new(band(job.priority, False), (job.id,))
     q.payload_bytes += job.payload_len
     q.counters.pushed += 1
     store.woken.add(q)
