@@ -24,9 +24,7 @@ import logging
 import os
 import time
 
-from crc32c import crc32c
-
-from leaseq.storage.frames import FRAME, FRAME_SIZE, FormatError
+from leaseq.storage.frames import FRAME, FRAME_SIZE, FormatError, checksum_holds
 
 from .admission import keep_alive
 from .resp import encode
@@ -103,7 +101,7 @@ def _frames(buf: bytearray, at: int, events: list) -> int:
     """The whole frames in ``buf`` from ``at`` on, as one ``("frames",
     their bytes, [(rtype, body), ...])`` event (none if there is no whole
     frame); where the first incomplete frame starts.  Each frame's CRC is
-    checked here, in one pass over its length, type and body."""
+    checked here (``checksum_holds``, as recovery checks it)."""
     data = bytes(buf)
     size = len(data)
     start = at
@@ -114,7 +112,7 @@ def _frames(buf: bytearray, at: int, events: list) -> int:
         end = at + FRAME_SIZE + length
         if end > size:
             break
-        if crc32c(data[at + 4:end]) != crc:
+        if not checksum_holds(data, at, end, crc):
             raise LinkError("a frame from the primary fails its checksum")
         got.append((rtype, data[at + FRAME_SIZE:end]))
         at = end

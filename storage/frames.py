@@ -108,10 +108,16 @@ def read_frame(data, offset: int):
     end = offset + FRAME_SIZE + length
     if end > len(data):
         return None
-    body = bytes(data[offset + FRAME_SIZE:end])
-    if crc32c(body, crc32c(bytes(data[offset + 4:offset + FRAME_SIZE]))) != crc:
+    if not checksum_holds(data, offset, end, crc):
         return None
-    return rtype, body, end
+    return rtype, bytes(data[offset + FRAME_SIZE:end]), end
+
+
+def checksum_holds(data, offset: int, end: int, crc: int) -> bool:
+    """Whether the frame from ``offset`` to ``end`` in ``data`` has the CRC
+    ``crc`` (its header's): the CRC32C of its length, type and body, in
+    one pass (``frame`` computes the same in two: length and type, then body)."""
+    return crc32c(data[offset + 4:end]) == crc
 
 
 _NOT_ZERO = re.compile(rb"[^\x00]")

@@ -206,8 +206,8 @@ class Store:
         for the queue's RESULT-TTL, in a RESULT record of the ACK's transaction."""
         waited_on = bool(self.deps.children)      # (before the end's step, which forgets the jobs' children)
         # (only an fsync queue's plain ACK record can be blind: skip the look at the jobs otherwise)
-        blind_until = (unseen_by_claims_until(q, jobs)
-                       if q.durability is FSYNC and result is None and not waited_on else 0)
+        blind_until = (unseen_by_claims_until(q, jobs) if q.durability is FSYNC and result is None
+                       and not waited_on and self.journal.logs_jobs_of(q) else 0)
         q.complete_many(jobs, ts)
         self.ended(q, jobs, ACKED, ts, result)
         if waited_on or result is not None:
