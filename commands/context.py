@@ -63,6 +63,19 @@ class Settings(Protocol):
     enable_debug_command: bool
 
 
+class Configuration(Protocol):
+    """CONFIG GET, SET and REWRITE (daemon/configuration.py)."""
+
+    def items(self) -> list[tuple[str, str]]:
+        """CONFIG GET: every setting by name, rendered as text."""
+
+    def set(self, pairs: list[tuple[str, str]]) -> None:
+        """CONFIG SET: apply all or none; raises an ``Error`` reply."""
+
+    def rewrite(self) -> None:
+        """CONFIG REWRITE: the settings and the role into the config file."""
+
+
 class DebugClock(Protocol):
     """The daemon's clock as DEBUG CLOCK sees it (docs/semantics.md §3.6)."""
 
@@ -92,21 +105,13 @@ class ServerContext(Protocol):
     replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
     channels: "Channels"             # plain pub/sub channels (daemon/channels.py)
     history: "History"               # every queue's minutes, QHISTORY (storage/history.py)
+    configuration: Configuration     # CONFIG GET, SET, REWRITE (daemon/configuration.py)
 
     @property
     def auth_required(self) -> bool: ...
 
     def now_ms(self) -> int:
         """The daemon's time (ms epoch): every job time reads it."""
-
-    def config_items(self) -> list[tuple[str, str]]:
-        """CONFIG GET: every setting by name, rendered as text."""
-
-    def config_rewrite(self) -> None:
-        """CONFIG REWRITE: the settings and the role into the config file."""
-
-    def config_set(self, pairs: list[tuple[str, str]]) -> None:
-        """CONFIG SET: apply all or none; raises an ``Error`` reply."""
 
     def reset_stats(self) -> None: ...
 

@@ -67,7 +67,7 @@ def info(client, args):
 
 def config_cmd(client, args):
     """CONFIG GET pattern [pattern ...] | SET name value [name value ...] | RESETSTAT.
-    The settings and their rules live with the daemon (``server.config_*``)."""
+    The settings and their rules live with the daemon (``server.configuration``)."""
     server = client.server
     sub = args[1].upper()
     n = len(args)
@@ -75,7 +75,7 @@ def config_cmd(client, args):
         items, seen = [], set()
         for pattern in args[2:]:
             wanted = compile_glob(pattern.lower())
-            for name, value in server.config_items():
+            for name, value in server.configuration.items():
                 if name not in seen and wanted(name.encode()):
                     seen.add(name)
                     items.append((name.encode(), value.encode()))
@@ -83,13 +83,13 @@ def config_cmd(client, args):
     if sub == b"SET" and n >= 4 and n % 2 == 0:
         pairs = [(args[i].decode(errors="replace").lower(), args[i + 1].decode(errors="replace"))
                  for i in range(2, n, 2)]
-        server.config_set(pairs)
+        server.configuration.set(pairs)
         return OK
     if sub == b"RESETSTAT" and n == 2:
         server.reset_stats()
         return OK
     if sub == b"REWRITE" and n == 2:
-        server.config_rewrite()
+        server.configuration.rewrite()
         return OK
     if sub == b"HELP" and n == 2:
         return [b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import signal
 
-from leaseq.commands import errors
 from leaseq.commands.acl import Acl
 from leaseq.commands.parties import Host, Stats
 from leaseq.commands.table import TABLE
@@ -29,6 +28,7 @@ from .blocking import Blocking
 from .channels import Channels
 from .clock import Clock
 from .committer import Committer
+from .configuration import Configuration
 from .connection import Connection
 from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
@@ -52,11 +52,11 @@ class Server(Host):
 
     __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "listeners", "admission",
                  "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
-                 "snapshots", "config_file", "channels", "roles")     # and Host's
+                 "snapshots", "configuration", "channels", "roles")     # and Host's
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
-        self.config_file = config_file            # what CONFIG REWRITE writes (None: started without one)
+        self.configuration = Configuration(self, config_file)   # CONFIG GET, SET, REWRITE (daemon/configuration.py)
         self.acl = Acl(TABLE, settings.users, settings.requirepass)   # users and permissions
         self.datadir: DataDir | None = None
         self.loading = True
@@ -186,39 +186,6 @@ class Server(Host):
     @property
     def auth_required(self) -> bool:
         return self.acl.auth_required
-
-    def config_items(self) -> list[tuple[str, str]]:
-        return config.items(self.settings)
-
-    def config_rewrite(self) -> None:
-        """CONFIG REWRITE: the settings now, and the role now (``replicaof``),
-        into the config file the daemon was started with."""
-        if not self.config_file:
-            raise errors.NO_CONFIG_FILE
-        master = self.replication.master
-        try:
-            config.rewrite(self.config_file, self.settings, f"{master[0]} {master[1]}" if master else "")
-        except OSError as e:
-            log.error("CONFIG REWRITE failed: %s", e)
-            raise errors.rewrite_failed(e) from None
-        log.info("CONFIG REWRITE wrote %s", self.config_file)
-
-    def config_set(self, pairs: list[tuple[str, str]]) -> None:
-        s, changes = config.apply_set(self.settings, pairs)
-        self.settings = s
-        if "requirepass" in changes:        # Redis: requirepass is the default user's password
-            self.acl = Acl(TABLE, s.users, s.requirepass)
-        if self.datadir is not None:
-            config.copy_to_storage(s, self.store, self.datadir)
-        for c in list(self.clients.values()):
-            c.parser.max_args = s.max_args
-            c.parser.max_bulk = s.proto_max_bulk_len
-            if "client_output_buffer_limit" in changes:
-                c.limit_output()
-        if "loglevel" in changes:
-            logging.getLogger("leaseq").setLevel(s.loglevel.upper())
-        self.replication_rules()
-        self.replication.replicas.acked()             # (a smaller min-replicas-to-ack may let replies go now)
 
     def info_sections(self) -> dict[str, list[tuple[str, object]]]:
         return self.info.sections()

@@ -40,6 +40,22 @@ T0 = 1_700_000_000_000
 PARKED = "parked"     # what ``call`` answers for a claim the daemon would park
 
 
+class CoreConfiguration:
+    """CONFIG of a ``Core``: the daemon's checks, no copies to update, no file."""
+
+    def __init__(self, core: "Core") -> None:
+        self.core = core
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(name, config.render(name, self.core.settings.get(name))) for name in config.FIELDS]
+
+    def set(self, pairs) -> None:
+        self.core.settings, _changes = config.apply_set(self.core.settings, pairs)
+
+    def rewrite(self) -> None:
+        raise errors.NO_CONFIG_FILE          # (an in-memory core has no file)
+
+
 class Core(Host):
     """A ``ServerContext`` in memory.  ``clock`` is frozen at ``now`` and moves
     only when the test says so (``at``)."""
@@ -64,6 +80,7 @@ class Core(Host):
         self.faults = Faults()
         self.metrics = Metrics(self)
         self.history = History("")                 # no minute closes here: QHISTORY answers none
+        self.configuration = CoreConfiguration(self)
         self.dropped: list = []
         self.shutdown_reason = None
         self.last_save = 0
@@ -75,15 +92,6 @@ class Core(Host):
     def at(self, now: int) -> None:
         """Set the clock (tests may step it to any moment)."""
         self.clock.freeze(now)
-
-    def config_items(self) -> list[tuple[str, str]]:
-        return [(name, config.render(name, self.settings.get(name))) for name in config.FIELDS]
-
-    def config_rewrite(self) -> None:
-        raise errors.NO_CONFIG_FILE          # (an in-memory core has no file)
-
-    def config_set(self, pairs) -> None:
-        self.settings, _changes = config.apply_set(self.settings, pairs)     # the daemon's checks
 
     def reset_stats(self) -> None:
         self.stats = Stats()

@@ -75,10 +75,10 @@ def test_a_client_on_another_host_gets_denied_and_the_loopback_client_keeps_its_
 def test_a_password_set_at_run_time_lets_other_hosts_in(tmp_path):
     server = Server(config.Settings(bind="0.0.0.0", dir=str(tmp_path)))
     assert server.admission.default_user_has_no_password()
-    server.config_set([("requirepass", "s3cret")])
+    server.configuration.set([("requirepass", "s3cret")])
     assert not server.admission.default_user_has_no_password()
     remote, transport = connect(server, ("10.0.0.5", 40002))
     assert transport.written == b"" and remote.id in server.clients
-    server.config_set([("requirepass", ""), ("protected-mode", "no")])
+    server.configuration.set([("requirepass", ""), ("protected-mode", "no")])
     remote, transport = connect(server, ("10.0.0.7", 40004))
     assert transport.written == b"" and remote.id in server.clients
