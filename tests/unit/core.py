@@ -47,7 +47,7 @@ class CoreConfiguration:
         self.core = core
 
     def items(self) -> list[tuple[str, str]]:
-        return [(name, config.render(name, self.core.settings.get(name))) for name in config.FIELDS]
+        return config.items(self.core.settings)
 
     def set(self, pairs) -> None:
         self.core.settings, _changes = config.apply_set(self.core.settings, pairs)
