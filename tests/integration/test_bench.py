@@ -183,8 +183,10 @@ def test_bench_queue_replicated_classes_sit_beside_fsync(tmp_path):
     asynchronous replica's lag is sampled, and the acknowledging one's is
     not (its replies wait for it; the sampler would weigh on their latency)."""
     (tmp_path / "replicas").mkdir()
+    # 100,000 jobs: --quick's 10,000 can take under one 10 ms tick of a fast server's CPU, and the CPU a job reads 0
     stdout, data = bench_queue(tmp_path, "--only", "w1,w3rate", "--class", "fsync,replicated,replicated-async",
-                               "--seconds", "1", "--replica-dir", str(tmp_path / "replicas"), timeout=80)
+                               "--seconds", "1", "--jobs", "100000", "--replica-dir", str(tmp_path / "replicas"),
+                               timeout=80)
     assert f"note: the replicas' data directories are under {tmp_path / 'replicas'}" in stdout
     assert not list((tmp_path / "replicas").iterdir())              # removed afterwards
     assert "leaseq replicated (one replica on this machine, not pinned) beside leaseq fsync" in stdout
