@@ -421,6 +421,34 @@ def test_min_replicas_to_ack_holds_a_push_until_a_replica_has_it_on_disk(tmp_pat
         primary.kill()
 
 
+def fsyncs_and_inline(d: Daemon) -> tuple[int, int]:
+    """(fsyncs, of them run on the loop's thread), from INFO persistence."""
+    info = d.client().info("persistence")
+    return info["fsyncs"], info["fsyncs_inline"]
+
+
+def test_a_replica_fsyncs_heavy_turns_on_its_loops_thread(tmp_path):
+    """A primary hands a heavy turn's fsync to the log's thread (its loop
+    serves clients meanwhile); a replica runs every fsync on its loop's
+    thread, heavy or light, and acknowledges right after it."""
+    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1")
+    try:
+        p = primary.client()
+        p.execute_command("QCREATE", "heavy", "DURABILITY", "fsync")
+        before_p, before_r = fsyncs_and_inline(primary), fsyncs_and_inline(replica)
+        payload = "x" * 1000
+        for _ in range(10):                                   # 50 KB a command: a heavy turn on both nodes
+            assert len(p.execute_command("QPUSHMANY", "heavy", 50, *[payload] * 50)) == 50
+        caught_up(primary, replica)
+        (fp, ip), (fr, ir) = fsyncs_and_inline(primary), fsyncs_and_inline(replica)
+        assert fp - before_p[0] >= 10 and ip == before_p[1]    # every push waited for an fsync of the thread's
+        assert fr - before_r[0] >= 1 and fr - before_r[0] == ir - before_r[1]   # the replica's: all on its loop
+        assert replica.client().execute_command("QLEN", "heavy") == 500
+    finally:
+        replica.kill()
+        primary.kill()
+
+
 def test_min_replicas_to_write_refuses_writes_without_a_good_replica(tmp_path):
     import signal
     primary = Daemon(tmp_path / "primary", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "2").start()
