@@ -1,17 +1,19 @@
 """``leaseq bench fsync``: what an fdatasync of the log costs on this disk,
-with and without room reserved ahead of the writes.
+with and without room made ahead of the writes.
 
 One file per way, ``--count`` writes of ``--bytes`` each (the bytes of a
 light turn of the event loop), each write followed by an fdatasync, as the
 log does under a light load:
 
 - ``grows``: every write lands past the end of the file, which grows (how
-  the log wrote before it reserved room);
-- ``reserved``: writes into room given ``--reserve`` bytes at a time with
-  ``posix_fallocate``, as ``WriteAheadLog`` does (``RESERVE``, 1 MiB: the
+  the log wrote before it made room);
+- ``fallocated``: writes into room given ``--reserve`` bytes at a time with
+  ``posix_fallocate`` (how the log made room before it wrote zeros);
+- ``reserved``: writes into room given ``--reserve`` bytes at a time by
+  writing zeros, as ``WriteAheadLog`` does (``RESERVE``, 256 KiB: the
   default, which tests/integration/test_bench.py holds to the daemon's);
-- ``zero-filled``: writes over zeros written (and fsynced) beforehand, for
-  comparison.
+- ``zero-filled``: writes over zeros written (and fsynced) beforehand, the
+  whole file at once, for comparison.
 
 The ways take turns, ``--rounds`` times, so a slow spell of the disk hits
 all of them; the table shows, per way, the median over rounds of each
@@ -31,8 +33,8 @@ import time
 
 from .common import percentile, print_table, publish, progress
 
-WAYS = ("grows", "reserved", "zero-filled")
-RESERVE = 1 << 20        # storage.wal.RESERVE (bench/ does not import the daemon's modules)
+WAYS = ("grows", "fallocated", "reserved", "zero-filled")
+RESERVE = 256 << 10      # storage.wal.RESERVE (bench/ does not import the daemon's modules)
 POINTS = (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9))
 
 
@@ -73,8 +75,11 @@ def _one(path: str, way: str, count: int, size: int, reserve: int) -> dict:
         cpu0 = time.process_time()
         at = 0
         for _ in range(count):
-            if way == "reserved" and at + size > room:
-                os.posix_fallocate(fd, room, reserve)
+            if at + size > room and way in ("fallocated", "reserved"):
+                if way == "fallocated":
+                    os.posix_fallocate(fd, room, reserve)
+                else:
+                    os.pwrite(fd, bytes(reserve), room)
                 room += reserve
             os.pwrite(fd, record, at)
             at += size
@@ -97,4 +102,4 @@ def report(r: dict) -> None:
         rows.append((what, " / ".join(f"{ways[w][key]:,.0f}" for w in WAYS), "µs", ""))
     print_table(f"leaseq bench fsync: {s['count']:,} writes of {s['bytes']} bytes, each fdatasynced, "
                 f"{s['rounds']} rounds (medians), ways: {' / '.join(WAYS)} "
-                f"(reserved: {s['reserve'] // 1024} KiB at a time)", rows, baseline="")
+                f"(fallocated, reserved: {s['reserve'] // 1024} KiB at a time)", rows, baseline="")

@@ -307,14 +307,15 @@ def bench_workers(jobs, reps, node_concurrency, durability, json_path) -> None:
 @click.option("--bytes", "size", type=click.IntRange(1, 1 << 20), default=940, show_default=True,
               help="Bytes a write (940: a light turn's records at 5,000 single-job pushes a second).")
 @click.option("--rounds", type=click.IntRange(1), default=3, show_default=True, help="Rounds; the table shows medians.")
-@click.option("--reserve", type=click.IntRange(4096), default=1 << 20, show_default=True,
-              help="Bytes of room reserved at a time (the daemon's: 1 MiB).")
+@click.option("--reserve", type=click.IntRange(4096), default=256 << 10, show_default=True,
+              help="Bytes of room made at a time (the daemon's: 256 KiB).")
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False),
               help="Where the files go (default: the current directory).")
 @JSON_OPTION
 def bench_fsync(count, size, rounds, reserve, directory, json_path) -> None:
     """This disk's fdatasync after a write that grows the file, against one into room
-    reserved ahead (as the log does) and one over zeros."""
+    made ahead with posix_fallocate, one into zeros written ahead (as the log does) and one
+    over a file of zeros."""
     _bench("fsync", count, size, rounds, reserve, directory, json_path)
 
 

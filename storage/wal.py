@@ -38,7 +38,8 @@ from .logbuffer import LogBuffer, Ticket  # noqa: F401  (Ticket: where the daemo
 log = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "seg-"
-RESERVE = 1 << 20     # bytes of room a segment file is given at a time, ahead of its writes
+RESERVE = 256 << 10   # bytes of room a segment file is given at a time, ahead of its writes (zeros written)
+_ZEROS = bytes(RESERVE)
 SEGMENT_SUFFIX = ".wal"
 
 
@@ -148,12 +149,15 @@ class Faults:
 class WriteAheadLog(LogBuffer):
     """Appends framed records to the newest segment file of ``directory``.
 
-    The file is given room ahead of the writes, ``RESERVE`` bytes at a time
-    (``posix_fallocate``: allocated, reading as zeros), so that a write
-    into it does not grow the file: an fdatasync after a write that grew
-    it has the new size to make durable too, and on this project's
-    machines it takes a quarter longer (docs/performance.md, "Room
-    reserved ahead of the log's writes").  A segment is cut to its last record when it is sealed
+    The file is given room ahead of the writes, ``RESERVE`` bytes of zeros
+    at a time, written, so that a write into it changes neither the file's
+    size nor its allocation: its fdatasync has only the data to flush.  An
+    fdatasync after a write that grew the file has the new size to make
+    durable too, and one after a write into room reserved with
+    ``posix_fallocate`` (as this log did before) turns unwritten extents
+    into written ones, which the file system commits through its journal
+    (docs/performance.md, "Room reserved ahead of the log's writes", "Zeros
+    written ahead of the log's writes").  A segment is cut to its last record when it is sealed
     and at a clean close; after a crash the room left is zeros after the
     last record, which readers take as the segment's end
     (``records.reserved_from``)."""
@@ -209,17 +213,26 @@ class WriteAheadLog(LogBuffer):
             log.info("started segment %s", segment_name(self.segment_number))
 
     def _reserve(self, end: int) -> None:
-        """Room in the file up to ``end`` at least, ``RESERVE`` bytes more
-        than it has (no more than a segment's size at a time).  When the file
-        system refuses, the writes of this segment grow the file, as they
-        would without: that costs time, not safety."""
-        room = max(end, self._room + min(RESERVE, self._segment_size))
+        """Room in the file up to ``end`` at least: ``RESERVE`` bytes of zeros
+        (no more than a segment's size) written after the room it has, or,
+        for a write that runs further than that, after the write's end (the
+        write makes its own blocks).  When the file system refuses, the
+        writes of this segment grow the file, as they would without: that
+        costs time, not safety."""
+        grow = min(RESERVE, self._segment_size)
+        start = self._room if end <= self._room + grow else end
+        room = start + grow
+        at = start
         try:
             fault = self.faults.reserve
             if fault:
                 raise OSError(fault, os.strerror(fault))
-            os.posix_fallocate(self._fd, self._room, room - self._room)
+            zeros = memoryview(_ZEROS)
+            while at < room:
+                at += os.pwrite(self._fd, zeros[:room - at], at)
         except OSError as e:
+            if at > start:               # zeros written part way: room all the same (a seal cuts them off)
+                self._room = at
             self._reserving = False
             log.warning("cannot reserve room in %s (%s): its writes grow the file instead",
                         segment_name(self.segment_number), e.strerror or e)

@@ -214,8 +214,8 @@ def test_bench_fsync_times_each_way_and_removes_its_files(tmp_path):
     files = tmp_path / "files"
     files.mkdir()
     data = run_bench(tmp_path, "fsync", "--count", "20", "--rounds", "2", "--bytes", "100", "--dir", str(files),
-                     figures=("ways: grows / reserved / zero-filled", "fdatasync p99", "CPU a write + fdatasync"))
-    assert len(data["rounds"]) == 2 and set(data["ways"]) == {"grows", "reserved", "zero-filled"}
+                     figures=("ways: grows / fallocated / reserved / zero-filled", "fdatasync p99", "CPU a write + fdatasync"))
+    assert len(data["rounds"]) == 2 and set(data["ways"]) == {"grows", "fallocated", "reserved", "zero-filled"}
     for way in data["ways"].values():
         assert 0 < way["p50"] <= way["p99"] <= way["max"] and way["cpu"] > 0
     assert list(files.iterdir()) == []

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import struct
 
 import pytest
 from harness_disk import write_segment
@@ -239,6 +241,62 @@ def test_the_file_written_has_room_reserved_past_its_records(tmp_path):
     finally:
         wal.close()
     assert path.read_bytes() == body + records.frame(records.IDMARK, big)      # a clean close cuts the room
+
+
+FS_IOC_FIEMAP = 0xC020660B        # linux/fs.h: the extents of a file
+FIEMAP_EXTENT_UNWRITTEN = 0x800   # allocated, not written: reads as zeros until a write converts it
+
+
+def unwritten_extents(path) -> int:
+    """How many of the file's extents are allocated and unwritten (FIEMAP)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        count, size = 64, 56                          # struct fiemap_extent is 56 bytes
+        buf = bytearray(struct.pack("QQIIII", 0, 2 ** 64 - 1, 1, 0, count, 0) + bytes(size * count))
+        try:
+            fcntl.ioctl(fd, FS_IOC_FIEMAP, buf)
+        except OSError as e:
+            pytest.skip(f"this file system does not map extents (FIEMAP: {e.strerror}); the room's bytes are checked above")
+        mapped = struct.unpack_from("I", buf, 20)[0]
+        return sum(1 for i in range(mapped) if struct.unpack_from("I", buf, 32 + size * i + 40)[0] & FIEMAP_EXTENT_UNWRITTEN)
+    finally:
+        os.close(fd)
+
+
+def test_the_room_is_zeros_written_not_space_only_allocated(tmp_path):
+    """A write into room that ``posix_fallocate`` gave turns unwritten
+    extents into written ones, which each fdatasync commits through the
+    file system's journal; the room is written as zeros instead."""
+    wal = WriteAheadLog(str(tmp_path), 64 << 20, 1)
+    try:
+        wal.append(*rec(1), sync=True)
+        wal.flush()
+        wal.sync()
+        path = tmp_path / segment_name(1)
+        assert path.stat().st_size == HEADER + RESERVE
+        assert unwritten_extents(path) == 0
+    finally:
+        wal.close()
+
+
+def test_a_write_far_past_the_room_makes_its_own_blocks_and_room_follows_it(tmp_path):
+    """Zeros are not written where a write is about to go: for a write that
+    runs more than ``RESERVE`` past the room, the room starts at its end."""
+    wal = WriteAheadLog(str(tmp_path), 64 << 20, 1)
+    path = tmp_path / segment_name(1)
+    try:
+        wal.append(*rec(1), sync=True)
+        wal.flush()
+        huge = b"h" * (3 * RESERVE)
+        wal.append(records.IDMARK, huge, sync=True)
+        wal.flush()
+        wal.sync()
+        body = records.segment_header(1) + framed(rec(1)) + records.frame(records.IDMARK, huge)
+        assert path.stat().st_size == len(body) + RESERVE
+        assert path.read_bytes() == body + bytes(RESERVE)
+    finally:
+        wal.close()
+    assert path.read_bytes() == body
 
 
 def crashed_copy(tmp_path, wal) -> str:
