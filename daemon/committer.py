@@ -38,9 +38,9 @@ the primary's next records, and those wait in the socket and make the
 next turn larger instead.  The hand-off is what its primary waits on: the
 thread's return to the interpreter after the fdatasync, then the loop's
 wake-up, all before the REPLCONF ACK that releases the primary's replies
-under ``min-replicas-to-ack``.  Without it the primary took a third more
-jobs a second in W1 (docs/performance.md, "A replica fsyncs on its loop's
-thread").
+under ``min-replicas-to-ack``.  With the replica's fsync on its loop's
+thread the acknowledging primary took about a third more jobs a second in
+W1 (docs/performance.md, "A replica fsyncs on its loop's thread").
 
 A write or fsync error is never retried on the same file: ``failed`` answers
 every held reply whose records did not get where its ticket needed with

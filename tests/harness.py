@@ -335,6 +335,12 @@ def error_text(c, *args) -> str:
     return str(e.value)
 
 
+def fsync_counts(c) -> tuple[int, int]:
+    """(fsyncs, of them run on the loop's thread), from INFO persistence."""
+    info = c.info("persistence")
+    return info["fsyncs"], info["fsyncs_inline"]
+
+
 def bgsave(c) -> None:
     """BGSAVE and wait until that snapshot is written and none runs."""
     taken = c.info("persistence")["snapshots_taken"]

@@ -20,7 +20,7 @@ import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, error_text, wait_for
+from harness import Daemon, as_map, error_text, fsync_counts, wait_for
 from harness_disk import records_end
 
 from leaseq.storage.wal import list_segments
@@ -225,12 +225,6 @@ def test_fault_subcommand_errors(tmp_path, daemons):
 
 
 # -- where the fsync runs: the loop's thread for a light turn, the log's thread for a heavy one -----
-
-def fsync_counts(c) -> tuple[int, int]:
-    """(fsyncs, of them run on the loop's thread), from INFO."""
-    info = c.info("persistence")
-    return info["fsyncs"], info["fsyncs_inline"]
-
 
 def push_turn(c, count: int, prefix: str = "j") -> list:
     """``count`` pushes of 200-byte payloads sent with one write, so that one

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import redis
-from harness import LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, wait_for
+from harness import LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, fsync_counts, wait_for
 
 READONLY = "You can't write against a read only replica."    # (redis-py takes the READONLY code off)
 
@@ -421,12 +421,6 @@ def test_min_replicas_to_ack_holds_a_push_until_a_replica_has_it_on_disk(tmp_pat
         primary.kill()
 
 
-def fsyncs_and_inline(d: Daemon) -> tuple[int, int]:
-    """(fsyncs, of them run on the loop's thread), from INFO persistence."""
-    info = d.client().info("persistence")
-    return info["fsyncs"], info["fsyncs_inline"]
-
-
 def test_a_replica_fsyncs_heavy_turns_on_its_loops_thread(tmp_path):
     """A primary hands a heavy turn's fsync to the log's thread (its loop
     serves clients meanwhile); a replica runs every fsync on its loop's
@@ -435,12 +429,12 @@ def test_a_replica_fsyncs_heavy_turns_on_its_loops_thread(tmp_path):
     try:
         p = primary.client()
         p.execute_command("QCREATE", "heavy", "DURABILITY", "fsync")
-        before_p, before_r = fsyncs_and_inline(primary), fsyncs_and_inline(replica)
+        before_p, before_r = fsync_counts(primary.client()), fsync_counts(replica.client())
         payload = "x" * 1000
         for _ in range(10):                                   # 50 KB a command: a heavy turn on both nodes
             assert len(p.execute_command("QPUSHMANY", "heavy", 50, *[payload] * 50)) == 50
         caught_up(primary, replica)
-        (fp, ip), (fr, ir) = fsyncs_and_inline(primary), fsyncs_and_inline(replica)
+        (fp, ip), (fr, ir) = fsync_counts(primary.client()), fsync_counts(replica.client())
         assert fp - before_p[0] >= 10 and ip == before_p[1]    # every push waited for an fsync of the thread's
         assert fr - before_r[0] >= 1 and fr - before_r[0] == ir - before_r[1]   # the replica's: all on its loop
         assert replica.client().execute_command("QLEN", "heavy") == 500
