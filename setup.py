@@ -27,6 +27,7 @@ ONE_SOURCE = [("leaseq.storage.bands", "storage/bands.py"), ("leaseq.storage.log
               ("leaseq.daemon.metrics", "daemon/metrics.py")]
 
 COMPILED = ONE_SOURCE + [("leaseq.daemon._resp", "daemon/_resp.pyx"), ("leaseq.daemon._parser", "daemon/_parser.pyx"),
+            ("leaseq.daemon._logthread", "daemon/_logthread.pyx"),
             ("leaseq.storage._job", "storage/_job.pyx"), ("leaseq.storage._jobtable", "storage/_jobtable.pyx"),
             ("leaseq.storage._index", "storage/_index.pyx"), ("leaseq.storage._clock", "storage/_clock.pyx"),
             ("leaseq.bench._minimal", "bench/_minimal.pyx")]     # a benchmark's instrument (bench/floor.py)

@@ -6,7 +6,9 @@ the I/O callbacks of the current loop iteration).  ``end_of_turn`` first lets
 blocked claimers take the jobs this turn made ready, then writes the log
 buffer with one ``write`` (one generation) and releases the replies whose
 tickets needed only that; if a record written needs fsync before its reply,
-it starts an ``fdatasync`` in the log's thread (``daemon.logthread``).  Last it asks whether the
+it starts an ``fdatasync`` in the log's thread (``daemon.logthread``; when
+the segment being written is all there is to sync, ``LogThread.fsync``,
+which the compiled thread runs without the interpreter).  Last it asks whether the
 log has grown enough for a snapshot (``daemon.snapshots``).  (A connection
 whose commands woke parked claimers and left nothing else for the end of the
 turn serves them itself, right after its commands: ``serve_now``.)  While that runs the loop
@@ -182,7 +184,11 @@ class Committer:
             else:
                 self._synced(None, wal, target, started)
             return
-        self.thread.call(lambda _result, error: self._synced(error, wal, target, started), wal.sync)
+        fd = wal.sync_fd()
+        if fd >= 0:                         # (the usual case: the segment being written, nothing else)
+            self.thread.fsync(fd, lambda _result, error: self._synced(error, wal, target, started))
+        else:
+            self.thread.call(lambda _result, error: self._synced(error, wal, target, started), wal.sync)
 
     def _synced(self, error, wal, target: int, started: float) -> None:
         self.syncing = False

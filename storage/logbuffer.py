@@ -214,6 +214,13 @@ class LogBuffer:
         """Make everything written so far durable (blocking: run it off the loop)."""
         raise NotImplementedError
 
+    def sync_fd(self) -> int:
+        """When an fdatasync of one file is all ``sync`` would do now: that
+        file's descriptor (the log's thread then runs it without the
+        interpreter: ``daemon/_logthread.pyx``); else -1, and ``sync`` does
+        the work."""
+        return -1
+
     def info_fields(self) -> list[tuple[str, object]]:
         return [("wal_bytes_written", self.bytes_written),
                 ("wal_write_generation", self._written),

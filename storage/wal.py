@@ -285,6 +285,16 @@ class WriteAheadLog(LogBuffer):
         super().synced(generation, duration_ms)
         self.durable_at = max(self.durable_at, self._syncing_at)
 
+    def sync_fd(self) -> int:
+        """The segment being written, when an fdatasync of it is all ``sync``
+        has to do: no sealed segment to sync and close, no new file's name
+        to make durable in the directory, no fault or slowness to pretend.
+        Asked on the loop's thread between fsyncs (none runs meanwhile)."""
+        with self._lock:
+            if self._retired or self._dir_dirty or self.faults.fsync or self.faults.slow:
+                return -1
+            return self._fd
+
     def sync(self) -> None:
         """fdatasync everything written so far (blocking: run it off the loop)."""
         with self._lock:

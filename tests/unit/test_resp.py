@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leaseq.commands.replies import NULL_ARRAY, OK, PONG, Error, Ints, Map, Push, Record, Shape, Simple, Verbatim
-from leaseq.daemon import dispatch, flavour, resp
+from leaseq.daemon import dispatch, flavour, logthread, resp
 from leaseq.daemon.resp import PureRequestParser, ProtocolError, RequestParser, encode, split_args, wire_size
 from leaseq.storage.flavour import is_compiled
 
@@ -677,17 +677,20 @@ def test_the_buffer_kept_between_replies_carries_nothing_over():
 
 def test_the_compiled_modules_are_in_use_unless_told_otherwise():
     """bin/setup builds daemon/_resp.pyx, daemon/_parser.pyx,
-    storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx and
-    storage/_clock.pyx, and the modules compiled from their own .py, when
-    Cython and a C compiler are there; LEASEQ_PURE=1 (the second unit-test
-    run of .ci/run) picks the pure encoder, parser, Job, job table, indexes
-    and clock, and the .py files."""
+    storage/_job.pyx, storage/_jobtable.pyx, storage/_index.pyx,
+    storage/_clock.pyx and daemon/_logthread.pyx, and the modules compiled
+    from their own .py, when Cython and a C compiler are there;
+    LEASEQ_PURE=1 (the second unit-test run of .ci/run) picks the pure
+    encoder, parser, Job, job table, indexes, clock and log thread, and the
+    .py files."""
     if os.environ.get("LEASEQ_PURE") == "1":
         assert flavour.FLAVOUR == "pure" and flavour.COMPILED == [] and not is_compiled(dispatch)
         assert resp.encode is resp.encode_pure and resp.RequestParser is resp.PureRequestParser
+        assert logthread.LogThread is logthread.PureLogThread
     elif shutil.which("cc") or shutil.which("gcc"):
         assert flavour.FLAVOUR == "compiled"
         assert flavour.COMPILED == list(flavour.DAEMON_COMPILED)
         assert resp.encode is not resp.encode_pure and resp.RequestParser is not resp.PureRequestParser
+        assert logthread.LogThread is not logthread.PureLogThread
     else:                       # no compiler at install time: the pure modules, said so
         assert flavour.FLAVOUR == "pure" and resp.encode is resp.encode_pure
