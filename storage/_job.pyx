@@ -26,12 +26,17 @@ was a 176-byte ``bytes`` object).
 ``storage/job.py`` holds the definition (``Job`` there, the rare fields in
 ``JobExtra``) and binds its name ``Job`` to this class when it was built and
 LEASEQ_PURE is not 1; tests/unit/test_job_flavours.py checks that both
-offer the same attributes."""
+offer the same attributes.  ``push_jobs`` reads a PUSH record's plain jobs
+straight into jobs of this class (a replica applies its primary's records
+with it, and recovery replays the log with it); the same test file holds
+it to the pure reader."""
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
+
+import struct
 
 from leaseq.storage.job import IN_FLIGHT, STATES, JobExtra, _extra_field, end_lease
 
@@ -56,7 +61,8 @@ cdef class _Lease:
 cdef class Job:
     def __init__(self, id, payload, int priority, enqueued_at, visible_at, key=None, flags=0,
                  max_deliveries=0, expire_ms=0):
-        _fill(self, id, payload, priority, enqueued_at, visible_at)
+        cdef bytes b = payload if type(payload) is bytes else bytes(payload)
+        _fill(self, id, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), priority, enqueued_at, visible_at)
         if key is not None or flags or max_deliveries or expire_ms:
             self.extra = JobExtra(key, flags, max_deliveries, expire_ms)
 
@@ -140,10 +146,11 @@ cdef class Job:
     meta = _extra_field("meta", None)
 
 
-cdef int _fill(Job job, object id, object payload, int priority, object enqueued_at, object visible_at) except -1:
+cdef int _fill(Job job, object id, const char *payload, Py_ssize_t size, int priority, object enqueued_at,
+               object visible_at) except -1:
     """A new job's fields, none of the rare ones (``Job.__init__`` adds those)."""
     job.id = id
-    _keep(job, payload)
+    _keep_bytes(job, payload, size)
     job.priority = priority
     job.enqueued_at = enqueued_at
     job.visible_at = visible_at
@@ -159,13 +166,17 @@ cdef int _keep(Job job, object payload) except -1:
     ``job``'s own, in place of the one it had (a function, not a method: a
     cdef method would cost every job a pointer to the class's table)."""
     cdef bytes b = payload if type(payload) is bytes else bytes(payload)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    return _keep_bytes(job, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+
+
+cdef int _keep_bytes(Job job, const char *payload, Py_ssize_t n) except -1:
+    """``_keep`` of the ``n`` bytes at ``payload``."""
     if n > _PAYLOAD_MAX:
         raise OverflowError("a job's payload is limited to 4 GiB")
     cdef char *buf = <char *>PyMem_Malloc(n if n else 1)
     if buf == NULL:
         raise MemoryError()
-    memcpy(buf, PyBytes_AS_STRING(b), n)
+    memcpy(buf, payload, n)
     PyMem_Free(job._payload)
     job._payload = buf
     job.payload_len = <unsigned int>n
@@ -204,6 +215,54 @@ cdef inline int _hex(char *out, unsigned long long v) noexcept:
     for i in range(n):
         out[i] = digits[n - 1 - i]
     return n
+
+
+cdef inline unsigned long long _u64(const unsigned char *p) noexcept:
+    """The little-endian u64 at ``p`` (the log's byte order on any machine)."""
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline unsigned int _u32(const unsigned char *p) noexcept:
+    return p[0] | (<unsigned int>p[1] << 8) | (<unsigned int>p[2] << 16) | (<unsigned int>p[3] << 24)
+
+
+def push_jobs(object record, Py_ssize_t offset, Py_ssize_t count, object ts, job_at):
+    """``storage.job.push_jobs``: the ``count`` jobs of a PUSH record's
+    ``body`` from ``offset`` on, and the offset after them.  A plain job
+    (no key, flags, max deliveries or expiry: the record's ``flags``,
+    ``key_len``, ``max_deliveries`` and ``expire_ms`` all zero) is read and
+    made here, its payload copied once, straight from the body; any other
+    is ``job_at(body, offset, ts)``'s, as in the pure loop.  The layout is
+    ``records._JOB``'s (36 bytes, little-endian), then the payload."""
+    cdef bytes body = record if type(record) is bytes else bytes(record)
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(body)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(body), i
+    cdef unsigned long long visible_at, t = ts
+    cdef unsigned int payload_len
+    cdef list jobs = []
+    cdef Job job
+    for i in range(count):
+        if offset < 0 or size - offset < 36:
+            raise struct.error(f"a PUSH job at {offset} runs past the record's end ({size})")
+        if (p[offset + 17] or _u32(p + offset + 18) or _u64(p + offset + 22)    # flags, max_deliveries, expire_ms
+                or p[offset + 30] or p[offset + 31]):                          # key_len
+            job, offset = job_at(body, offset, ts)
+            jobs.append(job)
+            continue
+        payload_len = _u32(p + offset + 32)
+        if size - offset - 36 < payload_len:
+            raise struct.error(f"a PUSH job's payload at {offset} runs past the record's end ({size})")
+        visible_at = _u64(p + offset + 8)
+        job = Job.__new__(Job)
+        _fill(job, _u64(p + offset), <const char *>p + offset + 36, payload_len, <int>p[offset + 16], ts,
+              ts if visible_at == t else visible_at)          # (a job ready at once shares the int ts)
+        offset += 36 + payload_len
+        jobs.append(job)
+    return jobs, offset
 
 
 def payload_sizes(jobs):

@@ -153,11 +153,23 @@ def _pure_payload_sizes(jobs) -> int:
     return sum(map(len, map(_PAYLOAD, jobs)))
 
 
+def _pure_push_jobs(body: bytes, offset: int, count: int, ts: int, job_at) -> tuple[list, int]:
+    jobs = []
+    for _ in range(count):
+        job, offset = job_at(body, offset, ts)
+        jobs.append(job)
+    return jobs, offset
+
+
 _PAYLOAD = attrgetter("payload")
 PureJob = Job
 payload_sizes = _pure_payload_sizes     # the sum of the payload sizes of ``jobs`` (compiled: its loop over payload_len)
+# the ``count`` jobs of a PUSH record's body from ``offset`` on, each ``job_at(body, offset, ts)``'s, and the
+# offset after them (``records._d_push``; compiled: plain jobs read and made in C, the others job_at's)
+push_jobs = _pure_push_jobs
 _twin = compiled_twin("leaseq.storage._job")   # (it imports JobExtra and _extra_field from here)
 COMPILED = _twin is not None
 if COMPILED:
     Job = _twin.Job     # noqa: F811
     payload_sizes = _twin.payload_sizes     # noqa: F811
+    push_jobs = _twin.push_jobs     # noqa: F811

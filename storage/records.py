@@ -132,6 +132,7 @@ import struct
 from .frames import (FRAME, FRAME_SIZE, MAGIC, SEGMENT_HEADER, SEGMENT_HEADER_SIZE, VERSION,  # noqa: F401
                      FormatError, check_segment_header, frame, iter_frames, next_nonzero, read_frame,
                      reserved_from, segment_header)
+from . import job as _job
 from .job import Job
 
 BOOT, QUEUE, DROP, PUSH, CLAIM, ACK, NACK, EXTEND, IDMARK, TXN, DEAD, REDRIVE, MOVE, DEL, CLOCK, EXPIRE, PURGE = \
@@ -464,30 +465,31 @@ def _d_push(b):
     """``(qid, ts, jobs)``: the jobs as ``push`` was given them, ``Job``
     objects enqueued at ``ts``."""
     qid, ts, count = _PUSH.unpack_from(b)
-    off = _PUSH.size
-    unpack = _JOB.unpack_from
-    size = _JOB.size
-    jobs = []
-    for _ in range(count):
-        jid, visible_at, prio, flags, maxd, expire_ms, klen, plen = unpack(b, off)
-        off += size
-        key = group = after = fields = None
-        if flags or klen:               # a key, a group, parents, META (most jobs have none of them)
-            key, group, after, fields, off = _rare_parts(b, off, flags, klen)
-        # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
-        job = Job(jid, b[off:off + plen], prio, ts, ts if visible_at == ts else visible_at, key,
-                  flags & ~(PUSH_GROUP | PUSH_AFTER | PUSH_META), maxd, expire_ms)
-        off += plen
-        if group:
-            job.group = group
-        if after is not None:
-            job.after_delay, job.onfail_run, job.waiting_for = after
-        if fields is not None:
-            job.meta = fields
-        jobs.append(job)
+    jobs, off = _job.push_jobs(b, _PUSH.size, count, ts, _job_at)   # (compiled: the plain jobs made in C)
     if off != len(b):
         raise FormatError("PUSH record length does not match its jobs")
     return qid, ts, jobs
+
+
+def _job_at(b, off: int, ts: int) -> tuple:
+    """The PUSH job at ``off`` of body ``b`` (enqueued at ``ts``), and the
+    offset after it."""
+    jid, visible_at, prio, flags, maxd, expire_ms, klen, plen = _JOB.unpack_from(b, off)
+    off += _JOB.size
+    key = group = after = fields = None
+    if flags or klen:               # a key, a group, parents, META (most jobs have none of them)
+        key, group, after, fields, off = _rare_parts(b, off, flags, klen)
+    # visible_at is ts for all but delayed jobs: share that int (32 bytes a job)
+    job = Job(jid, b[off:off + plen], prio, ts, ts if visible_at == ts else visible_at, key,
+              flags & ~(PUSH_GROUP | PUSH_AFTER | PUSH_META), maxd, expire_ms)
+    off += plen
+    if group:
+        job.group = group
+    if after is not None:
+        job.after_delay, job.onfail_run, job.waiting_for = after
+    if fields is not None:
+        job.meta = fields
+    return job, off
 
 
 def _rare_parts(b, off: int, flags: int, klen: int) -> tuple:

@@ -6,6 +6,7 @@ the same thing whichever class the daemon uses."""
 from __future__ import annotations
 
 import gc
+import struct
 import os
 import shutil
 import sys
@@ -158,3 +159,57 @@ def test_lease_tokens_are_the_same_bytes_in_both_flavours(ids, epoch, first):
     jobs = [job.Job(jid, b"p", 0, 10, 10) for jid in ids]
     assert leasing.lease_tokens(jobs, epoch, first) == leasing._pure_lease_tokens(jobs, epoch, first) == \
         [b"%x.%x.%x" % (jid, epoch, first + i) for i, jid in enumerate(ids)]
+
+
+# -- a PUSH record's jobs, read in C (job.push_jobs) and in Python -------------------------
+
+def _push_fields(j):
+    return (type(j), j.id, j.payload, j.priority, j.enqueued_at, j.visible_at, j.key, j.flags, j.max_deliveries,
+            j.expire_ms, j.group, j.after_delay, j.onfail_run, j.waiting_for, j.meta)
+
+
+_push_job = st.fixed_dictionaries({
+    "id": st.integers(1, 2**64 - 1), "payload": st.binary(max_size=300), "priority": st.integers(0, 9),
+    "delay": st.sampled_from([0, 0, 0, 1, 2**63]), "key": st.sampled_from([None, None, b"k", b"\xff" * 40]),
+    "flags": st.sampled_from([0, 0, 1, 2]), "max_deliveries": st.sampled_from([0, 0, 5]),
+    "expire_ms": st.sampled_from([0, 0, 60_000]), "group": st.sampled_from([b"", b"", b"g"]),
+    "meta": st.sampled_from([None, None, ((b"a", b"1"),)])})
+
+
+def _made(spec, ts):
+    j = job.Job(spec["id"], spec["payload"], spec["priority"], ts, ts + spec["delay"], spec["key"],
+                spec["flags"] if spec["key"] is not None else 0, spec["max_deliveries"], spec["expire_ms"])
+    if spec["group"]:
+        j.group = spec["group"]
+    if spec["meta"] is not None:
+        j.meta = spec["meta"]
+    return j
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=st.lists(_push_job, max_size=12), ts=st.integers(0, 2**62))
+def test_a_push_records_jobs_read_the_same_in_both_flavours(specs, ts):
+    """Plain jobs (no key, flags, max deliveries or expiry) are made in C by
+    the compiled flavour; the others go to the pure reader (``records._job_at``),
+    whichever flavour: the jobs and where the reading ends are the same."""
+    from leaseq.storage import records
+    body = records.push(1, ts, [_made(s, ts) for s in specs])
+    pure_jobs, pure_end = job._pure_push_jobs(body, records._PUSH.size, len(specs), ts, records._job_at)
+    jobs, end = job.push_jobs(body, records._PUSH.size, len(specs), ts, records._job_at)
+    assert end == pure_end == len(body)
+    assert [_push_fields(j) for j in jobs] == [_push_fields(j) for j in pure_jobs]
+    ready = [j for j, s in zip(jobs, specs) if not s["delay"]]
+    assert all(j.visible_at is j.enqueued_at for j in ready)     # a job ready at once shares the record's ts
+    for cut in range(records._PUSH.size, len(body)):            # a body cut short: an error in both, never a job
+        with pytest.raises(records.FormatError):
+            records.decode(records.PUSH, body[:cut])
+
+
+def test_push_jobs_refuses_a_job_past_the_record_in_both_flavours():
+    from leaseq.storage import records
+    body = records.push(1, 5, [job.Job(7, b"abc", 0, 5, 5)])
+    for read in {job.push_jobs, job._pure_push_jobs}:
+        with pytest.raises(struct.error):
+            read(body, records._PUSH.size, 2, 5, records._job_at)              # a second job that is not there
+    with pytest.raises(records.FormatError, match="PUSH record"):
+        records.decode(records.PUSH, body[:-1])                                  # the payload cut short
