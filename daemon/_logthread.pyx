@@ -55,7 +55,7 @@ cdef class LogThread:
         self._work = queue.SimpleQueue()
         self._fd = -1
         self._wake = os.eventfd(0)
-        self._done = os.eventfd(0, os.EFD_NONBLOCK)
+        self._done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         loop.add_reader(self._done, self._fsynced)
         self._thread = threading.Thread(target=self._run, name="leaseq-fsync", daemon=True)
         self._thread.start()
