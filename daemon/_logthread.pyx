@@ -33,6 +33,8 @@ import os
 import queue
 import threading
 
+from leaseq.daemon.logthread import awaited, run_work     # (defined there before it imports this)
+
 from libc.errno cimport errno
 from libc.stdint cimport uint64_t
 from posix.unistd cimport fdatasync, read, write
@@ -53,7 +55,7 @@ cdef class LogThread:
         self._work = queue.SimpleQueue()
         self._fd = -1
         self._wake = os.eventfd(0)
-        self._done = os.eventfd(0, os.EFD_NONBLOCK)
+        self._done = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         loop.add_reader(self._done, self._fsynced)
         self._thread = threading.Thread(target=self._run, name="leaseq-fsync", daemon=True)
         self._thread.start()
@@ -76,18 +78,7 @@ cdef class LogThread:
 
     async def run(self, fn, *args):
         """``fn(*args)`` in the thread, awaited: its result, or its exception raised."""
-        future = self.loop.create_future()
-
-        def done(result, error) -> None:
-            if future.cancelled():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        self.call(done, fn, *args)
-        return await future
+        return await awaited(self, fn, *args)
 
     def stop(self) -> None:
         """Let the work already given finish, then end the thread."""
@@ -136,13 +127,6 @@ cdef class LogThread:
         """The thread, with the interpreter: the work posted to ``call``."""
         call_back = self.loop.call_soon_threadsafe
         while self._ran != self._calls:
-            done, fn, args = self._work.get()
+            item = self._work.get()
             self._ran += 1
-            try:
-                result, error = fn(*args), None
-            except BaseException as e:      # handed to the loop, which decides (disk fault, log it)
-                result, error = None, e
-            try:
-                call_back(done, result, error)
-            except RuntimeError:             # the loop is closed: the daemon is stopping
-                pass
+            run_work(item, call_back)        # (False once the loop is closed: the rest still runs)

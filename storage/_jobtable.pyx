@@ -136,6 +136,15 @@ cdef class JobTable:
         for jid, job in zip(ids, jobs):
             self[jid] = job
 
+    def present(self, ids):
+        """The jobs of ``ids`` this table holds, in the ids' order."""
+        cdef list jobs = []
+        for jid in ids:
+            job = self._find(jid)
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
     def compact(self):
         """After jobs went: drop the numbers of freed blocks once they are half the list."""
         if len(self._order) > 2 * len(self._blocks) + 64:

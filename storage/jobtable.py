@@ -45,6 +45,11 @@ class JobTable(dict):
         self.update(zip(ids, jobs))
         self.order.extend(ids)
 
+    def present(self, ids) -> list:
+        """The jobs of ``ids`` this table holds, in the ids' order (a
+        replayed record's: one naming a job that is gone skips it)."""
+        return [job for job in map(self.get, ids) if job is not None]
+
     def compact(self) -> None:
         """After jobs went: drop the ids of gone jobs once they are half the list."""
         if len(self.order) > 2 * len(self) + 4096:

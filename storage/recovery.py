@@ -453,5 +453,4 @@ def _survives(target: Queue | None) -> bool:
 
 
 def _jobs(q: Queue, ids) -> list[Job]:
-    jobs = q.jobs
-    return [jobs[i] for i in ids if i in jobs]
+    return q.jobs.present(ids)

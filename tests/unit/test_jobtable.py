@@ -39,6 +39,8 @@ def check(table, reference: dict) -> None:
     assert [job.id for job in table.newest()] == ids[::-1]
     for jid in ids:
         assert table[jid] is reference[jid] and table.get(jid) is reference[jid] and jid in table
+    asked = ids[::-1] + [0, (ids[-1] if ids else 0) + 1, -1, 2**80] + ids[:3]
+    assert table.present(asked) == [reference[jid] for jid in asked if jid in reference]
     for count in (1, 3, 32, 1000):
         assert full_scan(table, count) == ids
 
@@ -57,6 +59,7 @@ def test_an_id_not_there_is_not_found(cls):
     with pytest.raises(KeyError):
         del table[7]
     assert len(table) == 39
+    assert [job.id for job in table.present((9, 7, 41, 1, -5, 2**80, 9))] == [9, 1, 9]   # (a replayed record's ids)
 
 
 @pytest.mark.parametrize("cls", TABLES, ids=lambda c: c.__module__)
