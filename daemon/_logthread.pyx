@@ -33,7 +33,7 @@ import os
 import queue
 import threading
 
-from leaseq.daemon.logthread import awaited, run_work     # (defined there before it imports this)
+from leaseq.daemon.logwork import awaited, run_work
 
 from libc.errno cimport errno
 from libc.stdint cimport uint64_t

@@ -27,6 +27,8 @@ import threading
 
 from leaseq.storage.flavour import compiled_twin
 
+from .logwork import awaited, run_work
+
 
 class LogThread:
     def __init__(self, loop) -> None:
@@ -70,41 +72,6 @@ class LogThread:
             item = work.get()
             if item is None or not run_work(item, call_back):
                 return
-
-
-def run_work(item, call_back) -> bool:
-    """In the thread: run one piece of work given to ``call``, ``(done, fn,
-    args)``, and hand ``done`` its result or its exception through
-    ``call_back`` (the loop's ``call_soon_threadsafe``); False once the loop
-    is closed (the daemon is stopping).  Both flavours' threads run their
-    work through this."""
-    done, fn, args = item
-    try:
-        result, error = fn(*args), None
-    except BaseException as e:      # handed to the loop, which decides (disk fault, log it)
-        result, error = None, e
-    try:
-        call_back(done, result, error)
-    except RuntimeError:             # the loop is closed
-        return False
-    return True
-
-
-async def awaited(thread, fn, *args):
-    """``thread.run``, for both flavours: ``fn(*args)`` in the thread,
-    awaited; its result, or its exception raised."""
-    future = thread.loop.create_future()
-
-    def done(result, error) -> None:
-        if future.cancelled():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    thread.call(done, fn, *args)
-    return await future
 
 
 PureLogThread = LogThread
