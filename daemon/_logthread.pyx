@@ -70,7 +70,7 @@ cdef class LogThread:
     def fsync(self, int fd, done) -> None:
         """fdatasync ``fd`` in the thread, then ``done(None, error)`` on the
         loop (``error``: the OSError, or None)."""
-        if self._fd >= 0 or self._fsync_done is not None:
+        if self._fsync_done is not None:     # (set with _fd, let go only once the thread is done with it)
             raise RuntimeError("an fsync is already under way")
         self._fsync_done = done
         self._fd = fd

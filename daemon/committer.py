@@ -184,11 +184,12 @@ class Committer:
             else:
                 self._synced(None, wal, target, started)
             return
+        done = lambda _result, error: self._synced(error, wal, target, started)    # noqa: E731
         fd = wal.sync_fd()
         if fd >= 0:                         # (the usual case: the segment being written, nothing else)
-            self.thread.fsync(fd, lambda _result, error: self._synced(error, wal, target, started))
+            self.thread.fsync(fd, done)
         else:
-            self.thread.call(lambda _result, error: self._synced(error, wal, target, started), wal.sync)
+            self.thread.call(done, wal.sync)
 
     def _synced(self, error, wal, target: int, started: float) -> None:
         self.syncing = False
