@@ -15,6 +15,10 @@
                                    disk is back)
 ``DEBUG FAULT SLOW ms``            make every fsync of the log wait ms first
                                    (a slow disk; 0 stops it)
+``DEBUG SLEEP seconds``            stop the whole daemon that long (decimals
+                                   allowed, at most 10), as Redis's does: what
+                                   clients send meanwhile waits in their
+                                   sockets and is read in one turn after it
 
 The clock only ever moves forward.  Its state is logged, so a restart keeps
 the test's time.  Leases, delays, backoff, EXPIRE and retention all read this
@@ -24,9 +28,10 @@ clock, so tests move time instead of sleeping.
 from __future__ import annotations
 
 import errno
+import time
 
 from . import errors
-from .args import in_range
+from .args import in_range, to_float
 from .queues import MS_MAX
 from .replies import OK, Map
 
@@ -39,6 +44,7 @@ HELP = [b"DEBUG <subcommand> [<arg> ...]. Subcommands are:",
         b"FAULT WRITE|FSYNC|RESERVE ENOSPC|EIO|NONE",
         b"    Make the log's writes, fsyncs or reservations of room fail (NONE: the disk is back).",
         b"FAULT SLOW <ms>", b"    Make every fsync of the log wait that long first (0: no more).",
+        b"SLEEP <seconds>", b"    Stop the server for <seconds>. Decimals allowed.",
         b"HELP", b"    Print this help."]
 
 
@@ -52,6 +58,8 @@ def debug(client, args):
         return HELP
     if sub == b"FAULT":
         return _fault(server, args)
+    if sub == b"SLEEP":
+        return _sleep(args)
     if sub != b"CLOCK":
         raise errors.unknown_subcommand(args[1], "debug")
     if n > 2 and server.disk_error is not None:
@@ -75,7 +83,17 @@ def debug(client, args):
     return OK
 
 
-SLOWEST = 10_000      # DEBUG FAULT SLOW's largest wait, ms
+SLOWEST = 10_000      # DEBUG FAULT SLOW's largest wait, ms (and DEBUG SLEEP's, in seconds)
+
+
+def _sleep(args):
+    if len(args) != 3:
+        raise errors.SYNTAX
+    seconds = to_float(args[2], "seconds")
+    if not 0 <= seconds <= SLOWEST / 1000:
+        raise errors.out_of_range("seconds", 0, SLOWEST // 1000)
+    time.sleep(seconds)       # the loop's thread: nothing else runs meanwhile, which is the point
+    return OK
 FAULTS = {b"ENOSPC": errno.ENOSPC, b"EIO": errno.EIO, b"NONE": 0}
 
 

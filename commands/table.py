@@ -464,10 +464,10 @@ _COMMANDS = [
        categories="keyspace"),
     _c("debug", debug.debug, -2, "admin", "server",
        "Test helpers (only with enable-debug-command yes): CLOCK [ADVANCE ms | FREEZE [ms] | RESUME], "
-       "FAULT [WRITE|FSYNC|RESERVE ENOSPC|EIO|NONE | SLOW ms]",
+       "FAULT [WRITE|FSYNC|RESERVE ENOSPC|EIO|NONE | SLOW ms], SLEEP seconds",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)),
        reply="depends on the subcommand", notes="Refused unless the server runs with enable-debug-command yes.",
-       subcommands="clock fault"),
+       subcommands="clock fault sleep"),
     _c("acl", acl.acl_cmd, -2, "loading", "server",
        "Users and permissions: WHOAMI, USERS, LIST, CAT, HELP (users are declared in the config file)",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in users or commands",

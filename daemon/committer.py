@@ -28,7 +28,11 @@ it saves: at 5,000 single-job pushes a second it was about a quarter of
 the daemon's CPU a job, in small turns, wake-ups and context switches on
 both threads (the log's thread's own system time was the fdatasync
 itself, about the same on either thread).  Requests that arrive meanwhile wait in their sockets
-and make the next turn larger, so the next fsync covers more of them.  A
+and make the next turn larger, so the next fsync covers more of them.
+Before it waits for the disk, the turn releases the replies the log had
+already reached (those that needed only the write, and under
+min-replicas-to-ack those a replica's acknowledgement released in this
+turn): they do not wait for an fsync they do not need.  A
 heavy turn keeps the thread, so that the loop reads and runs the next
 turn's commands while the disk works (docs/performance.md, "The fsync on
 the loop's thread under a light load").
@@ -155,9 +159,9 @@ class Committer:
                 log.error("cannot write the log: %s", e)
                 self.server.disk.failed(e, fsync_failed=False)
                 return
+        self._release()                    # before an inline fsync: what the log had reached does not wait for the disk
         if wal.sync_wanted:
             self.start_sync(inline=wal.bytes_written - before <= INLINE_BYTES or self.server.read_only)
-        self._release()
         snapshots = self.server.snapshots  # None while recovery runs
         if wrote and snapshots is not None:
             snapshots.check()              # the log grew: it may be past its threshold now

@@ -251,6 +251,47 @@ def test_a_light_turn_fsyncs_on_the_loop_and_a_heavy_turn_in_the_log_thread(tmp_
     assert d.client().execute_command("QLEN", "q") == 41
 
 
+def test_a_reply_the_log_reached_goes_before_the_turns_inline_fsync(tmp_path, daemons):
+    """A claim's reply needs only its record written (lease-durability
+    async); a push's needs it fsynced.  When both come in one turn, the
+    claim's goes before the loop's thread waits for the disk, not after.
+    (Under min-replicas-to-ack the same holds for the replies a replica's
+    acknowledgement released: they do not wait for the next turn's fsync.)"""
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    c.execute_command("QPUSH", "q", "ready")
+    c.execute_command("DEBUG", "FAULT", "SLOW", 3000)    # the next fsync, a light turn's, holds the loop 3 s
+    claimer = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    pusher = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    sleeper = threading.Thread(target=c.execute_command, args=("DEBUG", "SLEEP", "0.5"))
+    sleeper.start()
+    wait_for(lambda: "nanosleep" in open(f"/proc/{d.proc.pid}/wchan").read(), 5, "the daemon's loop to sleep")
+    claimer.sendall(hiredis.pack_command(("QCLAIM", "q", "w")))       # both read in the one turn after the sleep
+    pusher.sendall(hiredis.pack_command(("QPUSH", "q2", "durable")))
+    reader = hiredis.Reader()
+    reader.feed(claimer.recv(4096))
+    assert as_map(reader.gets()[0])[b"payload"] == b"ready"
+    pusher.setblocking(False)
+    with pytest.raises(BlockingIOError):                               # the push's fsync is still under way
+        pusher.recv(100)
+    pusher.setblocking(True)
+    assert pusher.recv(100).startswith(b":")
+    sleeper.join(10)
+    assert c.execute_command("DEBUG", "FAULT", "SLOW", 0) == b"OK"
+    claimer.close()
+    pusher.close()
+
+
+def test_debug_sleep_errors(tmp_path, daemons):
+    d = start(daemons, tmp_path / "d")
+    c = d.client()
+    assert c.execute_command("DEBUG", "SLEEP", "0.01") == b"OK"
+    assert error_text(c, "DEBUG", "SLEEP", "soon") == "seconds is not a valid float"
+    assert error_text(c, "DEBUG", "SLEEP", "-1") == "seconds must be between 0 and 10"
+    assert error_text(c, "DEBUG", "SLEEP", "10.5") == "seconds must be between 0 and 10"
+    assert error_text(c, "DEBUG", "SLEEP") == "syntax error"
+
+
 def test_a_failed_fsync_in_the_log_thread_answers_misconf_to_the_whole_turn(tmp_path, daemons):
     d = start(daemons, tmp_path / "d")
     c = d.client()
