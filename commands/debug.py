@@ -84,16 +84,6 @@ def debug(client, args):
 
 
 SLOWEST = 10_000      # DEBUG FAULT SLOW's largest wait, ms (and DEBUG SLEEP's, in seconds)
-
-
-def _sleep(args):
-    if len(args) != 3:
-        raise errors.SYNTAX
-    seconds = to_float(args[2], "seconds")
-    if not 0 <= seconds <= SLOWEST / 1000:
-        raise errors.out_of_range("seconds", 0, SLOWEST // 1000)
-    time.sleep(seconds)       # the loop's thread: nothing else runs meanwhile, which is the point
-    return OK
 FAULTS = {b"ENOSPC": errno.ENOSPC, b"EIO": errno.EIO, b"NONE": 0}
 
 
@@ -111,4 +101,14 @@ def _fault(server, args):
     if len(args) != 4 or args[2].upper() not in (b"WRITE", b"FSYNC", b"RESERVE") or args[3].upper() not in FAULTS:
         raise errors.SYNTAX
     setattr(faults, args[2].lower().decode(), FAULTS[args[3].upper()])
+    return OK
+
+
+def _sleep(args):
+    if len(args) != 3:
+        raise errors.SYNTAX
+    seconds = to_float(args[2], "seconds")
+    if not 0 <= seconds <= SLOWEST / 1000:
+        raise errors.out_of_range("seconds", 0, SLOWEST // 1000)
+    time.sleep(seconds)       # the loop's thread: nothing else runs meanwhile, which is the point
     return OK

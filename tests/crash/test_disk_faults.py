@@ -269,8 +269,11 @@ def test_a_reply_the_log_reached_goes_before_the_turns_inline_fsync(tmp_path, da
     claimer.sendall(hiredis.pack_command(("QCLAIM", "q", "w")))       # both read in the one turn after the sleep
     pusher.sendall(hiredis.pack_command(("QPUSH", "q2", "durable")))
     reader = hiredis.Reader()
-    reader.feed(claimer.recv(4096))
-    assert as_map(reader.gets()[0])[b"payload"] == b"ready"
+    reply = False
+    while reply is False:
+        reader.feed(claimer.recv(4096))
+        reply = reader.gets()
+    assert as_map(reply[0])[b"payload"] == b"ready"
     pusher.setblocking(False)
     with pytest.raises(BlockingIOError):                               # the push's fsync is still under way
         pusher.recv(100)
