@@ -69,6 +69,7 @@ class DiskFaults:
         server.committer.failed(misconf, errors.misconf_unseen(error))   # its stand-in log takes nothing
                                                                            # until writing resumes
         server.blocking.fail_all(misconf)
+        server.replication.disk_failed()     # what the cut drops may be on the replicas (or counted by one)
         for c in server.clients.values():
             c.holdings.drop()                # their leases stay until the rebuilt store's deadlines
         server.spawn(self._recover(fsync_failed))
@@ -107,6 +108,7 @@ class DiskFaults:
             return
         server.replace_after_disk_fault(wal=datadir.wal)
         server.disk_error = None
+        server.replication.disk_resumed()
         log.info("the log is writable again: writes resume")
 
     def _done_rebuilding(self) -> None:

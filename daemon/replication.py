@@ -208,7 +208,6 @@ class Replication:
         """REPLICAOF host port: follow that primary from now on."""
         if self.master == (host, port):
             return "OK Already connected to specified master"
-        from .replicalink import ReplicaLink
         server = self.server
         was_primary = self.master is None
         self.stop_link()
@@ -217,8 +216,7 @@ class Replication:
         self.replicas.drop_all("this node now follows another")   # (they start again from its new history)
         self.waits.release()
         server.roles.become_replica()
-        self.link = ReplicaLink(server, host, port)
-        self.link.start()
+        self._start_link()
         log.info("following the primary at %s:%d%s", host, port,
                  " (this node was a primary)" if was_primary and self.server.datadir.store.epoch else "")
         return "OK"
@@ -237,6 +235,39 @@ class Replication:
         log.info("promoted to primary: replication id %s, %s kept up to offset %d", self.replid, self.replid2,
                  self.second_offset)
         return "OK"
+
+    def disk_failed(self) -> None:
+        """This node's log failed (daemon/faults.py): what it wrote after
+        its last good fsync is about to be cut from its log and its store.
+        A primary has sent those records to its replicas already, so its
+        history from the cut on is not theirs: it starts a new one (no
+        second id: the old one's end is not this node's any more), lets its
+        backlog go and drops its replicas, which sync in full.  A replica
+        acknowledged only what it had fsynced, but its offset would go on
+        counting what is cut: it closes its link and forgets its history,
+        and once writing resumes (``disk_resumed``) it syncs in full."""
+        self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
+        if self.following:
+            self.stop_link()
+            self.anchor.drop()
+            self.down_since = time.monotonic()
+            log.warning("this replica's log failed: it syncs in full from its primary once the disk takes writes")
+            return
+        self.backlog = None
+        if self._wal is not None:
+            self._wal.stream = None
+        if self.replicas.peers:
+            self.replicas.drop_all("its primary's log failed; it syncs in full")
+
+    def disk_resumed(self) -> None:
+        """Writing resumed after ``disk_failed``: a replica links again."""
+        if self.following and self.link is None:
+            self._start_link()
+
+    def _start_link(self) -> None:
+        from .replicalink import ReplicaLink      # (it imports this module)
+        self.link = ReplicaLink(self.server, *self.master)
+        self.link.start()
 
     def drop_link(self) -> int:
         """CLIENT KILL TYPE master: close the link to the primary (it

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pathlib
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -24,9 +25,9 @@ def refused_as_readonly(c, *args) -> bool:
     return str(e.value) == READONLY
 
 
-def start_pair(tmp_path, *args: str) -> tuple[Daemon, Daemon]:
-    primary = Daemon(tmp_path / "primary", *args).start()
-    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}", *args).start()
+def start_pair(tmp_path, *args: str, env: dict | None = None) -> tuple[Daemon, Daemon]:
+    primary = Daemon(tmp_path / "primary", *args, env=env).start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}", *args, env=env).start()
     wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
     return primary, replica
 
@@ -417,6 +418,83 @@ def test_min_replicas_to_ack_holds_a_push_until_a_replica_has_it_on_disk(tmp_pat
         c.sock.close()
     finally:
         replica.proc.send_signal(signal.SIGCONT)
+        replica.kill()
+        primary.kill()
+
+
+DEBUG = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
+
+
+def payloads(c, q: str) -> list:
+    return [as_map(j)[b"payload"] for j in c.execute_command("QPEEK", q, "COUNT", 100)]
+
+
+def writes_again(c, q: str, payload: str) -> int:
+    """Push until the node takes writes again after a disk fault; the id."""
+    got: list = []
+
+    def pushed() -> bool:
+        try:
+            got.append(c.execute_command("QPUSH", q, payload))
+            return True
+        except redis.ResponseError as e:
+            assert "MISCONF" in str(e), e
+            return False
+    wait_for(pushed, 15, "writes to resume", interval=0.1)
+    return got[0]
+
+
+def test_a_primarys_disk_fault_starts_a_new_history_and_its_replicas_drop_what_it_dropped(tmp_path):
+    """A primary streams a turn's records once written, before its fsync.
+    When that fsync fails, the primary cuts them from its log and store
+    (their pushes got -MISCONF): its replica must not keep them.  The
+    primary starts a new history, and the replica syncs in full."""
+    primary, replica = start_pair(tmp_path, env=DEBUG)
+    try:
+        p, r = primary.client(), replica.client()
+        p.execute_command("QPUSH", "q", "kept")
+        caught_up(primary, replica)
+        replid = p.info("replication")["master_replid"]
+        p.execute_command("DEBUG", "FAULT", "FSYNC", "EIO")
+        assert "MISCONF" in error_text(p, "QPUSH", "q", "refused")
+        p.execute_command("DEBUG", "FAULT", "FSYNC", "NONE")
+        writes_again(p, "q", "after")
+        wait_for(lambda: linked(replica) and payloads(r, "q") == [b"kept", b"after"], 30,
+                 "the replica to sync in full and hold what its primary holds")
+        assert payloads(p, "q") == [b"kept", b"after"]
+        info = p.info("replication")
+        assert info["master_replid"] != replid and info["master_replid2"] in (0, "0" * 40)   # (redis-py reads the zeros as 0)
+        assert r.info("replication")["master_replid"] == p.info("replication")["master_replid"]
+    finally:
+        replica.kill()
+        primary.kill()
+
+
+def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_syncs_in_full(tmp_path):
+    """With min-replicas-to-ack 1 a push is answered once the replica has
+    it on disk.  A replica whose fsync fails cuts what it had not fsynced:
+    it must not acknowledge those records afterwards.  It closes its link,
+    and once its disk takes writes it syncs in full, so every answered push
+    is on it."""
+    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1", env=DEBUG)
+    try:
+        p, r = primary.client(), replica.client()
+        p.execute_command("QPUSH", "q", "first")
+        r.execute_command("DEBUG", "FAULT", "FSYNC", "EIO")
+        pushed = {}
+        t = threading.Thread(target=lambda: pushed.update(id=primary.client().execute_command("QPUSH", "q", "held")))
+        t.start()
+        wait_for(lambda: r.info("replication")["master_link_status"] == "down", 10, "the replica to close its link")
+        assert "id" not in pushed                                   # not on the replica's disk: no answer yet
+        r.execute_command("DEBUG", "FAULT", "FSYNC", "NONE")
+        t.join(30)
+        assert "id" in pushed
+        wait_for(lambda: linked(replica), 30, "the replica's link after its full sync")
+        assert payloads(r, "q") == payloads(p, "q") == [b"first", b"held"]
+        primary.kill()                                              # the answered push survives its primary
+        r.execute_command("REPLICAOF", "NO", "ONE")
+        assert payloads(r, "q") == [b"first", b"held"]
+    finally:
         replica.kill()
         primary.kill()
 
