@@ -253,11 +253,8 @@ class Replication:
             self.down_since = time.monotonic()
             log.warning("this replica's log failed: it syncs in full from its primary once the disk takes writes")
             return
-        self.backlog = None
-        if self._wal is not None:
-            self._wal.stream = None
-        if self.replicas.peers:
-            self.replicas.drop_all("its primary's log failed; it syncs in full")
+        self.backlog = None              # (the failed log writes no more; the next one streams once a PSYNC makes one)
+        self.replicas.drop_all("its primary's log failed; it syncs in full")
 
     def disk_resumed(self) -> None:
         """Writing resumed after ``disk_failed``: a replica links again."""

@@ -341,6 +341,22 @@ def fsync_counts(c) -> tuple[int, int]:
     return info["fsyncs"], info["fsyncs_inline"]
 
 
+def writes_resume(c, queue: str = "q", timeout: float = 10.0, payload: str = "after") -> int:
+    """After a disk fault (DEBUG FAULT): push until a push succeeds, each
+    refusal being -MISCONF; the id of the one that went in."""
+    got: list = []
+
+    def pushed() -> bool:
+        try:
+            got.append(c.execute_command("QPUSH", queue, payload))
+            return True
+        except redis.ResponseError as e:
+            assert "MISCONF" in str(e), e
+            return False
+    wait_for(pushed, timeout, "writes to resume", interval=0.05)
+    return got[0]
+
+
 def bgsave(c) -> None:
     """BGSAVE and wait until that snapshot is written and none runs."""
     taken = c.info("persistence")["snapshots_taken"]

@@ -20,7 +20,7 @@ import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, error_text, fsync_counts, wait_for
+from harness import Daemon, as_map, error_text, fsync_counts, wait_for, writes_resume
 from harness_disk import records_end
 
 from leaseq.storage.wal import list_segments
@@ -33,21 +33,6 @@ def start(daemons, path, *args, env=DEBUG, **kw) -> Daemon:
     d = Daemon(str(path), *args, env=env, **kw)
     daemons.append(d)
     return d.start()
-
-
-def writes_resume(c, queue="q", timeout=10.0) -> int:
-    """Push until a push succeeds; its id."""
-    got: list = []
-
-    def pushed() -> bool:
-        try:
-            got.append(c.execute_command("QPUSH", queue, "after"))
-            return True
-        except redis.ResponseError as e:
-            assert str(e).startswith(MISCONF[len("MISCONF "):]) or "MISCONF" in str(e), e
-            return False
-    wait_for(pushed, timeout, "writes to resume", interval=0.05)
-    return got[0]
 
 
 @pytest.mark.parametrize("kind", ["WRITE", "FSYNC"])

@@ -14,7 +14,8 @@ import time
 
 import pytest
 import redis
-from harness import LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, fsync_counts, wait_for
+from harness import (DEBUG_ENV, LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, fsync_counts, wait_for,
+                     writes_resume)
 
 READONLY = "You can't write against a read only replica."    # (redis-py takes the READONLY code off)
 
@@ -422,26 +423,8 @@ def test_min_replicas_to_ack_holds_a_push_until_a_replica_has_it_on_disk(tmp_pat
         primary.kill()
 
 
-DEBUG = {"LEASEQ_ENABLE_DEBUG_COMMAND": "yes"}
-
-
 def payloads(c, q: str) -> list:
     return [as_map(j)[b"payload"] for j in c.execute_command("QPEEK", q, "COUNT", 100)]
-
-
-def writes_again(c, q: str, payload: str) -> int:
-    """Push until the node takes writes again after a disk fault; the id."""
-    got: list = []
-
-    def pushed() -> bool:
-        try:
-            got.append(c.execute_command("QPUSH", q, payload))
-            return True
-        except redis.ResponseError as e:
-            assert "MISCONF" in str(e), e
-            return False
-    wait_for(pushed, 15, "writes to resume", interval=0.1)
-    return got[0]
 
 
 def test_a_primarys_disk_fault_starts_a_new_history_and_its_replicas_drop_what_it_dropped(tmp_path):
@@ -449,7 +432,7 @@ def test_a_primarys_disk_fault_starts_a_new_history_and_its_replicas_drop_what_i
     When that fsync fails, the primary cuts them from its log and store
     (their pushes got -MISCONF): its replica must not keep them.  The
     primary starts a new history, and the replica syncs in full."""
-    primary, replica = start_pair(tmp_path, env=DEBUG)
+    primary, replica = start_pair(tmp_path, env=DEBUG_ENV)
     try:
         p, r = primary.client(), replica.client()
         p.execute_command("QPUSH", "q", "kept")
@@ -458,7 +441,7 @@ def test_a_primarys_disk_fault_starts_a_new_history_and_its_replicas_drop_what_i
         p.execute_command("DEBUG", "FAULT", "FSYNC", "EIO")
         assert "MISCONF" in error_text(p, "QPUSH", "q", "refused")
         p.execute_command("DEBUG", "FAULT", "FSYNC", "NONE")
-        writes_again(p, "q", "after")
+        writes_resume(p)
         wait_for(lambda: linked(replica) and payloads(r, "q") == [b"kept", b"after"], 30,
                  "the replica to sync in full and hold what its primary holds")
         assert payloads(p, "q") == [b"kept", b"after"]
@@ -476,7 +459,7 @@ def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_syncs_in_f
     it must not acknowledge those records afterwards.  It closes its link,
     and once its disk takes writes it syncs in full, so every answered push
     is on it."""
-    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1", env=DEBUG)
+    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1", env=DEBUG_ENV)
     try:
         p, r = primary.client(), replica.client()
         p.execute_command("QPUSH", "q", "first")
