@@ -10,7 +10,9 @@ anything else is promised:
 
 1. ``scan`` (every 0.1 s) looks whether the
    segment being written still has a name (``WriteAheadLog.unlinked``,
-   one ``fstat``; ``Server.listen`` runs it).
+   one ``fstat``; ``Server.listen`` runs it).  A new segment or a snapshot
+   that cannot be made in the directory (ENOENT) may tell first: then
+   ``DiskFaults.failed`` hands it over (``explains``).
 2. When it has none, ``server.disk_error`` is set, so commands that change
    queues get -MISCONF ("its data directory was removed") and nothing more
    is acknowledged that a crash would lose; reads go on.  Replies already
@@ -73,6 +75,19 @@ class DirectoryWatch:
             return
         if unlinked:
             self._removed()
+
+    def explains(self, error: OSError) -> bool:
+        """A disk fault (daemon/faults.py) asks first: a file could not be
+        made in the directory because it is gone (a new segment, at a
+        snapshot or when one is full), before ``scan`` noticed.  Nothing
+        failed that was written: the watch takes over, and the turn whose
+        records wait for an fsync gets one (``Committer.touch``)."""
+        wal = self.server.datadir.wal if self.server.datadir is not None else None
+        if error.errno != errno.ENOENT or wal is None or not wal.unlinked():
+            return False
+        self._removed()
+        self.server.committer.touch()
+        return True
 
     def _removed(self) -> None:
         server = self.server

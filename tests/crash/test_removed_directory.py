@@ -11,10 +11,11 @@ import os
 import shutil
 import signal
 
+import hiredis
 import pytest
 import redis
 
-from harness import Daemon, as_map, bgsave, error_text, qscan_all, wait_for, writes_resume
+from harness import DEBUG_ENV, Daemon, RespSocket, as_map, bgsave, error_text, qscan_all, wait_for, writes_resume
 
 from leaseq.storage.snapshot import list_snapshots
 from leaseq.storage.wal import list_segments
@@ -27,8 +28,8 @@ REMOVED = ("MISCONF leaseq cannot write its log (its data directory was removed)
 def daemon_at(tmp_path):
     started = []
 
-    def start(*args: str) -> Daemon:
-        d = Daemon(str(tmp_path / "data"), *args)
+    def start(*args: str, env: dict | None = None) -> Daemon:
+        d = Daemon(str(tmp_path / "data"), *args, env=env)
         started.append(d)
         return d.start()
     yield start
@@ -71,6 +72,28 @@ def test_a_removed_data_directory_is_made_again_and_every_acknowledged_change_su
     assert [jobs[j[b"payload"]] for j in claimed[1:]] == [b"in_flight", b"in_flight"]
     assert jobs[b"after"] == b"ready"
     assert "the log's current segment was removed" in d.log()
+
+
+def test_a_snapshot_that_finds_the_directory_gone_first_hands_it_to_the_watch(daemon_at):
+    """The removal told by a snapshot's new segment (ENOENT) before the
+    watch's look: a disk fault would cut back and rebuild from a directory
+    that holds nothing; the watch takes over instead."""
+    d = daemon_at(env=DEBUG_ENV)
+    c = d.client()
+    c.execute_command("QPUSH", "q", "kept")
+    s = RespSocket(d.port, timeout=10)
+    # one read: the BGSAVE runs right after the sleep, in the same turn, before the watch can look
+    s.send_raw(hiredis.pack_command(("DEBUG", "SLEEP", "0.5")) + hiredis.pack_command(("BGSAVE",)))
+    wait_for(lambda: "nanosleep" in open(f"/proc/{d.proc.pid}/wchan").read(), 5, "the daemon's loop to sleep")
+    shutil.rmtree(d.data_dir)
+    assert s.read() == b"OK"
+    assert str(s.read()) == REMOVED
+    wait_for(lambda: "writes resume" in d.log(), 10, "the queues back on the disk")
+    assert "cannot start a snapshot" in d.log() and "cannot rebuild" not in d.log()
+    writes_resume(c)
+    d.kill()
+    d.restart()
+    assert peek(d.client()) == {b"kept": b"ready", b"after": b"ready"}
 
 
 def test_while_the_directory_cannot_be_made_again_changes_wait_reads_go_on_and_a_shutdown_waits(daemon_at):
