@@ -124,7 +124,9 @@ class ServerContext(Protocol):
     def queue_dropped(self, queue: Queue) -> None:
         """QDROP happened: answer the claims waiting on it, end its streams."""
 
-    def request_shutdown(self, reason: str) -> None: ...
+    def request_shutdown(self, reason: str, force: bool = False) -> bool:
+        """SHUTDOWN: stop; False (and nothing happens) while stopping would
+        lose queues the disk does not hold, unless ``force``."""
 
     def bgsave(self, schedule: bool) -> str:
         """BGSAVE: start a snapshot; "started", "scheduled" (SCHEDULE while

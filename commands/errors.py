@@ -211,6 +211,7 @@ NO_CONFIG_FILE = err("The server is running without a config file")
 def rewrite_failed(error: OSError) -> Error:
     return err(f"Rewriting config file: {error.strerror or error}")
 SHUTDOWN_ABORT_UNSUPPORTED = err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
+SHUTDOWN_FAILED = err("Errors trying to SHUTDOWN. Check logs.")
 
 
 def not_a_float(option: str) -> Error:

@@ -131,5 +131,7 @@ def shutdown(client, args):
             if a.upper() == b"ABORT":
                 raise errors.SHUTDOWN_ABORT_UNSUPPORTED
             raise errors.SYNTAX
-    client.server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}")
+    force = any(a.upper() == b"FORCE" for a in args[1:])
+    if not client.server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}", force):
+        raise errors.SHUTDOWN_FAILED
     return NO_REPLY

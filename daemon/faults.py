@@ -57,8 +57,8 @@ class DiskFaults:
         """The log's write (``fsync_failed`` False) or fsync failed: steps
         1-2 now, 3-5 in the background."""
         server = self.server
-        if server.disk_error is not None:
-            return
+        if server.disk_error is not None or server.dirwatch.explains(error):
+            return                            # (a removed directory: no write failed, nothing is cut)
         server.disk_error = error
         self.entered += 1
         self.rebuilding = True

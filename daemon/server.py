@@ -30,6 +30,7 @@ from .clock import Clock
 from .committer import Committer
 from .configuration import Configuration
 from .connection import Connection
+from .dirwatch import DirectoryWatch
 from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
@@ -48,11 +49,12 @@ class Server(Host):
     each do one job: ``listeners`` (daemon/listeners.py), ``admission`` and
     the idle-client ``reaper`` (daemon/admission.py), ``info``
     (daemon/info.py), the maxmemory ``memory`` guard (daemon/process.py),
-    ``committer``, ``blocking``, ``snapshots`` and ``disk`` (faults.py)."""
+    ``committer``, ``blocking``, ``snapshots``, ``disk`` (faults.py) and
+    ``dirwatch`` (a data directory removed under it)."""
 
     __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "listeners", "admission",
                  "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
-                 "snapshots", "configuration", "channels", "roles")     # and Host's
+                 "snapshots", "configuration", "channels", "roles", "dirwatch")     # and Host's
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -74,6 +76,7 @@ class Server(Host):
         self.info = Info(self)
         self.disk_error: OSError | None = None   # why the log cannot be written: write commands get -MISCONF
         self.disk = DiskFaults(self)             # ... set and cleared by this (daemon/faults.py)
+        self.dirwatch = DirectoryWatch(self)     # ... and by this, when the data directory is removed
         self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
         self._stopped: asyncio.Event | None = None
         self._tasks: list = []
@@ -225,11 +228,12 @@ class Server(Host):
         self.committer = Committer(self, loop)
         await self.listeners.start(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_shutdown, f"signal {signal.Signals(sig).name}")
+            loop.add_signal_handler(sig, self._signalled, f"signal {signal.Signals(sig).name}")
         self.spawn(self.committer.sync_every_interval())
         self.spawn(every(SAMPLE_EVERY, self.info.sample))
         self.spawn(every(MemoryGuard.PERIOD, self.memory.check))
         self.spawn(every(IdleReaper.PERIOD, self.reaper.scan))
+        self.spawn(every(DirectoryWatch.PERIOD, self.dirwatch.scan))
         self.spawn(every(1.0, self.history_tick))
         self.admission.warn_if_reachable_without_password(self.listeners.binds())
         log.info("leaseq listening on %s; recovering data directory %s", self.listeners.addresses(),
@@ -238,15 +242,31 @@ class Server(Host):
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    def request_shutdown(self, reason: str) -> None:
+    def request_shutdown(self, reason: str, force: bool = False) -> bool:
+        """Stop (``_shutdown``, on the next turn).  Not while the log's files
+        are gone and the queues are not back on the disk (daemon/dirwatch.py):
+        stopping would lose them, so it says why and returns False, unless
+        ``force`` (SHUTDOWN FORCE)."""
         if self.stopping:
-            return
+            return True
+        if self.dirwatch.restoring and not force:
+            log.error("not shutting down (%s): the log's files were removed and the queues are not back on the "
+                      "disk yet; stopping now would lose them (SHUTDOWN FORCE does)", reason)
+            return False
         self.stopping = True
         if self.loading:
             log.info("shutting down (%s) once recovery is done", reason)
-            return
+            return True
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
+        return True
+
+    def _signalled(self, reason: str) -> None:
+        """SIGTERM or SIGINT: shut down, at once or once the queues are back
+        on the disk (``request_shutdown``)."""
+        if not self.request_shutdown(reason):
+            self.dirwatch.shutdown_after = reason
+            log.warning("it shuts down (%s) once the queues are back on the disk", reason)
 
     def abort(self) -> None:
         """Recovery failed: close the ports and every connection."""

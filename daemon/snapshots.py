@@ -66,6 +66,7 @@ class Snapshots:
         self._pipe = -1
         self._said = b""
         self.covers = 0                # the last segment the running (or last) one covers
+        self._outcomes: list = []      # futures of ``outcome``: True once the running one counts as taken
         self._compactor = ThreadPoolExecutor(1, thread_name_prefix="leaseq-compact")
 
     @property
@@ -101,10 +102,13 @@ class Snapshots:
 
     # -- the fork ---------------------------------------------------------------------------
 
-    def start(self, reason: str) -> bool:
+    def start(self, reason: str, rescue: bool = False) -> bool:
+        """Start one now.  Not while the log cannot be written, unless it is
+        the ``rescue`` of daemon/dirwatch.py: the log's files were removed,
+        and this snapshot puts what the store holds back on the disk."""
         server = self.server
         datadir = server.datadir
-        if server.disk_error is not None:
+        if server.disk_error is not None and not rescue:
             return False
         try:
             covers = datadir.begin_snapshot()
@@ -130,6 +134,19 @@ class Snapshots:
         self.loop.add_reader(r, self._readable)
         log.info("snapshot started (%s): covers segments up to %d, child pid %d", reason, covers, pid)
         return True
+
+    def outcome(self):
+        """A future of the running snapshot: True once it counts as taken,
+        False if it failed."""
+        done = self.loop.create_future()
+        self._outcomes.append(done)
+        return done
+
+    def _tell(self, ok: bool) -> None:
+        outcomes, self._outcomes = self._outcomes, []
+        for done in outcomes:
+            if not done.done():
+                done.set_result(ok)
 
     def _child(self, w: int, covers: int, now: int) -> None:
         code = 1
@@ -186,6 +203,7 @@ class Snapshots:
         self.last_status = "err"
         log.error("snapshot failed (child exit %d): %s", code, said or "no report")
         self.server.replication.full_sync.snapshot_done(None)
+        self._tell(False)
         self._next()
 
     def _compacted(self, done, jobs: str, size: str) -> None:
@@ -204,6 +222,7 @@ class Snapshots:
         self.last_bytes = int(size)
         log.info("snapshot written: %s jobs, %s bytes in %d ms; %s %d segments", jobs, size,
                  self.last_duration_ms, "archived" if self.server.datadir.archive_dir else "removed", len(gone))
+        self._tell(True)
         self._next()
 
     def _next(self) -> None:

@@ -213,6 +213,22 @@ class DataDir:
             return None
         return held
 
+    def relock(self) -> None:
+        """The log's files were removed under this daemon (daemon/dirwatch.py):
+        make the directory again if it went with them (and fsync its parent,
+        so that it stays), and take its lock again if the lock's file went
+        too.  Raises OSError while it cannot (say, a file now has its name),
+        or ``DirectoryLocked`` if another leaseq took the new one."""
+        directory = os.path.abspath(self.directory)
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+            fsync_directory(os.path.dirname(directory))
+        if self._lock_fd >= 0 and os.fstat(self._lock_fd).st_nlink > 0:
+            return
+        fd = lock_directory(directory)
+        self.release_lock()
+        self._lock_fd = fd
+
     def release_lock(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)

@@ -396,10 +396,21 @@ class WriteAheadLog(LogBuffer):
                 os.close(self._fd)
             self._fd = -1
 
+    def unlinked(self) -> bool:
+        """Whether the segment being written was removed from the directory:
+        its file then lives on only through this descriptor, and a crash
+        would lose it (daemon/dirwatch.py)."""
+        fd = self._fd
+        return fd >= 0 and os.fstat(fd).st_nlink == 0
+
     def segments_and_bytes(self) -> tuple[int, int]:
         """(segment files, bytes of records in them): the current file's
-        reserved room is not counted."""
-        files = list_segments(self.directory)
+        reserved room is not counted.  With the directory gone (removed
+        under the daemon), the one being written is all there is."""
+        try:
+            files = list_segments(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
+            files = []
         sizes = sizes_of(path for number, path in files if number != self.segment_number)
         return len(sizes) + 1, sum(sizes) + self._size
 

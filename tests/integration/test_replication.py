@@ -482,6 +482,29 @@ def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_syncs_in_f
         primary.kill()
 
 
+def test_a_replica_whose_directory_is_removed_puts_it_back_and_continues(tmp_path):
+    """A replica's data directory removed under it (daemon/dirwatch.py): it
+    stops acknowledging, makes the directory again with a snapshot of what
+    it holds, and continues from where it was (it dropped nothing), so an
+    answered push is on its disk, even after a kill -9."""
+    import shutil
+    primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1")
+    try:
+        p, r = primary.client(), replica.client()
+        p.execute_command("QPUSH", "q", "first")
+        shutil.rmtree(replica.data_dir)
+        wait_for(lambda: "writes resume" in replica.log(), 10, "the replica's queues back on its disk")
+        wait_for(lambda: linked(replica), 20, "the replica's link")
+        assert "continues from offset" in primary.log()             # a partial sync: nothing was dropped
+        assert p.execute_command("QPUSH", "q", "second") == 2
+        replica.kill()
+        replica.restart()
+        assert payloads(replica.client(), "q") == [b"first", b"second"]
+    finally:
+        replica.kill()
+        primary.kill()
+
+
 def test_a_replica_fsyncs_heavy_turns_on_its_loops_thread(tmp_path):
     """A primary hands a heavy turn's fsync to the log's thread (its loop
     serves clients meanwhile); a replica runs every fsync on its loop's

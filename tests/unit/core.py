@@ -105,8 +105,9 @@ class Core(Host):
     def queue_dropped(self, queue) -> None:
         self.dropped.append(queue)
 
-    def request_shutdown(self, reason: str) -> None:
+    def request_shutdown(self, reason: str, force: bool = False) -> bool:
         self.shutdown_reason = reason
+        return True
 
     def bgsave(self, schedule: bool) -> str:
         """No child process here: the snapshot is written at once, in this

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import struct
 
 import pytest
@@ -187,6 +188,23 @@ def test_info_counts_the_segments_still_there_when_compaction_removed_a_listed_o
     assert sizes_of(listed) == [HEADER + one, HEADER + one, HEADER]
     info = dict(wal.info_fields())
     assert (info["wal_segments"], info["wal_bytes"]) == (3, 3 * HEADER + 2 * one)
+    wal.close()
+
+
+def test_a_log_whose_directory_was_removed_says_so_and_still_counts_its_segment(tmp_path):
+    directory = tmp_path / "d"
+    directory.mkdir()
+    wal = WriteAheadLog(str(directory), 1 << 20, 1)
+    wal.append(*rec(0), sync=True)
+    wal.flush_and_sync()
+    assert not wal.unlinked()
+    size = dict(wal.info_fields())["wal_bytes"]
+    shutil.rmtree(directory)
+    assert wal.unlinked()                       # (daemon/dirwatch.py looks every 0.1 s)
+    info = dict(wal.info_fields())              # INFO and /metrics still answer
+    assert (info["wal_segments"], info["wal_bytes"]) == (1, size)
+    directory.write_text("")                    # a file under the directory's name
+    assert dict(wal.info_fields())["wal_segments"] == 1
     wal.close()
 
 
