@@ -99,7 +99,7 @@ class DiskFaults:
         log.info("rebuilt the queues from the disk; waiting for the disk to take writes again")
         while not server.stopping:
             try:
-                await log_thread.run(datadir.resume, server.now_ms())
+                await log_thread.run(datadir.resume, server.now_ms(), not server.read_only)   # (a replica: no BOOT)
                 break
             except OSError as e:
                 log.debug("the disk still refuses the log: %s", e)

@@ -60,27 +60,29 @@ class Anchor:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
-    def restore(self, datadir) -> None:
-        """Started as a replica: the history and offset its recovered log
-        ends at, from the anchor and the segments after it, when they add
-        up (none missing, none folded into the snapshot it started from);
-        else a full sync, as without the file."""
+    def restore(self, datadir) -> bool:
+        """Started as a replica, or writing again after a disk fault: the
+        history and offset its log ends at, from the anchor and the
+        segments after it, when they add up (none missing, none folded into
+        the snapshot it started from); else False, and a full sync, as
+        without the file."""
         path = os.path.join(datadir.directory, ANCHOR_FILE)
         try:
             with open(path) as f:
                 saved = json.load(f)
             replid, offset, first = saved["replid"], int(saved["offset"]), int(saved["segment"])
         except FileNotFoundError:
-            return
+            return False
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("ignoring %s (%s): this replica syncs in full", path, e)
-            return
+            return False
         held = datadir.stream_bytes_from(first)
         if held is None:
             log.info("the log no longer holds the stream from segment %d on: this replica syncs in full", first)
-            return
+            return False
         replication = self.replication
         replication.replid = replid
         replication.set_offset(offset + held)
         self._at = (offset, first)
         log.info("holding history %s up to offset %d: asking to continue from there", replid, replication.offset)
+        return True

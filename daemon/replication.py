@@ -268,22 +268,30 @@ class Replication:
         history from the cut on is not theirs: it starts a new one (no
         second id: the old one's end is not this node's any more), lets its
         backlog go and drops its replicas, which sync in full.  A replica
-        acknowledged only what it had fsynced, but its offset would go on
-        counting what is cut: it closes its link and forgets its history,
-        and once writing resumes (``disk_resumed``) it syncs in full."""
-        self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
+        acknowledged only what it had fsynced, and the cut drops only what
+        it had not: it closes its link (and drops its own replicas), and
+        once writing resumes (``disk_resumed``) its anchor says where its
+        log ends now, and it continues from there."""
         if self.following:
             self.stop_link()
-            self.anchor.drop()
             self.down_since = time.monotonic()
-            log.warning("this replica's log failed: it syncs in full from its primary once the disk takes writes")
+            self.replicas.drop_all("its primary's log failed")    # (its own replicas: past the cut, they sync in full)
+            log.warning("this replica's log failed: it continues from what its disk holds once the disk takes writes")
             return
+        self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
         self.backlog = None              # (the failed log writes no more; the next one streams once a PSYNC makes one)
         self.replicas.drop_all("its primary's log failed; it syncs in full")
 
     def disk_resumed(self) -> None:
-        """Writing resumed after ``disk_failed``: a replica links again."""
+        """Writing resumed (after a disk fault, or a data directory put
+        back: daemon/dirwatch.py): a replica links again, from where its log
+        ends, as after a restart (``Anchor.restore``).  After a fault that
+        is where the cut left it, not where the stream had come to, so it
+        never acknowledges past what was dropped.  If its log no longer
+        adds up from the anchor it takes a new id, and syncs in full."""
         if self.following and self.link is None:
+            if not self.anchor.restore(self.server.datadir):
+                self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
             self._start_link()
 
     def _start_link(self) -> None:

@@ -453,12 +453,13 @@ def test_a_primarys_disk_fault_starts_a_new_history_and_its_replicas_drop_what_i
         primary.kill()
 
 
-def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_syncs_in_full(tmp_path):
+def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_continues_from_its_disk(tmp_path):
     """With min-replicas-to-ack 1 a push is answered once the replica has
     it on disk.  A replica whose fsync fails cuts what it had not fsynced:
     it must not acknowledge those records afterwards.  It closes its link,
-    and once its disk takes writes it syncs in full, so every answered push
-    is on it."""
+    and once its disk takes writes it continues from where the cut left its
+    log (a partial sync: the primary sends the dropped records again), so
+    every answered push is on it."""
     primary, replica = start_pair(tmp_path, "--min-replicas-to-ack", "1", env=DEBUG_ENV)
     try:
         p, r = primary.client(), replica.client()
@@ -469,10 +470,13 @@ def test_a_replicas_disk_fault_acknowledges_nothing_it_dropped_and_it_syncs_in_f
         t.start()
         wait_for(lambda: r.info("replication")["master_link_status"] == "down", 10, "the replica to close its link")
         assert "id" not in pushed                                   # not on the replica's disk: no answer yet
+        replid = r.info("replication")["master_replid"]
         r.execute_command("DEBUG", "FAULT", "FSYNC", "NONE")
         t.join(30)
         assert "id" in pushed
-        wait_for(lambda: linked(replica), 30, "the replica's link after its full sync")
+        wait_for(lambda: linked(replica), 30, "the replica's link after its partial sync")
+        assert primary.log().count("continues from offset") == 1 and primary.log().count(": full sync") == 1
+        assert r.info("replication")["master_replid"] == replid
         assert payloads(r, "q") == payloads(p, "q") == [b"first", b"held"]
         primary.kill()                                              # the answered push survives its primary
         r.execute_command("REPLICAOF", "NO", "ONE")
