@@ -8,11 +8,11 @@ find nothing.  The store in memory still holds everything the log did,
 so nothing is lost yet; the watch puts it back on the disk before
 anything else is promised:
 
-1. ``scan`` (every 0.1 s) looks whether the
-   segment being written still has a name (``WriteAheadLog.unlinked``,
-   one ``fstat``; ``Server.listen`` runs it).  A new segment or a snapshot
-   that cannot be made in the directory (ENOENT) may tell first: then
-   ``DiskFaults.failed`` hands it over (``explains``).
+1. ``scan`` (every 0.1 s; ``Server.listen`` runs it) looks whether the
+   segment being written still has a name (``WriteAheadLog.unlinked``, one
+   ``fstat``).  A new segment or a snapshot that cannot be made in the
+   directory (ENOENT) may tell first: then ``DiskFaults.failed`` hands it
+   over (``explains``).
 2. When it has none, ``server.disk_error`` is set, so commands that change
    queues get -MISCONF ("its data directory was removed") and nothing more
    is acknowledged that a crash would lose; reads go on.  Replies already
