@@ -34,9 +34,9 @@ one the old primary handed out after the last record this node has.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import time
+from collections import deque
 
 from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, Raw, Simple
@@ -50,7 +50,6 @@ from .replicawaits import ReplicaWaits
 log = logging.getLogger(__name__)
 
 NO_ID = "0" * 40
-MIN_BACKLOG = 16 << 10              # the smallest backlog, whatever repl-backlog-size says (Redis's)
 
 
 def new_id() -> str:
@@ -59,22 +58,16 @@ def new_id() -> str:
 
 
 class Backlog:
-    """The stream's last bytes, ``limit`` of them once that many were
-    written (at least ``MIN_BACKLOG``, as Redis's), in a ring of that size,
-    as Redis's circular backlog: each write is copied in once and let go.
-    Holding the writes themselves kept every turn's buffer alive until
-    ``limit`` bytes later, so each new turn's buffer came from fresh pages:
-    about 11,000 page faults a second at an acknowledging primary under W3
-    max (docs/performance.md, "The backlog in a ring").  The ring is
-    anonymous memory, taken a page at a time as the stream first fills it."""
+    """The stream's last bytes, at least ``limit`` of them once that many
+    were written, as the writes came (whole writes are let go from the
+    front, so none is copied again)."""
 
-    __slots__ = ("ring", "size", "end", "at")
+    __slots__ = ("chunks", "size", "end")
 
     def __init__(self, end: int) -> None:
-        self.ring: mmap.mmap | None = None   # made at the first write, and again when the limit changes
-        self.size = 0                    # bytes held
+        self.chunks: deque = deque()
+        self.size = 0
         self.end = end                   # the stream offset after the last byte held
-        self.at = 0                      # where in the ring the next byte goes
 
     @property
     def first(self) -> int:
@@ -82,42 +75,24 @@ class Backlog:
         return self.end - self.size
 
     def add(self, data: bytes, limit: int) -> None:
-        ring = self.ring
-        if ring is None or len(ring) != max(limit, MIN_BACKLOG):
-            ring = self._resize(max(limit, MIN_BACKLOG))
-        n, cap, at = len(data), len(ring), self.at
-        view = memoryview(data)
-        if n >= cap:
-            ring[:] = view[n - cap:]
-            self.at = 0
-        else:
-            head = min(n, cap - at)
-            ring[at:at + head] = view[:head]
-            if head < n:
-                ring[:n - head] = view[head:]
-            self.at = (at + n) % cap
-        self.size = min(self.size + n, cap)
-        self.end += n
-
-    def _resize(self, cap: int) -> mmap.mmap:
-        """A ring of ``cap`` bytes holding the last of what the old one held
-        (CONFIG SET repl-backlog-size)."""
-        kept = self.since(self.end - min(self.size, cap))
-        ring = mmap.mmap(-1, cap)
-        ring[:len(kept)] = kept
-        self.ring, self.size, self.at = ring, len(kept), len(kept) % cap
-        return ring
+        self.chunks.append(data)
+        self.size += len(data)
+        self.end += len(data)
+        chunks = self.chunks
+        while self.size - len(chunks[0]) >= limit:
+            self.size -= len(chunks.popleft())
 
     def since(self, offset: int) -> bytes:
         """The bytes from ``offset`` on (``first <= offset <= end``)."""
-        n = self.end - offset
-        if n <= 0:
-            return b""
-        ring = self.ring
-        start = (self.at - n) % len(ring)
-        if start + n <= len(ring):
-            return ring[start:start + n]
-        return ring[start:] + ring[:self.at]
+        skip = offset - self.first
+        out = []
+        for chunk in self.chunks:
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            out.append(chunk[skip:] if skip else chunk)
+            skip = 0
+        return b"".join(out)
 
 
 class Replication:
