@@ -313,7 +313,8 @@ def test_after_a_slow_fsync_the_log_thread_fsyncs_until_the_disk_is_quick_again(
         c.execute_command("QPUSH", "q", "quick")
         return fsync_counts(c)[1] > inline + 1
     wait_for(inline_again, 15, "light turns to fsync on the loop's thread again", interval=0.1)
-    assert c.info("persistence")["last_fsync_duration_ms"] < 20
+    assert as_map(c.execute_command("DEBUG", "FAULT"))[b"slow"] == 0    # (no fsync's duration is asserted: a
+                                                                        # loaded machine has real slow ones)
 
 
 def test_fault_slow_errors(tmp_path, daemons):
