@@ -98,7 +98,7 @@ class DirectoryWatch:
                   "change queues get -MISCONF until a snapshot of the queues is back on the disk",
                   server.datadir.directory)
         if server.replication.following:
-            server.replication.stop_link()      # acknowledges nothing more until it is
+            server.replication.pause_link()     # acknowledges nothing more until it is
         server.spawn(self._restore())
 
     async def _restore(self) -> None:

@@ -248,12 +248,11 @@ class Replication:
         once writing resumes (``disk_resumed``) its anchor says where its
         log ends now, and it continues from there."""
         if self.following:
-            self.stop_link()
-            self.down_since = time.monotonic()
+            self.pause_link()
             self.replicas.drop_all("its primary's log failed")    # (its own replicas: past the cut, they sync in full)
             log.warning("this replica's log failed: it continues from what its disk holds once the disk takes writes")
             return
-        self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
+        self._new_history()
         self.backlog = None              # (the failed log writes no more; the next one streams once a PSYNC makes one)
         self.replicas.drop_all("its primary's log failed; it syncs in full")
 
@@ -266,8 +265,18 @@ class Replication:
         adds up from the anchor it takes a new id, and syncs in full."""
         if self.following and self.link is None:
             if not self.anchor.restore(self.server.datadir):
-                self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
+                self._new_history()
             self._start_link()
+
+    def _new_history(self) -> None:
+        """A new replication id and no second one: no PSYNC continues from here."""
+        self.replid, self.replid2, self.second_offset = new_id(), NO_ID, -1
+
+    def pause_link(self) -> None:
+        """A replica whose disk cannot be trusted for now: close the link to
+        its primary (it acknowledges nothing more) until ``disk_resumed``."""
+        self.stop_link()
+        self.down_since = time.monotonic()
 
     def _start_link(self) -> None:
         from .replicalink import ReplicaLink      # (it imports this module)
