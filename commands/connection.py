@@ -16,7 +16,8 @@ import time
 
 from . import errors
 from .args import OptionReader, to_int
-from .replies import OK, PONG, Map, Simple, Verbatim
+from .context import ALL, PAUSE_MODES
+from .replies import OK, PONG, Error, Map, Simple, Verbatim
 
 VERSION = "0.1.0"
 
@@ -143,6 +144,9 @@ CLIENT_HELP = [
     b"MAINT_NOTIFICATIONS (ON|OFF) [<option> <value> ...]",
     b"    Accepted; a single leaseq has no maintenance events to notify.",
     b"GETREDIR", b"    -1: leaseq has no client-side caching.",
+    b"PAUSE <timeout> [WRITE|ALL]",
+    b"    Suspend all, or just write, clients for <timeout> milliseconds.",
+    b"UNPAUSE", b"    Stop the current client pause, resuming traffic.",
     b"HELP", b"    Print this help.",
 ]
 
@@ -193,12 +197,32 @@ def client_cmd(client, args):
         return Verbatim(b"".join(client_info_line(c, now) for c in chosen))
     if sub == b"KILL" and n >= 3:
         return _client_kill(client, args)
+    if sub == b"PAUSE" and n in (3, 4):
+        return _pause(server, args)
+    if sub == b"UNPAUSE" and n == 2:
+        server.pause.end("client")
+        return OK
     if sub == b"HELP" and n == 2:
         return CLIENT_HELP
     if sub in (b"ID", b"GETNAME", b"SETNAME", b"SETINFO", b"INFO", b"KILL", b"HELP", b"NO-EVICT", b"NO-TOUCH",
-               b"MAINT_NOTIFICATIONS", b"GETREDIR"):
+               b"MAINT_NOTIFICATIONS", b"GETREDIR", b"PAUSE", b"UNPAUSE"):
         raise errors.subcommand_arity("client", sub)
     raise errors.unknown_subcommand(args[1], "client")
+
+
+def _pause(server, args):
+    """CLIENT PAUSE timeout [WRITE|ALL] (daemon/pause.py)."""
+    mode = PAUSE_MODES.get(args[3].upper()) if len(args) == 4 else ALL
+    if mode is None:
+        raise errors.PAUSE_MODE
+    try:
+        timeout = to_int(args[2])
+    except Error:
+        raise errors.TIMEOUT_NOT_INTEGER from None
+    if timeout < 0:
+        raise errors.NEGATIVE_TIMEOUT
+    server.pause.by_client(mode, timeout)
+    return OK
 
 
 def _on_off(value: bytes):

@@ -48,6 +48,18 @@ class Replication(Protocol):
     def psync(self, client, replid: str, offset: int) -> object: ...
 
 
+WRITE, ALL = 1, 2                    # a pause's modes: the commands that write wait, or every command
+PAUSE_MODES = {b"WRITE": WRITE, b"ALL": ALL}
+
+
+class Pause(Protocol):
+    """CLIENT PAUSE and UNPAUSE (daemon/pause.py)."""
+
+    def by_client(self, mode: int, timeout_ms: int) -> None: ...
+    def end(self, purpose: str) -> None: ...
+    def holds(self, client, route) -> bool: ...
+
+
 class Channels(Protocol):
     def publish(self, channel: bytes, message: bytes) -> int: ...
     def subscribe(self, conn, channel: bytes) -> None: ...
@@ -102,6 +114,8 @@ class ServerContext(Protocol):
     metrics: "Metrics"               # command(name, seconds): the duration histogram
     read_only: bool                  # a replica: commands that write get -READONLY
     replicas_gate: int               # min-replicas-to-write on a primary (0: off): -NOREPLICAS below it
+    paused: bool                     # a pause is in force: ``pause.holds`` says which commands wait
+    pause: "Pause"                   # CLIENT PAUSE, and a shutdown waiting for replicas (daemon/pause.py)
     replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
     channels: "Channels"             # plain pub/sub channels (daemon/channels.py)
     history: "History"               # every queue's minutes, QHISTORY (storage/history.py)
@@ -124,9 +138,11 @@ class ServerContext(Protocol):
     def queue_dropped(self, queue: Queue) -> None:
         """QDROP happened: answer the claims waiting on it, end its streams."""
 
-    def request_shutdown(self, reason: str, force: bool = False) -> bool:
-        """SHUTDOWN: stop; False (and nothing happens) while stopping would
-        lose queues the disk does not hold, unless ``force``."""
+    def request_shutdown(self, reason: str, force: bool = False, now: bool = False, conn=None) -> bool:
+        """SHUTDOWN: stop, once the replicas have everything unless ``now``
+        (``conn``, the client that asked, waits meanwhile); False (and
+        nothing happens) while stopping would lose queues the disk does not
+        hold, unless ``force``."""
 
     def bgsave(self, schedule: bool) -> str:
         """BGSAVE: start a snapshot; "started", "scheduled" (SCHEDULE while

@@ -77,6 +77,8 @@ NOMASTERLINK = Error("NOMASTERLINK", "Can't SYNC while not connected with my mas
 NOREPLICAS = Error("NOREPLICAS", "Not enough good replicas to write.")
 WAIT_ON_REPLICA = err("WAIT cannot be used with replica instances.")
 NEGATIVE_TIMEOUT = err("timeout is negative")          # (Redis's words for WAIT)
+TIMEOUT_NOT_INTEGER = err("timeout is not an integer or out of range")   # (and for CLIENT PAUSE)
+PAUSE_MODE = err("CLIENT PAUSE mode must be WRITE or ALL")
 INVALID_PORT = err("Invalid master port")
 REPLICAOF_FROM_REPLICA = err("Command is not valid when client is a replica.")
 
@@ -210,7 +212,7 @@ NO_CONFIG_FILE = err("The server is running without a config file")
 
 def rewrite_failed(error: OSError) -> Error:
     return err(f"Rewriting config file: {error.strerror or error}")
-SHUTDOWN_ABORT_UNSUPPORTED = err("SHUTDOWN ABORT is not supported: leaseq shuts down at once")
+NO_SHUTDOWN = err("No shutdown in progress.")              # (Redis's words for SHUTDOWN ABORT)
 SHUTDOWN_FAILED = err("Errors trying to SHUTDOWN. Check logs.")
 
 

@@ -11,9 +11,9 @@ cdef class Stats:
 cdef class Host:
     cdef public Store store
     cdef public Stats stats
-    cdef public object metrics, replication, disk_error
+    cdef public object metrics, replication, disk_error, pause
     cdef public Reading clock
-    cdef public bint loading, read_only, oom
+    cdef public bint loading, read_only, oom, paused
     cdef public long long replicas_gate
 
     cpdef long long now_ms(self)

@@ -157,6 +157,19 @@ class _NoReply:
 NO_REPLY = _NoReply()
 
 
+class Postponed:
+    """What the dispatcher returns for a command a pause holds back
+    (daemon/pause.py): its connection keeps it and runs it again later."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "POSTPONED"
+
+
+POSTPONED = Postponed()
+
+
 class Shape:
     """The fixed layout of a ``Record``: keys, and whether each value is an
     integer or a bulk string.  Build shapes once, at import time."""

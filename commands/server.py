@@ -126,12 +126,20 @@ def lastsave(client, args):
 
 
 def shutdown(client, args):
-    for a in args[1:]:
-        if a.upper() not in (b"NOSAVE", b"SAVE", b"NOW", b"FORCE"):
-            if a.upper() == b"ABORT":
-                raise errors.SHUTDOWN_ABORT_UNSUPPORTED
-            raise errors.SYNTAX
-    force = any(a.upper() == b"FORCE" for a in args[1:])
-    if not client.server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}", force):
+    """SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT], as Redis 7's: NOSAVE
+    and SAVE change nothing (the log is on the disk already); NOW does not
+    wait for the replicas; FORCE stops even while the data directory is
+    being put back; ABORT ends a shutdown that waits for the replicas."""
+    flags = {a.upper() for a in args[1:]}
+    if not flags <= {b"NOSAVE", b"SAVE", b"NOW", b"FORCE", b"ABORT"} or {b"NOSAVE", b"SAVE"} <= flags \
+            or (b"ABORT" in flags and len(args) > 2):
+        raise errors.SYNTAX
+    server = client.server
+    if b"ABORT" in flags:
+        if not server.shutdown.abort():
+            raise errors.NO_SHUTDOWN
+        return OK
+    if not server.request_shutdown(f"SHUTDOWN from client id={client.id} addr={client.addr}", b"FORCE" in flags,
+                                   b"NOW" in flags, client):
         raise errors.SHUTDOWN_FAILED
     return NO_REPLY

@@ -430,12 +430,12 @@ _COMMANDS = [
     _c("reset", connection.reset, 1, "fast noauth loading direct pubsub", "connection",
        "Reset the connection: RESP2, no name, unauthenticated, no transaction", reply="+RESET"),
     _c("client", connection.client_cmd, -2, "loading", "connection",
-       "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, "
+       "Connection commands: ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, PAUSE, UNPAUSE, NO-EVICT, NO-TOUCH, "
        "MAINT_NOTIFICATIONS, GETREDIR, HELP",
        (Arg("subcommand"), Arg("arg", optional=True, multiple=True)), "O(N) in clients for LIST and KILL",
        reply="depends on the subcommand",
-       subcommands="id getname setname setinfo info list:admin kill:admin help no-evict:admin no-touch "
-                   "maint_notifications getredir"),
+       subcommands="id getname setname setinfo info list:admin kill:admin pause:admin unpause:admin help "
+                   "no-evict:admin no-touch maint_notifications getredir"),
     _c("multi", None, 1, "fast loading transaction", "transactions", "Start a transaction",
        reply="+OK; the following commands answer +QUEUED"),
     _c("exec", None, 1, "loading transaction", "transactions",

@@ -36,7 +36,7 @@ from leaseq.storage import flow, plain
 from .holdings import Worker
 from .resultwaits import ResultWaits
 from .timeouts import Timeouts
-from .waiter import Acks, Waiter
+from .waiter import Acks, Stopping, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,8 @@ class Blocking:
             self._unpark(w)
         elif type(w) is Acks:
             self.server.replication.waits.cancel(w)
+        elif type(w) is Stopping:
+            self.server.shutdown.cancel(w)
         else:
             self.results.cancel(w)
 

@@ -110,6 +110,8 @@ class Settings:
                                               "for min-replicas-to-write (0: the check is off)")
     min_replicas_to_ack: int = _s(0, "int", "a reply that waits for the log's fsync also waits until this many "
                                             "replicas have the record on their disks (0: the primary's alone)")
+    shutdown_timeout: int = _s(10, "int", "seconds a shutdown (SHUTDOWN, SIGTERM, SIGINT) waits for the replicas to "
+                                          "acknowledge everything, writes paused meanwhile (0: it does not wait)")
     history_hours: int = _s(72, "int", "hours of per-minute history kept per queue (QHISTORY, the status page's "
                                         "charts) in the data directory's history/ folder (0: off)",
                            hi=MAX_HISTORY_HOURS)

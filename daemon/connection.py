@@ -13,7 +13,9 @@ and every reply after it waits behind it.  So no reply ever gets ahead of
 its record.  A blocked QCLAIM stops the processing of commands pipelined
 after it until it is answered, as in Redis; what it logged before it parked
 (a queue it created) holds its place in the outbox, so its eventual reply
-waits for that as well.
+waits for that as well.  A command a pause holds back (CLIENT PAUSE,
+daemon/pause.py) goes back to the front of the pending commands, and they
+run when the pause lets them.
 
 Flow control: when the transport's write buffer is over its high-water mark
 the connection stops reading (a client that does not read its replies stops
@@ -34,7 +36,7 @@ from leaseq.commands import errors
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.parties import Caller
 from leaseq.commands.results import ResultWait
-from leaseq.commands.replies import NO_REPLY
+from leaseq.commands.replies import NO_REPLY, Postponed
 
 from leaseq.storage.wal import Ticket
 
@@ -146,7 +148,8 @@ class Connection(Caller):
         if self.disk.rebuilding:         # the store may hold refused changes: wait (daemon/faults.py)
             return
         while pending and self.waiting is None and not self.quitting and not self.closed:
-            reply, ticket = execute(self, pending.popleft())
+            args = pending.popleft()
+            reply, ticket = execute(self, args)
             kind = type(reply)
             if kind is ClaimWait or kind is ResultWait:
                 if self.server.stopping:
@@ -160,6 +163,10 @@ class Connection(Caller):
                     else:
                         committer.blocking.results.park(self, reply)
                     break
+            elif kind is Postponed:              # a pause holds it back: kept, with what follows (daemon/pause.py)
+                pending.appendleft(args)
+                self.server.pause.hold(self)
+                break
             if reply is not NO_REPLY and self.outbox.add(encode(reply, self.resp3), ticket):   # (answer)
                 committer.wait(self)
         if self.protocol_error is not None and not pending and self.waiting is None and not self.quitting:

@@ -6,8 +6,11 @@ user with every command on every queue skips this), the pub/sub context (a
 RESP2 connection with SUBSCRIBE streams runs only the commands flagged
 ``pubsub``, as Redis), recovery still running (-LOADING), a log that cannot be written (-MISCONF
 for commands that change queues), too few good replicas (-NOREPLICAS, with
-min-replicas-to-write), a replica (-READONLY for them, as Redis),
-transaction queueing, memory; then the handler.  Handlers raise
+min-replicas-to-write), a replica (-READONLY for them, as Redis), a
+pause (CLIENT PAUSE, or a shutdown waiting for its replicas: the command
+is not run and comes back ``POSTPONED``, and its connection runs it when
+the pause ends; daemon/pause.py), transaction queueing, memory; then the
+handler.  Handlers raise
 ``commands.replies.Error`` for their own errors; any other exception is a
 bug, logged with its traceback and answered with an error, never a crash.
 
@@ -30,7 +33,7 @@ import logging
 
 from leaseq.commands import acl, errors
 from leaseq.commands.parties import Caller, Host
-from leaseq.commands.replies import OK, QUEUED, Error
+from leaseq.commands.replies import OK, POSTPONED, QUEUED, Error
 from leaseq.commands.table import TABLE
 from leaseq.storage.clock import seconds
 from leaseq.storage.wal import Ticket
@@ -118,6 +121,9 @@ def _execute(client: Caller, server: Host, args: list, route: Route):
             return _refuse(client, errors.NOREPLICAS)
         if server.read_only and not route.pubsub:    # (SUBSCRIBE: QWORK's only)
             return _refuse(client, errors.READONLY)
+    if server.paused and server.pause.holds(client, route):   # CLIENT PAUSE, a shutdown's wait (daemon/pause.py)
+        server.stats.commands -= 1                            # (counted when it runs)
+        return POSTPONED
     client.last_command = route.name
     if client.multi is not None and not route.direct:
         if route.transaction:

@@ -67,10 +67,12 @@ class Info:
                 ("uptime_in_seconds", uptime),
                 ("uptime_in_days", uptime // 86400),
                 ("executable", "leaseq"),
+                *server.shutdown.info_fields(),
             ],
             "clients": [
                 ("connected_clients", len(server.clients)),
-                ("blocked_clients", server.blocking.count() if server.blocking else 0),
+                ("blocked_clients", (server.blocking.count() if server.blocking else 0) + server.pause.count()
+                 + len(server.shutdown.asked)),        # (parked claims and WAITs, held commands, SHUTDOWNs)
                 ("maxclients", s.maxclients),
             ],
             "memory": [

@@ -35,9 +35,11 @@ from .faults import DiskFaults
 from .info import SAMPLE_EVERY, Info
 from .listeners import Listeners
 from .metrics import Metrics
+from .pause import Pause
 from .process import MemoryGuard, every, keep_old_objects_out_of_collections, tune_collector
 from .replication import Replication
 from .roles import Roles
+from .shutdown import Shutdown
 from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,8 @@ class Server(Host):
 
     __slots__ = ("settings", "acl", "datadir", "faults", "clients", "stopping", "listeners", "admission",
                  "reaper", "memory", "info", "disk", "_stopped", "_tasks", "loop", "blocking", "alarm", "committer",
-                 "snapshots", "configuration", "channels", "roles", "dirwatch")     # and Host's
+                 "snapshots", "configuration", "channels", "roles", "dirwatch", "shutdown",
+                 "_pause_timer")     # and Host's
 
     def __init__(self, settings: config.Settings, config_file: str | None = None) -> None:
         self.settings = settings
@@ -78,6 +81,10 @@ class Server(Host):
         self.disk = DiskFaults(self)             # ... set and cleared by this (daemon/faults.py)
         self.dirwatch = DirectoryWatch(self)     # ... and by this, when the data directory is removed
         self.metrics = Metrics(self)             # what /metrics shows (daemon/metrics.py)
+        self.paused = False                      # CLIENT PAUSE, or a shutdown waiting for replicas: ...
+        self.pause = Pause(self, self._arm_pause)   # ... which commands wait (daemon/pause.py)
+        self._pause_timer = None
+        self.shutdown = Shutdown(self)           # a shutdown that lets the replicas catch up (daemon/shutdown.py)
         self._stopped: asyncio.Event | None = None
         self._tasks: list = []
         self.loop = None
@@ -200,6 +207,7 @@ class Server(Host):
     def unregister(self, conn: Connection) -> None:
         self.clients.pop(conn.id, None)
         self.replication.replicas.forget(conn)
+        self.shutdown.check()                    # (a shutdown waits no longer for a replica gone)
         if self.committer is not None:
             self.committer.waiters.discard(conn)
 
@@ -228,7 +236,7 @@ class Server(Host):
         self.committer = Committer(self, loop)
         await self.listeners.start(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._signalled, f"signal {signal.Signals(sig).name}")
+            loop.add_signal_handler(sig, self._signalled, signal.Signals(sig).name)
         self.spawn(self.committer.sync_every_interval())
         self.spawn(every(SAMPLE_EVERY, self.info.sample))
         self.spawn(every(MemoryGuard.PERIOD, self.memory.check))
@@ -242,8 +250,10 @@ class Server(Host):
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    def request_shutdown(self, reason: str, force: bool = False) -> bool:
-        """Stop (``_shutdown``, on the next turn).  Not while the log's files
+    def request_shutdown(self, reason: str, force: bool = False, now: bool = False, conn=None) -> bool:
+        """Stop (``_shutdown``, on the next turn), once the replicas have
+        everything unless ``now`` (daemon/shutdown.py; ``conn``, the
+        SHUTDOWN's client, waits meanwhile).  Not while the log's files
         are gone and the queues are not back on the disk (daemon/dirwatch.py):
         stopping would lose them, so it says why and returns False, unless
         ``force`` (SHUTDOWN FORCE)."""
@@ -253,20 +263,49 @@ class Server(Host):
             log.error("not shutting down (%s): the log's files were removed and the queues are not back on the "
                       "disk yet; stopping now would lose them (SHUTDOWN FORCE does)", reason)
             return False
-        self.stopping = True
+        shutdown = self.shutdown
+        if shutdown.waiting:
+            if now:
+                shutdown.now()
+            else:
+                shutdown.join(conn)
+            return True
         if self.loading:
+            self.stopping = True
             log.info("shutting down (%s) once recovery is done", reason)
             return True
-        log.info("shutting down (%s)", reason)
-        self.loop.call_soon(self._shutdown)
+        if not now and shutdown.begin(reason, conn):
+            return True
+        self.stop(reason)
         return True
 
-    def _signalled(self, reason: str) -> None:
-        """SIGTERM or SIGINT: shut down, at once or once the queues are back
-        on the disk (``request_shutdown``)."""
+    def stop(self, reason: str) -> None:
+        """Stop on the next turn, whatever waits."""
+        self.stopping = True
+        log.info("shutting down (%s)", reason)
+        self.loop.call_soon(self._shutdown)
+
+    def _signalled(self, name: str) -> None:
+        """SIGTERM or SIGINT: shut down, once the replicas have everything
+        (a second SIGINT: at once), and once the queues are back on the disk
+        (``request_shutdown``)."""
+        reason = f"signal {name}"
+        if self.shutdown.waiting:
+            if name == "SIGINT":
+                log.warning("a second signal (%s): shutting down without waiting longer for the replicas", name)
+                self.shutdown.now()
+            return
         if not self.request_shutdown(reason):
             self.dirwatch.shutdown_after = reason
             log.warning("it shuts down (%s) once the queues are back on the disk", reason)
+
+    def _arm_pause(self, seconds: float | None) -> None:
+        """The pause's timer (daemon/pause.py): ``expire`` after ``seconds``."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        if seconds is not None:
+            self._pause_timer = self.loop.call_later(seconds, self.pause.expire)
 
     def abort(self) -> None:
         """Recovery failed: close the ports and every connection."""

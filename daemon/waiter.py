@@ -20,3 +20,10 @@ class Acks(Waiter):
     acknowledge."""
 
     __slots__ = ()
+
+
+class Stopping(Waiter):
+    """A SHUTDOWN waiting while its node lets the replicas catch up
+    (daemon/shutdown.py); ``wait`` is None."""
+
+    __slots__ = ()

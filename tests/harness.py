@@ -190,6 +190,25 @@ class Daemon:
         self.kill() if exc[0] else self.stop()
 
 
+def start_pair(tmp_path, *args: str, env: dict | None = None) -> tuple[Daemon, Daemon]:
+    """A primary and its replica, in ``tmp_path``, once the replica's link is up."""
+    primary = Daemon(tmp_path / "primary", *args, env=env).start()
+    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}", *args, env=env).start()
+    wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
+    return primary, replica
+
+
+def linked(replica: Daemon) -> bool:
+    return replica.client().info("replication").get("master_link_status") == "up"
+
+
+def caught_up(primary: Daemon, replica: Daemon) -> None:
+    """Wait until the replica holds everything the primary wrote."""
+    p, r = primary.client(), replica.client()
+    wait_for(lambda: r.info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"],
+             timeout=20, what="the replica to catch up")
+
+
 class CheckedThread(threading.Thread):
     """A (daemon) thread that keeps what its target raised, an assertion
     included, in ``failure`` (the traceback text; None when it ran through).

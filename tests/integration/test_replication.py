@@ -14,8 +14,8 @@ import time
 
 import pytest
 import redis
-from harness import (DEBUG_ENV, LEASEQ, Daemon, as_map, bgsave, claim_one, error_text, fsync_counts, wait_for,
-                     writes_resume)
+from harness import (DEBUG_ENV, LEASEQ, Daemon, as_map, bgsave, caught_up, claim_one, error_text, fsync_counts,
+                     linked, start_pair, wait_for, writes_resume)
 
 READONLY = "You can't write against a read only replica."    # (redis-py takes the READONLY code off)
 
@@ -24,24 +24,6 @@ def refused_as_readonly(c, *args) -> bool:
     with pytest.raises(redis.exceptions.ReadOnlyError) as e:
         c.execute_command(*args)
     return str(e.value) == READONLY
-
-
-def start_pair(tmp_path, *args: str, env: dict | None = None) -> tuple[Daemon, Daemon]:
-    primary = Daemon(tmp_path / "primary", *args, env=env).start()
-    replica = Daemon(tmp_path / "replica", "--replicaof", f"127.0.0.1 {primary.port}", *args, env=env).start()
-    wait_for(lambda: linked(replica), timeout=20, what="the replica's link")
-    return primary, replica
-
-
-def linked(replica: Daemon) -> bool:
-    return replica.client().info("replication").get("master_link_status") == "up"
-
-
-def caught_up(primary: Daemon, replica: Daemon) -> None:
-    """Wait until the replica holds everything the primary wrote."""
-    p, r = primary.client(), replica.client()
-    wait_for(lambda: r.info("replication")["slave_repl_offset"] == p.info("replication")["master_repl_offset"],
-             timeout=20, what="the replica to catch up")
 
 
 def jobs_of(c, q: str, ids) -> list:

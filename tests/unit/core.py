@@ -75,6 +75,7 @@ class Core(Host):
         self.disk_error = None
         self.read_only = False
         self.replicas_gate = 0
+        self.paused, self.pause = False, None
         self.replication = Replication(self)       # a primary with no replicas (ROLE, INFO)
         self.channels = Channels()
         self.faults = Faults()
