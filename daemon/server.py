@@ -236,7 +236,7 @@ class Server(Host):
         self.committer = Committer(self, loop)
         await self.listeners.start(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._signalled, signal.Signals(sig).name)
+            loop.add_signal_handler(sig, self.shutdown.signalled, signal.Signals(sig).name)
         self.spawn(self.committer.sync_every_interval())
         self.spawn(every(SAMPLE_EVERY, self.info.sample))
         self.spawn(every(MemoryGuard.PERIOD, self.memory.check))
@@ -284,20 +284,6 @@ class Server(Host):
         self.stopping = True
         log.info("shutting down (%s)", reason)
         self.loop.call_soon(self._shutdown)
-
-    def _signalled(self, name: str) -> None:
-        """SIGTERM or SIGINT: shut down, once the replicas have everything
-        (a second SIGINT: at once), and once the queues are back on the disk
-        (``request_shutdown``)."""
-        reason = f"signal {name}"
-        if self.shutdown.waiting:
-            if name == "SIGINT":
-                log.warning("a second signal (%s): shutting down without waiting longer for the replicas", name)
-                self.shutdown.now()
-            return
-        if not self.request_shutdown(reason):
-            self.dirwatch.shutdown_after = reason
-            log.warning("it shuts down (%s) once the queues are back on the disk", reason)
 
     def _arm_pause(self, seconds: float | None) -> None:
         """The pause's timer (daemon/pause.py): ``expire`` after ``seconds``."""

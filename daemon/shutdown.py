@@ -76,6 +76,21 @@ class Shutdown:
         if self.deadline is not None and self._ready():
             self._finish()
 
+    def signalled(self, name: str) -> None:
+        """SIGTERM or SIGINT: shut down, once the replicas have everything
+        (a second SIGINT: at once), and once the queues are back on the disk
+        (``Server.request_shutdown``; daemon/dirwatch.py)."""
+        server = self.server
+        reason = f"signal {name}"
+        if self.deadline is not None:
+            if name == "SIGINT":
+                log.warning("a second signal (%s): shutting down without waiting longer for the replicas", name)
+                self._finish()
+            return
+        if not server.request_shutdown(reason):
+            server.dirwatch.shutdown_after = reason
+            log.warning("it shuts down (%s) once the queues are back on the disk", reason)
+
     def now(self) -> None:
         """SHUTDOWN NOW, or a second SIGINT: stop without waiting longer."""
         if self.deadline is not None:
