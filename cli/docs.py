@@ -28,7 +28,12 @@ def settings_table() -> str:
     rows = ["| setting | default | unit | CONFIG SET | meaning |", "|---|---|---|---|---|"]
     for name, f in config.FIELDS.items():
         meta = f.metadata
-        kind = " ".join(f"`{c}`" for c in meta["choices"]) if meta["kind"] == "choice" else _KINDS[meta["kind"]]
+        if meta["kind"] == "choice":
+            kind = " ".join(f"`{c}`" for c in meta["choices"])
+        elif meta["kind"] == "flags":
+            kind = "words of " + " ".join(f"`{c}`" for c in meta["choices"])
+        else:
+            kind = _KINDS[meta["kind"]]
         rows.append(f"| `{name}` | `{config.file_text(name, f.default)}` | {kind} | "
                     f"{'yes' if meta['mutable'] else 'no'} | {_cell(meta['help'])} |")
     return "\n".join(rows) + "\n"

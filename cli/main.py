@@ -1,5 +1,5 @@
-"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq check``, ``leaseq report``, ``leaseq docs``,
-``leaseq bench ...``, ``leaseq --version``."""
+"""The ``leaseq`` command line: ``leaseq serve``, ``leaseq check``, ``leaseq switchover``, ``leaseq report``,
+``leaseq docs``, ``leaseq bench ...``, ``leaseq --version``."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _setting_options(command):
     (parsed as the file's values are), so the options stay plain strings."""
     for name, f in reversed(config.FIELDS.items()):
         meta = f.metadata
-        metavar = "|".join(meta["choices"]) if meta["kind"] == "choice" else _METAVARS[meta["kind"]]
+        metavar = "|".join(meta["choices"]) if meta["kind"] in ("choice", "flags") else _METAVARS[meta["kind"]]
         default = config.file_text(name, f.default)
         command = click.option(f"--{name}", f"setting_{config.attr_name(name)}", metavar=metavar,
                                help=f"{meta['help']} [default: {default}]")(command)
@@ -123,6 +123,52 @@ def check(directory, repair) -> None:
         sys.exit(1)
     for line in report.lines():
         click.echo(line)
+
+
+@main.command()
+@click.option("--sentinels", envvar="SENTINELS", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+              help="The sentinels that watch the node (env SENTINELS).")
+@click.option("--service", envvar="SENTINEL_SERVICE", default="leaseq", show_default=True,
+              help="The name the sentinels monitor it by (env SENTINEL_SERVICE).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The node to hand over.")
+@click.option("--port", envvar="LEASEQ_PORT", type=int, default=config.FIELDS["port"].default, show_default=True,
+              help="Its RESP port (env LEASEQ_PORT, as `leaseq serve`).")
+@click.option("--user", default=None, help="An ACL user to log in as (default: the default user).")
+@click.option("--password", envvar="LEASEQ_REQUIREPASS", default=None,
+              help="Its password (env LEASEQ_REQUIREPASS, as `leaseq serve`).")
+@click.option("--sentinel-password", envvar="SENTINEL_PASSWORD", default=None,
+              help="The sentinels' own password, if they have one (env SENTINEL_PASSWORD).")
+@click.option("--timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
+              help="Seconds for the whole handover; writes wait at most this long.")
+def switchover(sentinels, service, host, port, user, password, sentinel_password, timeout) -> None:
+    """Hand the primary's role to its replica before a planned stop: writes
+    wait while the replica catches up, the sentinels promote it, this node
+    follows it, and the writes that waited go to the new primary.
+
+    Exit 0 when done, or when the node is not a primary (nothing to do); 1,
+    saying why, when it stays the primary (writes go on there).  Meant for a
+    Kubernetes preStop hook (conf/k8s-replicated.yaml)."""
+    import redis
+
+    from leaseq.cli.switchover import SwitchoverError, parse_sentinels
+    from leaseq.cli.switchover import switchover as hand_over
+
+    try:
+        addresses = parse_sentinels(sentinels)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--sentinels") from None
+    wait = timeout + 5
+    node = redis.Redis(host=host, port=port, username=user, password=password, socket_timeout=wait)
+    watchers = [redis.Redis(host=h, port=p, password=sentinel_password, socket_timeout=2) for h, p in addresses]
+    try:
+        hand_over(node, watchers, service, timeout, lambda line: click.echo(f"switchover: {line}"))
+    except (SwitchoverError, redis.RedisError, OSError) as e:
+        click.echo(f"switchover: error: {e}", err=True)
+        sys.exit(1)
+    finally:
+        node.close()
+        for w in watchers:
+            w.close()
 
 
 @main.command()

@@ -28,6 +28,10 @@ class ConfigError(ValueError):
     pass
 
 
+# the words of shutdown-on-sigterm and shutdown-on-sigint, as Redis's
+SHUTDOWN_FLAGS = ("default", "save", "nosave", "now", "force")
+
+
 def _s(default, kind: str, help: str, mutable: bool = True, choices: tuple = (), lo: int = 0, hi: int | None = None):
     """One setting.  ``lo``/``hi``: the range an integer setting ("int",
     "ms") must be in (``hi`` None: no upper bound)."""
@@ -112,6 +116,11 @@ class Settings:
                                             "replicas have the record on their disks (0: the primary's alone)")
     shutdown_timeout: int = _s(10, "int", "seconds a shutdown (SHUTDOWN, SIGTERM, SIGINT) waits for the replicas to "
                                           "acknowledge everything, writes paused meanwhile (0: it does not wait)")
+    shutdown_on_sigterm: str = _s("default", "flags", "what SIGTERM's shutdown does, as SHUTDOWN's modifiers: now "
+                                                      "(no wait for the replicas), force (stop even while the data "
+                                                      "directory is put back); save, nosave: no change",
+                                  choices=SHUTDOWN_FLAGS)
+    shutdown_on_sigint: str = _s("default", "flags", "the same for SIGINT", choices=SHUTDOWN_FLAGS)
     history_hours: int = _s(72, "int", "hours of per-minute history kept per queue (QHISTORY, the status page's "
                                         "charts) in the data directory's history/ folder (0: off)",
                            hi=MAX_HISTORY_HOURS)
@@ -242,6 +251,8 @@ def parse_value(name: str, text: str):
         if t.lower() not in meta["choices"]:
             raise ConfigError(f"'{name}' must be one of {', '.join(meta['choices'])}, not '{text}'")
         return t.lower()
+    if kind == "flags":
+        return _flags(name, t, meta["choices"])
     if kind in ("int", "ms"):
         try:
             v = int(t)
@@ -258,6 +269,18 @@ def parse_value(name: str, text: str):
             raise ConfigError(f"'{name}' must be a size such as 64mb, not '{text}'")
         return int(digits) * _UNITS[unit]
     return text
+
+
+def _flags(name: str, text: str, choices: tuple) -> str:
+    """Words of ``choices`` (the first, ``default``, means none of the
+    others), as Redis's multi-word settings: kept in ``choices``' order,
+    space-separated; ``save`` and ``nosave`` exclude each other."""
+    words = set(text.lower().split())
+    if not words or not words <= set(choices):
+        raise ConfigError(f"'{name}' must be words of {', '.join(choices)}, not '{text}'")
+    if {"save", "nosave"} <= words:
+        raise ConfigError(f"'{name}' can't have both 'save' and 'nosave'")
+    return " ".join(c for c in choices[1:] if c in words) or choices[0]
 
 
 def read_file(path: str) -> dict:
@@ -289,6 +312,8 @@ def read_file(path: str) -> dict:
             parts.append("")
         if name == "replicaof" and len(parts) == 3:      # Redis writes it as two words: replicaof host port
             parts = [name, f"{parts[1]} {parts[2]}"]
+        elif name in FIELDS and FIELDS[name].metadata["kind"] == "flags":    # and these as words: now force
+            parts = [name, " ".join(parts[1:])]
         if len(parts) != 2:
             raise ConfigError(f"{path}:{number}: '{name}' takes one value, got {len(parts) - 1}")
         try:

@@ -294,9 +294,13 @@ class ReplicaLink(asyncio.Protocol):
         self.transport.write(encode(args, False))
 
     def _online(self) -> None:
+        """Synced: say where it stands at once (as Redis's replica does), so
+        a WAIT or a shutdown on the primary does not wait for the first
+        periodic acknowledgement."""
         self.up = True
         self.syncing = False
         self.state = "connected"
+        self.ack()
         self._schedule_ack()
 
     # -- the snapshot of a full sync ----------------------------------------------------------------

@@ -9,7 +9,9 @@ not stop at once while a replica has not acknowledged everything it wrote:
   its disk), or after ``shutdown-timeout`` seconds (10 by default; 0: it
   never waits), logging each replica still behind;
 - a SHUTDOWN that started it waits with it (its connection closes when the
-  node stops); ``SHUTDOWN NOW``, or a second SIGINT, stops at once;
+  node stops); ``SHUTDOWN NOW``, or a second SIGINT, stops at once, and so
+  does a signal when ``shutdown-on-sigterm`` / ``shutdown-on-sigint`` say
+  ``now`` (Redis's settings; ``force`` there is SHUTDOWN FORCE);
   ``SHUTDOWN ABORT`` ends the wait and the pause, and each SHUTDOWN waiting
   is answered ``-ERR Errors trying to SHUTDOWN. Check logs.``;
 - INFO server shows ``shutdown_in_milliseconds`` meanwhile.
@@ -79,7 +81,9 @@ class Shutdown:
     def signalled(self, name: str) -> None:
         """SIGTERM or SIGINT: shut down, once the replicas have everything
         (a second SIGINT: at once), and once the queues are back on the disk
-        (``Server.request_shutdown``; daemon/dirwatch.py)."""
+        (``Server.request_shutdown``; daemon/dirwatch.py); or as
+        ``shutdown-on-sigterm`` / ``shutdown-on-sigint`` say (``now``,
+        ``force``), as Redis's."""
         server = self.server
         reason = f"signal {name}"
         if self.deadline is not None:
@@ -87,7 +91,9 @@ class Shutdown:
                 log.warning("a second signal (%s): shutting down without waiting longer for the replicas", name)
                 self._finish()
             return
-        if not server.request_shutdown(reason):
+        flags = (server.settings.shutdown_on_sigint if name == "SIGINT" else server.settings.shutdown_on_sigterm)
+        words = flags.split()
+        if not server.request_shutdown(reason, force="force" in words, now="now" in words):
             server.dirwatch.shutdown_after = reason
             log.warning("it shuts down (%s) once the queues are back on the disk", reason)
 

@@ -131,3 +131,17 @@ def test_shutdown_force_stops_even_with_the_queues_off_the_disk(daemon_at):
     with pytest.raises(redis.ConnectionError):
         c.execute_command("SHUTDOWN", "FORCE")
     assert d.proc.wait(20) == 0
+
+
+def test_shutdown_on_sigterm_force_makes_sigterm_a_shutdown_force(daemon_at):
+    """Redis's ``shutdown-on-sigterm force``: the operator chose a stop over
+    the queues kept in memory for the directory's return."""
+    d = daemon_at("--shutdown-on-sigterm", "force")
+    c = d.client()
+    c.execute_command("QPUSH", "q", "lost")
+    shutil.rmtree(d.data_dir)
+    open(d.data_dir, "w").close()
+    wait_for(lambda: "cannot make the data directory again" in d.log(), 10, "the failed attempt")
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(20) == 0
+    assert "once the queues are back on the disk" not in d.log()

@@ -1,8 +1,9 @@
 """A shutdown lets the replicas catch up first, as Redis 7's
 (docs/operations.md, "Graceful shutdown"): writes wait, reads are answered,
 the node stops once every replica acknowledged everything or after
-shutdown-timeout; SHUTDOWN NOW and a second SIGINT stop at once, SHUTDOWN
-ABORT goes on serving.  The replica is made to lag by stopping its process
+shutdown-timeout; SHUTDOWN NOW, a second SIGINT and a signal whose
+shutdown-on-sig* setting says ``now`` stop at once, SHUTDOWN ABORT goes on
+serving.  The replica is made to lag by stopping its process
 (SIGSTOP) after it linked: the primary answers pushes (min-replicas-to-ack
 0) that only it has."""
 
@@ -162,6 +163,30 @@ def test_shutdown_modifiers_follow_redis(tmp_path):
         primary.proc.send_signal(signal.SIGTERM)                           # shutdown-timeout 0: no wait
         assert exited(primary, 5) == 0
         assert time.monotonic() - started < 5
+        assert "once the replicas have everything" not in primary.log()
+
+
+def test_shutdown_on_sigterm_and_sigint_now_stop_without_waiting(tmp_path):
+    """Redis's ``shutdown-on-sigterm`` / ``shutdown-on-sigint``: ``now``
+    makes the signal a SHUTDOWN NOW, from the command line or CONFIG SET."""
+    with lagging_pair(tmp_path / "flag", "--shutdown-on-sigterm", "now") as (primary, _replica):
+        c = primary.client()
+        assert c.config_get("shutdown-on-sig*") == {"shutdown-on-sigterm": "now", "shutdown-on-sigint": "default"}
+        c.execute_command("QPUSH", "q", "x")
+        primary.proc.send_signal(signal.SIGTERM)
+        assert exited(primary, 5) == 0
+        assert "once the replicas have everything" not in primary.log()
+
+    with lagging_pair(tmp_path / "set") as (primary, _replica):
+        c = primary.client()
+        assert error_text(c, "CONFIG", "SET", "shutdown-on-sigint", "now soon") == (
+            "CONFIG SET failed (possibly related to argument 'shutdown-on-sigint') - 'shutdown-on-sigint' must be "
+            "words of default, save, nosave, now, force, not 'now soon'")
+        assert c.config_set("shutdown-on-sigint", "NOSAVE now") is True
+        assert c.config_get("shutdown-on-sigint") == {"shutdown-on-sigint": "nosave now"}
+        c.execute_command("QPUSH", "q", "x")
+        primary.proc.send_signal(signal.SIGINT)
+        assert exited(primary, 5) == 0
         assert "once the replicas have everything" not in primary.log()
 
 

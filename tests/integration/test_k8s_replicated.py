@@ -1,10 +1,11 @@
 """conf/k8s-replicated.yaml, the replicated Kubernetes example: its objects
 fit together (names, the settings it gives leaseq, the sentinels' quorum),
-and its two scripts work as the pods run them, here on loopback: three
+and its scripts and hooks work as the pods run them, here on loopback: three
 sentinels from its sentinel.conf, two leaseq nodes started by its start.py
-(which asks the sentinels for its role), a SIGKILL of the primary, and the
+(which asks the sentinels for its role), a SIGKILL of the primary, the
 killed pod, started again the same way, coming back as the new primary's
-replica with what it had acknowledged."""
+replica with what it had acknowledged, and the preStop hook handing the
+role back before a planned stop."""
 
 from __future__ import annotations
 
@@ -99,6 +100,14 @@ class Pod:
     def said(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
+    def pre_stop(self) -> str:
+        """Run the container's preStop hook as the kubelet would, in the
+        pod's environment; what it printed (it must succeed)."""
+        command = container(objects()["StatefulSet", "leaseq"], "leaseq")["lifecycle"]["preStop"]["exec"]["command"]
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        return done.stdout
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
@@ -142,6 +151,19 @@ def test_pods_take_their_role_from_the_sentinels_and_a_killed_primary_comes_back
         assert queue.push("after the failover") > max(ids)       # answered: the replica acknowledged it
         wait_for(lambda: pods[0].client().execute_command("QLEN", "emails") == len(ids) + 1, timeout=30,
                  what="the old primary to hold every acknowledged job")
+
+        # a planned stop: the preStop hook, as the pod runs it, does nothing on the replica, and on
+        # the primary hands the role back to the first pod before the second is stopped
+        assert pods[0].pre_stop().startswith("switchover: this node is a slave")
+        said = pods[1].pre_stop()
+        assert f"the sentinels name 127.0.0.1:{first_port} the primary" in said, said
+        assert pods[1].role()[:3] == [b"slave", b"127.0.0.1", first_port]
+        os.kill(pods[1].proc.pid, signal.SIGTERM)               # a replica stops at once
+        assert pods[1].proc.wait(30) == 0
+        pods[1].start()                                          # the updated pod, as the StatefulSet starts it
+        assert "starting as its replica" in pods[1].said().split("start.py: the primary is")[-1]
+        assert queue.push("after the switchover") > max(ids)     # the queue found the first pod again
+        assert pods[0].client().execute_command("QLEN", "emails") == len(ids) + 2
         queue.close()
     finally:
         for pod in pods:

@@ -576,6 +576,8 @@ def test_wait_counts_the_replicas_that_have_what_was_written(pair):
     import time
     primary, replica = pair
     p = primary.client()
+    # a replica acknowledges as soon as it is synced, not at its first periodic acknowledgement (1 s)
+    assert p.execute_command("WAIT", 1, 900) == 1
     p.execute_command("QPUSH", "w", "a")
     assert p.execute_command("WAIT", 1, 5000) == 1
     assert p.execute_command("WAIT", 2, 200) == 1                     # only one there: the timeout answers

@@ -52,6 +52,10 @@ def test_an_unknown_setting_is_refused():
     ("timeout", "-1", "'timeout' is out of range: -1"),
     ("maxmemory", "lots", "'maxmemory' must be a size such as 64mb, not 'lots'"),
     ("default-durability", "sometimes", "'default-durability' must be one of fsync, async, memory, not 'sometimes'"),
+    ("shutdown-on-sigterm", "now later", "'shutdown-on-sigterm' must be words of default, save, nosave, now, "
+                                         "force, not 'now later'"),
+    ("shutdown-on-sigint", "", "'shutdown-on-sigint' must be words of default, save, nosave, now, force, not ''"),
+    ("shutdown-on-sigint", "save NOSAVE", "'shutdown-on-sigint' can't have both 'save' and 'nosave'"),
 ])
 def test_an_invalid_value_is_refused_with_the_parsers_reason(name, text, reason):
     assert same(refusal([(name, text)]), errors.config_invalid(name, reason))
@@ -69,3 +73,25 @@ def test_all_or_none_through_the_command():
     assert same(caught.value, errors.config_immutable("port")) and core.settings.max_payload == 16 << 20
     assert call(c, "CONFIG", "SET", "max-payload", "10") == "OK"
     assert core.settings.max_payload == 10
+
+
+def test_shutdown_on_signal_settings_take_redis_words_in_any_order_and_case():
+    after, changes = config.apply_set(config.Settings(), [("shutdown-on-sigterm", "FORCE now"),
+                                                          ("shutdown-on-sigint", "default nosave")])
+    assert changes == {"shutdown_on_sigterm": "now force", "shutdown_on_sigint": "nosave"}
+    after, _ = config.apply_set(after, [("shutdown-on-sigint", "default")])
+    assert after.shutdown_on_sigint == "default"
+
+
+def test_a_config_file_gives_their_words_as_redis_writes_them(tmp_path):
+    """``shutdown-on-sigterm now force`` (Redis's CONFIG REWRITE writes the
+    words unquoted), or quoted; what leaseq rewrites reads back the same."""
+    conf = tmp_path / "leaseq.conf"
+    conf.write_text('shutdown-on-sigterm nosave now force\nshutdown-on-sigint "now"\n', encoding="utf-8")
+    settings = config.load(str(conf), environ={})
+    assert (settings.shutdown_on_sigterm, settings.shutdown_on_sigint) == ("nosave now force", "now")
+    config.rewrite(str(conf), settings, "")
+    assert config.load(str(conf), environ={}) == settings
+    conf.write_text("shutdown-on-sigterm now soon\n", encoding="utf-8")
+    with pytest.raises(config.ConfigError, match=r":1: 'shutdown-on-sigterm' must be words of .*, not 'now soon'"):
+        config.load(str(conf), environ={})

@@ -24,6 +24,7 @@ def test_the_flavour_knows_every_compiled_module_of_the_daemon():
 
 def test_a_module_cython_refuses_is_left_out_and_the_others_build(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("LEASEQ_PURE_BUILD", raising=False)
+    monkeypatch.chdir(tmp_path)          # (the build links its cimport folder under ./build)
     good, bad = tmp_path / "good.pyx", tmp_path / "bad.pyx"
     good.write_text("cdef int twice(int x):\n    return 2 * x\n\ndef four():\n    return twice(2)\n")
     bad.write_text("cdef int broken(int x)\n    return x\n")       # no colon: Cython refuses it
