@@ -14,7 +14,7 @@ import socket
 
 import hiredis
 import redis
-from harness import CheckedThread, RespSocket, error_text, free_port, start_pair, wait_for
+from harness import CheckedThread, Daemon, RespSocket, error_text, free_port, wait_for
 
 
 def role(d) -> list:
@@ -39,131 +39,115 @@ def held_push(d, queue: str = "q"):
     return t, got
 
 
-def test_failover_hands_the_role_to_a_lagging_replica_and_back(tmp_path):
-    primary, replica = start_pair(tmp_path)
+def test_failover_hands_the_role_to_a_lagging_replica_and_back(pair):
+    primary, replica = pair
+    p = primary.client()
+    assert state(primary) == state(replica) == "no-failover"
+    os.kill(replica.proc.pid, signal.SIGSTOP)          # it lags: answered pushes it does not have yet
     try:
-        p = primary.client()
-        assert state(primary) == state(replica) == "no-failover"
-        os.kill(replica.proc.pid, signal.SIGSTOP)          # it lags: answered pushes it does not have yet
-        try:
-            ids = [p.execute_command("QPUSH", "q", f"job {i}") for i in range(10)]
-            assert p.execute_command("FAILOVER") == b"OK"
-            assert state(primary) == "waiting-for-sync"
-            assert error_text(p, "FAILOVER") == "FAILOVER already in progress."
-            waiting, got = held_push(primary)
-            wait_for(lambda: p.info("clients")["blocked_clients"] >= 1, timeout=10, what="the push to be held")
-            assert p.execute_command("QLEN", "q") == 10               # reads are answered meanwhile
-            assert p.execute_command("CLIENT", "UNPAUSE") == b"OK"      # (it ends a CLIENT PAUSE only)
-            assert p.info("clients")["blocked_clients"] >= 1 and not got
-        finally:
-            os.kill(replica.proc.pid, signal.SIGCONT)
+        ids = [p.execute_command("QPUSH", "q", f"job {i}") for i in range(10)]
+        assert p.execute_command("FAILOVER") == b"OK"
+        assert state(primary) == "waiting-for-sync"
+        assert error_text(p, "FAILOVER") == "FAILOVER already in progress."
+        waiting, got = held_push(primary)
+        wait_for(lambda: p.info("clients")["blocked_clients"] >= 1, timeout=10, what="the push to be held")
+        assert p.execute_command("QLEN", "q") == 10               # reads are answered meanwhile
+        assert p.execute_command("CLIENT", "UNPAUSE") == b"OK"      # (it ends a CLIENT PAUSE only)
+        assert p.info("clients")["blocked_clients"] >= 1 and not got
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    waiting.join(30)
+    assert waiting.failure is None
+    assert isinstance(got[0], redis.ReadOnlyError), got        # refused, never run
+    assert role(primary)[:3] == [b"slave", b"127.0.0.1", replica.port]
+    assert role(replica)[0] == b"master"
+    assert state(primary) == state(replica) == "no-failover"
+    r = replica.client()
+    assert r.execute_command("QLEN", "q") == 10 and all(r.execute_command("QGET", "q", i) for i in ids)
+    assert "promoted by a failover request from" in replica.log()
+    assert "Failover target 127.0.0.1:%d is synced, failing over." % replica.port in primary.log()
+    assert "partial sync" in primary.log().split("FAILOVER requested")[-1]       # no full sync
+
+    # and back, naming the target, the other way round
+    after = r.execute_command("QPUSH", "q", "on the new primary")
+    wait_for(lambda: p.execute_command("QLEN", "q") == 11, timeout=20, what="the old primary to follow")
+    assert r.execute_command("FAILOVER", "TO", "127.0.0.1", primary.port, "TIMEOUT", 10_000) == b"OK"
+    wait_for(lambda: role(primary)[0] == b"master" and role(replica)[0] == b"slave", timeout=20,
+             what="the roles to swap back")
+    assert p.execute_command("QGET", "q", after) is not None
+    assert p.execute_command("QPUSH", "q", "back") > after
+
+
+def test_failover_refusals_in_redis_words(pair):
+    primary, replica = pair
+    p, r = primary.client(), replica.client()
+    assert error_text(p, "FAILOVER", "ABORT") == "No failover in progress."
+    assert error_text(r, "FAILOVER") == "FAILOVER is not valid when server is a replica."
+    assert error_text(p, "FAILOVER", "TO", "127.0.0.1", 1) == "FAILOVER target HOST and PORT is not a replica."
+    assert error_text(p, "FAILOVER", "FORCE") == (
+        "FAILOVER with force option requires both a timeout and target HOST and IP.")
+    assert error_text(p, "FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE") == (
+        "FAILOVER with force option requires both a timeout and target HOST and IP.")
+    assert error_text(p, "FAILOVER", "TIMEOUT", 0) == "FAILOVER timeout must be greater than 0"
+    assert error_text(p, "FAILOVER", "TIMEOUT", "soon") == "value is not an integer or out of range"
+    for bad in (("BOGUS",), ("ABORT", "FORCE"), ("TIMEOUT", 5, "TIMEOUT", 5), ("TO", "127.0.0.1")):
+        assert error_text(p, "FAILOVER", *bad) == "syntax error", bad
+    assert error_text(r, "PSYNC", "x" * 40, 1, "FAILOVER") == "PSYNC FAILOVER replid must match my replid."
+    assert error_text(r, "PSYNC", "x" * 40, 1, "SOON") == "syntax error"
+    assert state(primary) == "no-failover" and role(replica)[0] == b"slave"
+    replica.kill()
+    wait_for(lambda: p.info("replication")["connected_slaves"] == 0, timeout=10, what="the replica gone")
+    assert error_text(p, "FAILOVER") == "FAILOVER requires connected replicas."
+
+
+def test_a_timeout_aborts_and_force_goes_ahead(pair):
+    primary, replica = pair
+    p = primary.client()
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        p.execute_command("QPUSH", "q", "only here")
+        # the replica never catches up: writes go on here after the timeout, the held push runs
+        assert p.execute_command("FAILOVER", "TIMEOUT", 300) == b"OK"
+        waiting, got = held_push(primary)
         waiting.join(30)
-        assert waiting.failure is None
-        assert isinstance(got[0], redis.ReadOnlyError), got        # refused, never run
-        assert role(primary)[:3] == [b"slave", b"127.0.0.1", replica.port]
-        assert role(replica)[0] == b"master"
-        assert state(primary) == state(replica) == "no-failover"
-        r = replica.client()
-        assert r.execute_command("QLEN", "q") == 10 and all(r.execute_command("QGET", "q", i) for i in ids)
-        assert "promoted by a failover request from" in replica.log()
-        assert "Failover target 127.0.0.1:%d is synced, failing over." % replica.port in primary.log()
-        assert "partial sync" in primary.log().split("FAILOVER requested")[-1]       # no full sync
-
-        # and back, naming the target, the other way round
-        after = r.execute_command("QPUSH", "q", "on the new primary")
-        wait_for(lambda: p.execute_command("QLEN", "q") == 11, timeout=20, what="the old primary to follow")
-        assert r.execute_command("FAILOVER", "TO", "127.0.0.1", primary.port, "TIMEOUT", 10_000) == b"OK"
-        wait_for(lambda: role(primary)[0] == b"master" and role(replica)[0] == b"slave", timeout=20,
-                 what="the roles to swap back")
-        assert p.execute_command("QGET", "q", after) is not None
-        assert p.execute_command("QPUSH", "q", "back") > after
+        assert got == [2] and state(primary) == "no-failover" and role(primary)[0] == b"master"
+        assert "FAILOVER to any replica aborted: Replica never caught up before timeout" in primary.log()
+        # ABORT while it waits: the same
+        assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port) == b"OK"
+        waiting, got = held_push(primary)
+        wait_for(lambda: p.info("clients")["blocked_clients"] >= 1, timeout=10, what="the push to be held")
+        assert p.execute_command("FAILOVER", "ABORT") == b"OK"
+        waiting.join(30)
+        assert got == [3] and state(primary) == "no-failover"
+        assert "aborted: Failover manually aborted" in primary.log()
+        # FORCE: past the timeout it fails over to the lagging replica all the same
+        assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE", "TIMEOUT", 200) == b"OK"
+        wait_for(lambda: state(primary) == "failover-in-progress", timeout=10, what="the forced failover")
+        assert role(primary)[0] == b"slave"
     finally:
-        replica.kill()
-        primary.kill()
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    wait_for(lambda: state(primary) == "no-failover" and role(replica)[0] == b"master", timeout=20,
+             what="the forced failover to finish")
+    assert "time out exceeded, failing over." in primary.log()
+    wait_for(lambda: role(primary)[3] == b"connected", timeout=20, what="the old primary to follow")
+    # the old primary holds the new one's history, whatever of its own pushes the replica read before
+    # it was promoted (what was in its socket when it stopped): FORCE's price, as in Redis
+    wait_for(lambda: replica.client().execute_command("QLEN", "q") == primary.client().execute_command("QLEN", "q"),
+             timeout=20, what="both nodes to hold the same")
 
 
-def test_failover_refusals_in_redis_words(tmp_path):
-    primary, replica = start_pair(tmp_path)
+def test_abort_while_in_progress_makes_the_node_a_primary_again(pair):
+    primary, replica = pair
+    p = primary.client()
+    os.kill(replica.proc.pid, signal.SIGSTOP)           # the PSYNC FAILOVER waits in its socket
     try:
-        p, r = primary.client(), replica.client()
-        assert error_text(p, "FAILOVER", "ABORT") == "No failover in progress."
-        assert error_text(r, "FAILOVER") == "FAILOVER is not valid when server is a replica."
-        assert error_text(p, "FAILOVER", "TO", "127.0.0.1", 1) == "FAILOVER target HOST and PORT is not a replica."
-        assert error_text(p, "FAILOVER", "FORCE") == (
-            "FAILOVER with force option requires both a timeout and target HOST and IP.")
-        assert error_text(p, "FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE") == (
-            "FAILOVER with force option requires both a timeout and target HOST and IP.")
-        assert error_text(p, "FAILOVER", "TIMEOUT", 0) == "FAILOVER timeout must be greater than 0"
-        assert error_text(p, "FAILOVER", "TIMEOUT", "soon") == "value is not an integer or out of range"
-        for bad in (("BOGUS",), ("ABORT", "FORCE"), ("TIMEOUT", 5, "TIMEOUT", 5), ("TO", "127.0.0.1")):
-            assert error_text(p, "FAILOVER", *bad) == "syntax error", bad
-        assert error_text(r, "PSYNC", "x" * 40, 1, "FAILOVER") == "PSYNC FAILOVER replid must match my replid."
-        assert error_text(r, "PSYNC", "x" * 40, 1, "SOON") == "syntax error"
-        assert state(primary) == "no-failover" and role(replica)[0] == b"slave"
-        replica.kill()
-        wait_for(lambda: p.info("replication")["connected_slaves"] == 0, timeout=10, what="the replica gone")
-        assert error_text(p, "FAILOVER") == "FAILOVER requires connected replicas."
+        assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE", "TIMEOUT", 100) == b"OK"
+        wait_for(lambda: state(primary) == "failover-in-progress", timeout=10, what="the forced failover")
+        assert p.execute_command("FAILOVER", "ABORT") == b"OK"
+        assert role(primary)[0] == b"master" and state(primary) == "no-failover"
+        assert p.execute_command("QPUSH", "q", "here") == 1
     finally:
-        replica.kill()
-        primary.kill()
-
-
-def test_a_timeout_aborts_and_force_goes_ahead(tmp_path):
-    primary, replica = start_pair(tmp_path)
-    try:
-        p = primary.client()
-        os.kill(replica.proc.pid, signal.SIGSTOP)
-        try:
-            p.execute_command("QPUSH", "q", "only here")
-            # the replica never catches up: writes go on here after the timeout, the held push runs
-            assert p.execute_command("FAILOVER", "TIMEOUT", 300) == b"OK"
-            waiting, got = held_push(primary)
-            waiting.join(30)
-            assert got == [2] and state(primary) == "no-failover" and role(primary)[0] == b"master"
-            assert "FAILOVER to any replica aborted: Replica never caught up before timeout" in primary.log()
-            # ABORT while it waits: the same
-            assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port) == b"OK"
-            waiting, got = held_push(primary)
-            wait_for(lambda: p.info("clients")["blocked_clients"] >= 1, timeout=10, what="the push to be held")
-            assert p.execute_command("FAILOVER", "ABORT") == b"OK"
-            waiting.join(30)
-            assert got == [3] and state(primary) == "no-failover"
-            assert "aborted: Failover manually aborted" in primary.log()
-            # FORCE: past the timeout it fails over to the lagging replica all the same
-            assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE", "TIMEOUT", 200) == b"OK"
-            wait_for(lambda: state(primary) == "failover-in-progress", timeout=10, what="the forced failover")
-            assert role(primary)[0] == b"slave"
-        finally:
-            os.kill(replica.proc.pid, signal.SIGCONT)
-        wait_for(lambda: state(primary) == "no-failover" and role(replica)[0] == b"master", timeout=20,
-                 what="the forced failover to finish")
-        assert "time out exceeded, failing over." in primary.log()
-        wait_for(lambda: role(primary)[3] == b"connected", timeout=20, what="the old primary to follow")
-        # the old primary holds the new one's history, whatever of its own pushes the replica read before
-        # it was promoted (what was in its socket when it stopped): FORCE's price, as in Redis
-        wait_for(lambda: replica.client().execute_command("QLEN", "q") == primary.client().execute_command("QLEN", "q"),
-                 timeout=20, what="both nodes to hold the same")
-    finally:
-        replica.kill()
-        primary.kill()
-
-
-def test_abort_while_in_progress_makes_the_node_a_primary_again(tmp_path):
-    primary, replica = start_pair(tmp_path)
-    try:
-        p = primary.client()
-        os.kill(replica.proc.pid, signal.SIGSTOP)           # the PSYNC FAILOVER waits in its socket
-        try:
-            assert p.execute_command("FAILOVER", "TO", "127.0.0.1", replica.port, "FORCE", "TIMEOUT", 100) == b"OK"
-            wait_for(lambda: state(primary) == "failover-in-progress", timeout=10, what="the forced failover")
-            assert p.execute_command("FAILOVER", "ABORT") == b"OK"
-            assert role(primary)[0] == b"master" and state(primary) == "no-failover"
-            assert p.execute_command("QPUSH", "q", "here") == 1
-        finally:
-            os.kill(replica.proc.pid, signal.SIGCONT)
-    finally:
-        replica.kill()
-        primary.kill()
+        os.kill(replica.proc.pid, signal.SIGCONT)
 
 
 class ScriptedTarget:
@@ -223,7 +207,6 @@ class ScriptedTarget:
 
 
 def test_a_target_that_refuses_the_psync_leaves_the_node_the_primary(tmp_path):
-    from harness import Daemon
     primary = Daemon(tmp_path / "primary").start()
     target = None
     try:
@@ -252,7 +235,6 @@ def test_a_target_that_refuses_the_psync_leaves_the_node_the_primary(tmp_path):
 def test_a_target_not_online_is_refused(tmp_path):
     """A replica still being sent its snapshot (a peer that reads nothing of
     a 40 MB one) is not a target, as in Redis."""
-    from harness import Daemon
     primary = Daemon(tmp_path / "primary").start()
     link = None
     try:
