@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 
 import hiredis
 import redis
@@ -254,3 +256,46 @@ def test_a_target_not_online_is_refused(tmp_path):
         if link is not None:
             link.close()
         primary.kill()
+
+
+def switchover(node, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "leaseq.cli", "switchover", "--port", str(node.port), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_leaseq_switchover_without_sentinel_runs_failover(pair, tmp_path):
+    """``leaseq switchover --without-sentinel`` (cli/switchover.py): FAILOVER,
+    then the wait for its end, for a pair no Sentinel watches."""
+    primary, replica = pair
+    p = primary.client()
+    rc, out, err = finished(switchover(replica, "--without-sentinel"))
+    assert rc == 0 and "nothing to hand over" in out, (out, err)
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        ids = [p.execute_command("QPUSH", "q", f"job {i}") for i in range(5)]
+        rc, out, err = finished(switchover(primary, "--without-sentinel", "--timeout", "1"))
+        assert rc == 1 and "FAILOVER was aborted (the node's log says why); writes go on here" in err, (out, err)
+        ids.append(p.execute_command("QPUSH", "q", "after the abort"))
+        proc = switchover(primary, "--without-sentinel", "--timeout", "30")
+        wait_for(lambda: state(primary) == "waiting-for-sync", timeout=20, what="the FAILOVER")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    rc, out, err = finished(proc)
+    assert rc == 0, (out, err)
+    assert "a primary with 1 replica: FAILOVER (writes wait)" in out
+    assert f"this node follows 127.0.0.1:{replica.port}" in out
+    r = replica.client()
+    assert role(replica)[0] == b"master" and all(r.execute_command("QGET", "q", i) for i in ids)
+    # refusals: neither way named, or both; a node with no replica
+    for args in ((), ("--without-sentinel", "--sentinels", "127.0.0.1:1")):
+        done = subprocess.run([sys.executable, "-m", "leaseq.cli", "switchover", *args], capture_output=True,
+                              text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "SENTINELS"})
+        assert done.returncode == 2 and "give --sentinels (or SENTINELS), or --without-sentinel" in done.stderr
+    with Daemon(tmp_path / "solo") as solo:
+        rc, out, err = finished(switchover(solo, "--without-sentinel"))
+        assert rc == 1 and "this node has no replica to hand over to" in err
