@@ -223,6 +223,7 @@ FAILOVER_FORCE = err("FAILOVER with force option requires both a timeout and tar
 FAILOVER_NOT_REPLICA = err("FAILOVER target HOST and PORT is not a replica.")
 FAILOVER_NOT_ONLINE = err("FAILOVER target replica is not online.")
 FAILOVER_REPLID = err("PSYNC FAILOVER replid must match my replid.")
+REPLICAOF_FAILING_OVER = err("REPLICAOF not allowed while failing over.")
 SYNC_WHILE_FAILING_OVER = Error("NOMASTERLINK", "Can't SYNC while failing over")
 SHUTDOWN_FAILED = err("Errors trying to SHUTDOWN. Check logs.")
 

@@ -14,6 +14,8 @@ def replicaof(client, args):
     """REPLICAOF host port | REPLICAOF NO ONE."""
     host, port = args[1], args[2]
     replication = client.server.replication
+    if replication.failover.state != "no-failover":
+        raise errors.REPLICAOF_FAILING_OVER
     if host.upper() == b"NO" and port.upper() == b"ONE":
         return Simple(replication.promote())
     number = to_int(port)
