@@ -126,8 +126,10 @@ def check(directory, repair) -> None:
 
 
 @main.command()
-@click.option("--sentinels", envvar="SENTINELS", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+@click.option("--sentinels", envvar="SENTINELS", metavar="HOST:PORT[,HOST:PORT...]",
               help="The sentinels that watch the node (env SENTINELS).")
+@click.option("--without-sentinel", is_flag=True,
+              help="No Sentinel watches the node: hand the role over with FAILOVER instead.")
 @click.option("--service", envvar="SENTINEL_SERVICE", default="leaseq", show_default=True,
               help="The name the sentinels monitor it by (env SENTINEL_SERVICE).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The node to hand over.")
@@ -140,10 +142,12 @@ def check(directory, repair) -> None:
               help="The sentinels' own password, if they have one (env SENTINEL_PASSWORD).")
 @click.option("--timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
               help="Seconds for the whole handover; writes wait at most this long.")
-def switchover(sentinels, service, host, port, user, password, sentinel_password, timeout) -> None:
+def switchover(sentinels, without_sentinel, service, host, port, user, password, sentinel_password,
+               timeout) -> None:
     """Hand the primary's role to its replica before a planned stop: writes
-    wait while the replica catches up, the sentinels promote it, this node
-    follows it, and the writes that waited go to the new primary.
+    wait while the replica catches up, the sentinels promote it (or, with
+    --without-sentinel, FAILOVER does), this node follows it, and the writes
+    that waited go to the new primary.
 
     Exit 0 when done, or when the node is not a primary (nothing to do); 1,
     saying why, when it stays the primary (writes go on there).  Meant for a
@@ -152,16 +156,24 @@ def switchover(sentinels, service, host, port, user, password, sentinel_password
 
     from leaseq.cli.switchover import SwitchoverError, parse_sentinels
     from leaseq.cli.switchover import switchover as hand_over
+    from leaseq.cli.switchover import without_sentinel as hand_over_alone
 
+    if bool(sentinels) == without_sentinel:
+        raise click.UsageError("give --sentinels (or SENTINELS), or --without-sentinel for a pair no Sentinel "
+                               "watches")
     try:
-        addresses = parse_sentinels(sentinels)
+        addresses = parse_sentinels(sentinels) if sentinels else []
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--sentinels") from None
     wait = timeout + 5
     node = redis.Redis(host=host, port=port, username=user, password=password, socket_timeout=wait)
     watchers = [redis.Redis(host=h, port=p, password=sentinel_password, socket_timeout=2) for h, p in addresses]
+    say = lambda line: click.echo(f"switchover: {line}")    # noqa: E731
     try:
-        hand_over(node, watchers, service, timeout, lambda line: click.echo(f"switchover: {line}"))
+        if without_sentinel:
+            hand_over_alone(node, timeout, say)
+        else:
+            hand_over(node, watchers, service, timeout, say)
     except (SwitchoverError, redis.RedisError, OSError) as e:
         click.echo(f"switchover: error: {e}", err=True)
         sys.exit(1)

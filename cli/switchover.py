@@ -1,5 +1,6 @@
 """``leaseq switchover``: hand a primary's role to its replica before a
-planned stop, through Redis Sentinel, losing no write and refusing none.
+planned stop, through Redis Sentinel (or, for a pair no Sentinel watches,
+with FAILOVER: ``without_sentinel``), losing no write and refusing none.
 
 A Sentinel failover is made for a primary that died: the sentinels wait
 ``down-after-milliseconds`` to agree it is down, and promote the replica
@@ -105,6 +106,38 @@ def switchover(node: redis.Redis, sentinels: list[redis.Redis], service: str, ti
         node.execute_command("CLIENT", "UNPAUSE")
     say(f"done in {time.monotonic() - started:.2f} s: writes that waited are refused with -READONLY "
         "and go to the new primary")
+    return True
+
+
+def without_sentinel(node: redis.Redis, timeout: float, say: Callable[[str], None]) -> bool:
+    """The same for a pair no Sentinel watches: ``FAILOVER TIMEOUT`` (the
+    node does steps 2 to 6 itself, daemon/failover.py), then wait until it
+    is over.  False when the node is not a primary."""
+    started = time.monotonic()
+    role = node.execute_command("ROLE")
+    if role[0] != b"master":
+        say(f"this node is a {role[0].decode()} (of {role[1].decode()}:{role[2]}): nothing to hand over")
+        return False
+    replicas = node.info("replication")["connected_slaves"]
+    if not replicas:
+        raise SwitchoverError("this node has no replica to hand over to")
+    say(f"this node is a primary with {replicas} replica{'s' * (replicas != 1)}: FAILOVER (writes wait)")
+    try:
+        node.execute_command("FAILOVER", "TIMEOUT", int(timeout * 1000))
+    except redis.ResponseError as e:
+        raise SwitchoverError(f"FAILOVER: {e}") from None
+    deadline = started + timeout + PAUSE_MARGIN_S
+    while node.info("replication")["master_failover_state"] != "no-failover":
+        if time.monotonic() >= deadline:
+            node.execute_command("FAILOVER", "ABORT")
+            raise SwitchoverError("the replica did not take the role in time: FAILOVER aborted, this node is a "
+                                  "primary again (check ROLE on the replica)")
+        time.sleep(0.05)
+    role = node.execute_command("ROLE")
+    if role[0] == b"master":
+        raise SwitchoverError("FAILOVER was aborted (the node's log says why); writes go on here")
+    say(f"done in {time.monotonic() - started:.2f} s: this node follows {role[1].decode()}:{role[2]}; writes "
+        "that waited are refused with -READONLY and go to the new primary")
     return True
 
 

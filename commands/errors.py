@@ -34,7 +34,7 @@ CODES = {
     "NOJOB": "QRESULT of a job the queue does not know, whose result expired, or that was acked without one",
     "DEAD": "QRESULT of a job that died or was cancelled; the reason follows",
     "READONLY": "a replica: commands that write, claim or stream jobs go to its primary",
-    "NOMASTERLINK": "PSYNC to a replica whose own link to its primary is down",
+    "NOMASTERLINK": "PSYNC to a replica whose own link to its primary is down, or to a node failing over",
     "NOREPLICAS": "min-replicas-to-write: fewer replicas than that acknowledged lately; changes are refused",
 }
 
@@ -213,6 +213,18 @@ NO_CONFIG_FILE = err("The server is running without a config file")
 def rewrite_failed(error: OSError) -> Error:
     return err(f"Rewriting config file: {error.strerror or error}")
 NO_SHUTDOWN = err("No shutdown in progress.")              # (Redis's words for SHUTDOWN ABORT)
+# FAILOVER (daemon/failover.py), in Redis's words and order of checks
+NO_FAILOVER = err("No failover in progress.")
+FAILOVER_TIMEOUT = err("FAILOVER timeout must be greater than 0")
+FAILOVER_RUNNING = err("FAILOVER already in progress.")
+FAILOVER_ON_REPLICA = err("FAILOVER is not valid when server is a replica.")
+FAILOVER_NO_REPLICAS = err("FAILOVER requires connected replicas.")
+FAILOVER_FORCE = err("FAILOVER with force option requires both a timeout and target HOST and IP.")
+FAILOVER_NOT_REPLICA = err("FAILOVER target HOST and PORT is not a replica.")
+FAILOVER_NOT_ONLINE = err("FAILOVER target replica is not online.")
+FAILOVER_REPLID = err("PSYNC FAILOVER replid must match my replid.")
+REPLICAOF_FAILING_OVER = err("REPLICAOF not allowed while failing over.")
+SYNC_WHILE_FAILING_OVER = Error("NOMASTERLINK", "Can't SYNC while failing over")
 SHUTDOWN_FAILED = err("Errors trying to SHUTDOWN. Check logs.")
 
 

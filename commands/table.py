@@ -500,10 +500,19 @@ _COMMANDS = [
        reply="integer: the replicas that acknowledged it (when the timeout ran out, maybe fewer)",
        notes="Inside MULTI it answers at once. A replica acknowledges after each fsync, so the count is of "
              "replicas that have it on disk. On a replica: an error."),
-    _c("psync", replication.psync, 3, "admin no-multi", "replication",
+    _c("psync", replication.psync, -3, "admin no-multi", "replication",
        "A replica asks for the stream from an offset of a history (? -1: from the start)",
-       (Arg("replicationid"), Arg("offset", "integer")),
-       reply="+CONTINUE replid then the stream, or +FULLRESYNC replid offset, the snapshot, then the stream"),
+       (Arg("replicationid"), Arg("offset", "integer"), opt("FAILOVER")),
+       reply="+CONTINUE replid then the stream, or +FULLRESYNC replid offset, the snapshot, then the stream",
+       notes="FAILOVER: sent by this replica's primary during FAILOVER; the replica promotes itself first."),
+    _c("failover", replication.failover, -1, "admin no-multi", "replication",
+       "Hand this primary's role to a replica: writes wait until it has everything, it is promoted, "
+       "this node follows it",
+       (Arg("target", "block", token="TO", optional=True, args=(Arg("host"), Arg("port", "integer"), opt("FORCE"))),
+        opt("ABORT"), opt("TIMEOUT", "milliseconds")),
+       reply="+OK once it started (INFO replication master_failover_state says where it is)",
+       notes="As Redis 7's coordinated failover; not under Sentinel (leaseq switchover does it through "
+             "Sentinel). docs/replication.md."),
 ]
 
 TABLE: dict[bytes, Command] = {c.name.encode(): c for c in _COMMANDS}

@@ -1,7 +1,7 @@
 """Pauses: clients' commands held back for a while, as Redis's CLIENT PAUSE.
 
-Two purposes can pause the clients, each with its own mode, and the pause in
-force is the stricter of the two:
+Three purposes can pause the clients, each with its own mode, and the pause
+in force is the strictest:
 
 - ``client``: ``CLIENT PAUSE timeout [WRITE|ALL]`` (ALL when no mode is
   given), until its deadline or ``CLIENT UNPAUSE``.  A second CLIENT PAUSE
@@ -9,6 +9,8 @@ force is the stricter of the two:
   Redis's does.
 - ``shutdown``: WRITE, while a shutdown waits for the replicas to have
   everything (daemon/shutdown.py), until it ends or is aborted.
+- ``failover``: WRITE, while FAILOVER hands the role to a replica
+  (daemon/failover.py), until the replica took it or it is aborted.
 
 What a pause holds back (``holds``):
 

@@ -274,6 +274,7 @@ class ReplicaLink(asyncio.Protocol):
             self.syncing = True
             self.state = "sync"
             log.info("full sync from %s:%d: history %s at offset %s", self.host, self.port, words[1], words[2])
+            self.server.replication.failover.accepted()
             return True
         if text.startswith("+CONTINUE"):
             words = text.split()
@@ -281,8 +282,10 @@ class ReplicaLink(asyncio.Protocol):
             self._online()
             log.info("continuing from %s:%d at offset %d (partial sync)", self.host, self.port,
                      self.server.replication.offset)
+            self.server.replication.failover.accepted()
             return True
         self._fail(f"the primary answered PSYNC with {text[:200]}")
+        self.server.replication.failover.rejected(text[:200])
         return False
 
     def _psync(self) -> None:
@@ -291,7 +294,7 @@ class ReplicaLink(asyncio.Protocol):
             args = [b"PSYNC", replication.replid.encode(), str(replication.offset + 1).encode()]
         else:
             args = [b"PSYNC", b"?", b"-1"]
-        self.transport.write(encode(args, False))
+        self.transport.write(encode(args + replication.failover.psync_args(), False))
 
     def _online(self) -> None:
         """Synced: say where it stands at once (as Redis's replica does), so

@@ -64,6 +64,7 @@ class Replicas:
                     peer.ack_time = time.monotonic()
                     self.acked()
                     self.replication.waits.acked()
+                    self.replication.failover.check()
                     self.server.shutdown.check()
                 return NO_REPLY
             if option == b"getack":

@@ -41,6 +41,7 @@ from collections import deque
 from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, Raw, Simple
 
+from .failover import NONE, Failover
 from .fullsync import FullSync
 from .liveness import Liveness
 from .replanchor import Anchor
@@ -113,6 +114,7 @@ class Replication:
         self.anchor = Anchor(self)       # a replica's history and offset, kept for its restart (daemon/replanchor.py)
         self.liveness = Liveness(self)   # repl-timeout both ways, and PINGs in an idle stream (daemon/liveness.py)
         self.full_sync = FullSync(self)  # a primary's side of its replicas' full syncs (daemon/fullsync.py)
+        self.failover = Failover(self)   # FAILOVER: handing the role to a replica (daemon/failover.py)
 
     # -- the stream -------------------------------------------------------------------------------
 
@@ -165,9 +167,19 @@ class Replication:
 
     # -- a primary's side --------------------------------------------------------------------------
 
-    def psync(self, conn, replid: str, offset: int):
+    def psync(self, conn, replid: str, offset: int, failover: bool = False):
         """PSYNC: continue from ``offset`` (the first byte the replica lacks,
-        counted from 1 as Redis does) or start a full sync."""
+        counted from 1 as Redis does) or start a full sync.  With FAILOVER,
+        from this node's primary failing over to it (daemon/failover.py): it
+        promotes itself first, if it follows that history."""
+        if failover:
+            if self.following and replid == self.replid:
+                log.info("promoted by a failover request from %s", conn.addr)
+                self.promote()
+            elif self.following or replid != self.replid2:    # (not one it was promoted from already)
+                return errors.FAILOVER_REPLID
+        if self.failover.state != NONE:
+            return errors.SYNC_WHILE_FAILING_OVER
         if self.following and (self.link is None or not self.link.up):
             return errors.NOMASTERLINK
         peer = self.replicas.join(conn)
@@ -337,7 +349,7 @@ class Replication:
                 fields.append(("master_link_down_since_seconds", int(now - self.down_since)))
         fields += self.replicas.info_fields(now)
         backlog = self.backlog
-        fields += [("master_replid", self.replid), ("master_replid2", self.replid2),
+        fields += [("master_failover_state", self.failover.state), ("master_replid", self.replid), ("master_replid2", self.replid2),
                    ("master_repl_offset", self.offset), ("second_repl_offset", self.second_offset),
                    ("repl_backlog_active", int(backlog is not None)), ("repl_backlog_size", settings.repl_backlog_size),
                    ("repl_backlog_first_byte_offset", backlog.first + 1 if backlog else 0),

@@ -294,6 +294,14 @@ def _state(info: dict) -> tuple[str, str, str]:
         return ("disk error", "bad", f"The log cannot be written: {p.get('log_write_error')}. Commands that "
                 "change queues get -MISCONF until the disk takes writes again; reads go on.")
     r = info.get("replication", {})
+    if "shutdown_in_milliseconds" in info["server"]:
+        return ("stopping", "warn", "Shutting down once every replica has all this node wrote "
+                f"({info['server']['shutdown_in_milliseconds'] / 1000:.1f} s at most): commands that change "
+                "queues wait meanwhile, reads go on.")
+    failover = r.get("master_failover_state", "no-failover")
+    if failover != "no-failover":
+        return ("failing over", "warn", f"Handing the primary's role to a replica (FAILOVER, {failover}): "
+                "commands that change queues wait, then are refused with -READONLY and go to the new primary.")
     if r.get("role") == "slave":
         primary = f"{r['master_host']}:{r['master_port']}"
         if r.get("master_link_status") != "up":

@@ -15,7 +15,7 @@ import shutil
 import pytest
 from selenium import webdriver
 
-from harness import Daemon, unique
+from harness import Daemon, start_pair, unique
 from harness_client import Spans
 from harness_http import acl_daemon
 
@@ -83,6 +83,15 @@ def own(tmp_path):
     yield start
     for d in started:
         d.kill()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A primary and its replica of the test's own, linked (``harness.start_pair``)."""
+    primary, replica = start_pair(tmp_path)
+    yield primary, replica
+    replica.kill()
+    primary.kill()
 
 
 @pytest.fixture(scope="module")

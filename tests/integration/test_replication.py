@@ -36,14 +36,6 @@ def jobs_of(c, q: str, ids) -> list:
     return out
 
 
-@pytest.fixture
-def pair(tmp_path):
-    primary, replica = start_pair(tmp_path)
-    yield primary, replica
-    replica.kill()
-    primary.kill()
-
-
 def test_a_replica_holds_what_its_primary_wrote(pair):
     primary, replica = pair
     p, r = primary.client(), replica.client()

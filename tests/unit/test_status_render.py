@@ -161,6 +161,18 @@ def test_the_header_says_the_role_and_a_replica_says_what_it_refuses():
     assert "whose link has been down for 12 s" in page
 
 
+def test_a_shutdown_or_a_failover_that_holds_writes_says_so():
+    s = with_replication(role="master", connected_slaves=1, master_failover_state="waiting-for-sync")
+    page = render(s)
+    assert '<span class="state warn">failing over</span>' in page
+    assert "role to a replica (FAILOVER, waiting-for-sync): commands that change queues wait" in page
+    s = with_replication(role="master", connected_slaves=1, master_failover_state="no-failover")
+    s.info["server"]["shutdown_in_milliseconds"] = 8500
+    page = render(s)
+    assert '<span class="state warn">stopping</span>' in page
+    assert "Shutting down once every replica has all this node wrote (8.5 s at most)" in page
+
+
 def test_a_replicas_buttons_are_disabled_and_say_where_changes_go():
     queues = [row("emails", ready=3, dead=1)]
     primary = render(status(queues))
