@@ -22,6 +22,18 @@ def to_int(value: bytes) -> int:
     return n
 
 
+def to_timeout(value: bytes) -> int:
+    """A timeout argument (WAIT, WAITAOF, CLIENT PAUSE), with Redis's
+    errors for one that is not an integer, or is negative."""
+    try:
+        timeout = to_int(value)
+    except Error:
+        raise errors.TIMEOUT_NOT_INTEGER from None
+    if timeout < 0:
+        raise errors.NEGATIVE_TIMEOUT
+    return timeout
+
+
 def in_range(value: bytes, option: str, low: int, high: int) -> int:
     n = to_int(value)
     if not low <= n <= high:

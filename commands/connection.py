@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from . import errors
-from .args import OptionReader, to_int
+from .args import OptionReader, to_int, to_timeout
 from .context import ALL, PAUSE_MODES
 from .replies import OK, PONG, Error, Map, Simple, Verbatim
 
@@ -215,13 +215,7 @@ def _pause(server, args):
     mode = PAUSE_MODES.get(args[3].upper()) if len(args) == 4 else ALL
     if mode is None:
         raise errors.PAUSE_MODE
-    try:
-        timeout = to_int(args[2])
-    except Error:
-        raise errors.TIMEOUT_NOT_INTEGER from None
-    if timeout < 0:
-        raise errors.NEGATIVE_TIMEOUT
-    server.pause.by_client(mode, timeout)
+    server.pause.by_client(mode, to_timeout(args[2]))
     return OK
 
 

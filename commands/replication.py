@@ -6,7 +6,7 @@ arguments and the replies, as Redis writes them."""
 from __future__ import annotations
 
 from . import errors
-from .args import to_int
+from .args import to_int, to_timeout
 from .replies import OK, Simple
 
 
@@ -103,7 +103,17 @@ def failover(client, args):
 
 def wait(client, args):
     """WAIT numreplicas timeout."""
-    numreplicas, timeout = to_int(args[1]), to_int(args[2])
-    if timeout < 0:
-        raise errors.NEGATIVE_TIMEOUT
+    numreplicas, timeout = to_int(args[1]), to_timeout(args[2])
     return client.server.replication.waits.wait(client, numreplicas, timeout)
+
+
+def waitaof(client, args):
+    """WAITAOF numlocal numreplicas timeout, as Redis 7.2's: the log here
+    stands for Redis's append-only file (always on)."""
+    numlocal, numreplicas = to_int(args[1]), to_int(args[2])
+    if not 0 <= numlocal <= 1:
+        raise errors.NUMLOCAL_RANGE
+    if numreplicas < 0:
+        raise errors.NOT_POSITIVE
+    timeout = to_timeout(args[3])
+    return client.server.replication.waits.waitaof(client, numlocal, numreplicas, timeout)

@@ -500,6 +500,13 @@ _COMMANDS = [
        reply="integer: the replicas that acknowledged it (when the timeout ran out, maybe fewer)",
        notes="Inside MULTI it answers at once. A replica acknowledges after each fsync, so the count is of "
              "replicas that have it on disk. On a replica: an error."),
+    _c("waitaof", replication.waitaof, 4, "blocking", "replication",
+       "Wait until this node's log has fsynced everything it wrote so far (numlocal 1) and numreplicas replicas "
+       "have it on their disks, or timeout ms (0: no limit)",
+       (Arg("numlocal", "integer"), Arg("numreplicas", "integer"), Arg("timeout", "integer")),
+       reply="array: [1 if this node's fsync covers it, else 0; the replicas that have it on their disks]",
+       notes="As Redis 7.2's, the log standing for the append-only file: the fsync is asked for at once, not at "
+             "the next fsync-interval. Inside MULTI it answers at once. On a replica: an error."),
     _c("psync", replication.psync, -3, "admin no-multi", "replication",
        "A replica asks for the stream from an offset of a history (? -1: from the start)",
        (Arg("replicationid"), Arg("offset", "integer"), opt("FAILOVER")),

@@ -6,7 +6,7 @@ from leaseq.storage.logbuffer cimport LogBuffer
 
 
 cdef class Committer:
-    cdef public object server, loop, thread, waiters, last_fsync_ms
+    cdef public object server, loop, thread, waiters, last_fsync_ms, on_synced
     cdef public LogBuffer wal
     cdef public Blocking blocking
     cdef public bint scheduled, syncing, closed, serving

@@ -75,7 +75,7 @@ FSYNC_AVERAGE = 8           # ... over about this many (the weight of the newest
 
 class Committer:
     __slots__ = ("server", "blocking", "loop", "wal", "thread", "scheduled", "syncing", "waiters", "fsyncs", "last_fsync_ms",
-                 "closed", "fsyncs_inline", "fsync_average", "serving")
+                 "closed", "fsyncs_inline", "fsync_average", "serving", "on_synced")
 
     def __init__(self, server, loop) -> None:
         self.server = server
@@ -92,6 +92,7 @@ class Committer:
         self.fsyncs_inline = 0        # of ``fsyncs``, those run on the loop's thread
         self.fsync_average = 0.0      # seconds an fsync takes, lately (a moving average)
         self.serving = False          # serve_now runs: the connections it answers leave what they woke to the turn's end
+        self.on_synced = None         # called after each fsync while a WAITAOF waits for one (daemon/replicawaits.py)
 
     def touch(self) -> None:
         if not self.scheduled:
@@ -211,6 +212,8 @@ class Committer:
         self.wal.synced(target, int(seconds * 1000))
         self._release()
         self.server.replication.synced()
+        if self.on_synced is not None:
+            self.on_synced()
         if self.wal.sync_wanted and not self.closed:
             self.start_sync()
 
@@ -230,6 +233,13 @@ class Committer:
             await asyncio.sleep(max(self.server.settings.fsync_interval, 1) / 1000.0)
             if self.wal.unsynced and not self.syncing and not self.closed:
                 self.start_sync()
+
+    def sync_soon(self) -> None:
+        """WAITAOF: an fsync of everything appended so far, at the end of
+        this turn rather than at the next fsync-interval (nothing when it
+        is durable already, or an fsync under way covers it)."""
+        if self.wal.want_sync():
+            self.touch()
 
     def flush_and_sync_now(self) -> None:
         """Shutdown: write and fsync everything, release every held reply."""

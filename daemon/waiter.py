@@ -15,9 +15,10 @@ class Waiter:
 
 
 class Acks(Waiter):
-    """A parked WAIT (daemon/replication.py): ``wait`` is ``(numreplicas,
-    offset)``, the replicas it asks for and the stream offset they must
-    acknowledge."""
+    """A parked WAIT or WAITAOF (daemon/replicawaits.py): ``wait`` is
+    ``(numreplicas, offset, numlocal)``, the replicas it asks for, the
+    stream offset they must acknowledge, and for WAITAOF whether this
+    node's own fsync must cover it too (None for WAIT)."""
 
     __slots__ = ()
 

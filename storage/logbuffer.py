@@ -143,6 +143,15 @@ class LogBuffer:
             self._replicated = ends.pop(0)[0]
         return self._replicated != before
 
+    def want_sync(self) -> bool:
+        """Everything appended so far is to be covered by an fsync (WAITAOF):
+        ``sync_wanted`` once it is written.  False when it is durable already."""
+        generation = self._written + 1 if self.buffer else self._written
+        if generation <= self._durable:
+            return False
+        self._sync_gen = max(self._sync_gen, generation)
+        return True
+
     @property
     def pending(self) -> bool:
         """Records appended and not yet written."""

@@ -588,6 +588,57 @@ def test_wait_counts_the_replicas_that_have_what_was_written(pair):
     assert pipe.execute()[1] in (0, 1)                                     # inside MULTI: at once
     assert error_text(replica.client(), "WAIT", 1, 10) == "WAIT cannot be used with replica instances."
     assert error_text(p, "WAIT", 1, -1) == "timeout is negative"
+    assert error_text(p, "WAIT", 1, "soon") == "timeout is not an integer or out of range"
+
+
+def test_waitaof_waits_for_this_nodes_fsync_and_the_replicas_disks(tmp_path):
+    """WAITAOF numlocal numreplicas timeout, as Redis 7.2's, the log standing
+    for the append-only file: the fsync it waits for is asked for at once,
+    not at the next fsync-interval (a minute here)."""
+    import signal
+    primary, replica = start_pair(tmp_path, "--fsync-interval", "60000")
+    try:
+        _waitaof(primary, replica, signal)
+    finally:
+        replica.kill()
+        primary.kill()
+
+
+def _waitaof(primary, replica, signal) -> None:
+    p = primary.client()
+    p.execute_command("QCREATE", "later", "DURABILITY", "async")       # answered before its fsync
+    p.execute_command("QPUSH", "later", "first")                      # (its block of ids is fsynced)
+    p.execute_command("QPUSH", "later", "a")
+    before = fsync_counts(p)[0]
+    assert p.execute_command("WAITAOF", 1, 1, 10_000) == [1, 1]
+    assert fsync_counts(p)[0] > before                                # one fsync, not a minute's wait
+    assert p.execute_command("WAITAOF", 1, 1, 0) == [1, 1]            # nothing new: at once
+    p.execute_command("QCREATE", "mem", "DURABILITY", "memory")      # not in the log: nothing to wait for
+    p.execute_command("QPUSH", "mem", "m")
+    assert p.execute_command("WAITAOF", 1, 1, 0) == [1, 1]
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        p.execute_command("QPUSH", "later", "b")
+        assert p.execute_command("WAITAOF", 1, 1, 300) == [1, 0]        # the timeout answers: here, not there
+        pipe = p.pipeline(transaction=True)
+        pipe.execute_command("QPUSH", "later", "c")
+        pipe.execute_command("WAITAOF", 0, 1, 0)
+        assert pipe.execute()[1][1] == 0                                # inside MULTI: at once
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    # 0: until it has; numlocal 0 asks for no fsync here, and "c" (async) is not on this disk yet
+    assert p.execute_command("WAITAOF", 0, 1, 0) == [0, 1]
+    assert p.execute_command("WAITAOF", 1, 1, 0) == [1, 1]
+    r = replica.client()
+    assert error_text(r, "WAITAOF", 0, 0, 0) == ("WAITAOF cannot be used with replica instances. Please also note "
+                                                 "that writes to replicas are just local and are not propagated.")
+    for args, text in (((2, 0, 0), "value is out of range, value must between 0 and 1"),
+                       ((-1, 0, 0), "value is out of range, value must between 0 and 1"),
+                       (("x", 0, 0), "value is not an integer or out of range"),
+                       ((0, -1, 0), "value is out of range, must be positive"),
+                       ((0, 0, -1), "timeout is negative"),
+                       ((0, 0, "soon"), "timeout is not an integer or out of range")):
+        assert error_text(p, "WAITAOF", *args) == text, args
 
 
 def test_a_wait_given_up_by_its_connection_leaves_nothing_behind(pair):
