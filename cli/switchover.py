@@ -62,7 +62,6 @@ class Target:
     host: str
     port: int
     run_id: str
-    flags: str
 
 
 def parse_sentinels(text: str) -> list[tuple[str, int]]:
@@ -91,8 +90,6 @@ def switchover(node: redis.Redis, sentinels: list[redis.Redis], service: str, ti
         say(f"this node is a {role[0].decode()} (of {role[1].decode()}:{role[2]}): nothing to hand over")
         return False
     target = _this_primary(node, sentinels, service, started + timeout)
-    if "failover_in_progress" in target.flags or "o_down" in target.flags:
-        raise SwitchoverError(f"sentinel {target.where} is already failing {service!r} over ({target.flags})")
     replicas = node.info("replication")["connected_slaves"]
     if not replicas:
         raise SwitchoverError("this node has no replica to hand over to")
@@ -241,7 +238,7 @@ def _primary_of(sentinels: list[redis.Redis], service: str) -> Target:
             problems.append(f"{where}: {e}")
             continue
         fields = {k.decode(): v.decode() for k, v in _pairs(reply).items()}
-        return Target(s, where, fields["ip"], int(fields["port"]), fields.get("runid", ""), fields["flags"])
+        return Target(s, where, fields["ip"], int(fields["port"]), fields.get("runid", ""))
     raise SwitchoverError(f"no sentinel answered for {service!r}: {'; '.join(problems)}")
 
 

@@ -299,3 +299,32 @@ def test_leaseq_switchover_without_sentinel_runs_failover(pair, tmp_path):
     with Daemon(tmp_path / "solo") as solo:
         rc, out, err = finished(switchover(solo, "--without-sentinel"))
         assert rc == 1 and "this node has no replica to hand over to" in err
+
+
+def test_leaseq_switchover_without_sentinel_refusals(pair):
+    """A FAILOVER already running is the node's refusal; a target that took
+    the PSYNC FAILOVER and never answered (stopped) leaves the failover in
+    progress past the timeout: the command aborts it and says that the
+    target may be a primary too."""
+    primary, replica = pair
+    p = primary.client()
+    caught_up_now = p.execute_command("WAIT", 1, 10_000)
+    assert caught_up_now == 1
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        p.execute_command("QPUSH", "q", "not there")            # so a FAILOVER waits
+        assert p.execute_command("FAILOVER") == b"OK"
+        rc, out, err = finished(switchover(primary, "--without-sentinel"))
+        assert rc == 1 and "FAILOVER: FAILOVER already in progress." in err, err
+        assert p.execute_command("FAILOVER", "ABORT") == b"OK"
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    assert p.execute_command("WAIT", 1, 10_000) == 1
+    os.kill(replica.proc.pid, signal.SIGSTOP)                    # synced, then silent
+    try:
+        rc, out, err = finished(switchover(primary, "--without-sentinel", "--timeout", "1"))
+        assert rc == 1 and "the replica did not take the role in time: FAILOVER aborted, this node is a primary " \
+            "again (check ROLE on the replica)" in err, (out, err)
+        assert role(primary)[0] == b"master" and state(primary) == "no-failover"
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
