@@ -60,6 +60,14 @@ class Pause(Protocol):
     def holds(self, client, route) -> bool: ...
 
 
+class SlowLog(Protocol):
+    """SLOWLOG (daemon/slowlog.py)."""
+
+    def get(self, count: int) -> list: ...
+    def __len__(self) -> int: ...
+    def reset(self) -> None: ...
+
+
 class Channels(Protocol):
     def publish(self, channel: bytes, message: bytes) -> int: ...
     def subscribe(self, conn, channel: bytes) -> None: ...
@@ -116,6 +124,8 @@ class ServerContext(Protocol):
     replicas_gate: int               # min-replicas-to-write on a primary (0: off): -NOREPLICAS below it
     paused: bool                     # a pause is in force: ``pause.holds`` says which commands wait
     pause: "Pause"                   # CLIENT PAUSE, and a shutdown waiting for replicas (daemon/pause.py)
+    slowlog: "SlowLog"               # SLOWLOG (daemon/slowlog.py)
+    slow_after: float                # a command that ran this many seconds or more goes to the slow log
     replication: "Replication"       # role, REPLICAOF, PSYNC, REPLCONF (daemon/replication.py)
     channels: "Channels"             # plain pub/sub channels (daemon/channels.py)
     history: "History"               # every queue's minutes, QHISTORY (storage/history.py)

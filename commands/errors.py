@@ -80,6 +80,7 @@ WAITAOF_ON_REPLICA = err("WAITAOF cannot be used with replica instances. Please 
                          "are just local and are not propagated.")
 NUMLOCAL_RANGE = err("value is out of range, value must between 0 and 1")      # (Redis's words, its grammar too)
 NOT_POSITIVE = err("value is out of range, must be positive")
+SLOWLOG_COUNT = err("count should be greater than or equal to -1")
 NEGATIVE_TIMEOUT = err("timeout is negative")          # (Redis's words for WAIT)
 TIMEOUT_NOT_INTEGER = err("timeout is not an integer or out of range")   # (and for CLIENT PAUSE)
 PAUSE_MODE = err("CLIENT PAUSE mode must be WRITE or ALL")

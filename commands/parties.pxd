@@ -11,10 +11,11 @@ cdef class Stats:
 cdef class Host:
     cdef public Store store
     cdef public Stats stats
-    cdef public object metrics, replication, disk_error, pause
+    cdef public object metrics, replication, disk_error, pause, slowlog
     cdef public Reading clock
     cdef public bint loading, read_only, oom, paused
     cdef public long long replicas_gate
+    cdef public double slow_after
 
     cpdef long long now_ms(self)
 

@@ -19,7 +19,7 @@ class Host:
     """A server (``commands.context.ServerContext``)."""
 
     __slots__ = ("store", "stats", "metrics", "clock", "replication", "loading", "read_only", "oom", "disk_error",
-                 "replicas_gate", "paused", "pause")
+                 "replicas_gate", "paused", "pause", "slowlog", "slow_after")
 
     def now_ms(self) -> int:
         """The daemon's time (ms since the epoch, or the DEBUG clock's)."""

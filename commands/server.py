@@ -1,10 +1,11 @@
-"""Server commands: COMMAND, INFO, CONFIG, TIME, DBSIZE, BGSAVE, LASTSAVE, SHUTDOWN."""
+"""Server commands: COMMAND, INFO, CONFIG, TIME, DBSIZE, BGSAVE, LASTSAVE, SHUTDOWN, SLOWLOG."""
 
 from __future__ import annotations
 
 import time
 
 from . import errors
+from .args import to_int
 from .glob import compile_glob
 from .replies import NO_REPLY, OK, Map, Simple, Verbatim
 
@@ -97,6 +98,39 @@ def config_cmd(client, args):
     if sub in (b"GET", b"SET", b"RESETSTAT", b"REWRITE", b"HELP"):
         raise errors.subcommand_arity("config", sub)
     raise errors.unknown_subcommand(args[1], "config")
+
+
+SLOWLOG_HELP = [
+    b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GET [<count>]", b"    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    b"    Entries are made of:", b"    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    b"    client name", b"LEN", b"    Return the length of the slowlog.", b"RESET", b"    Reset the slowlog.",
+    b"HELP", b"    Print this help.",
+]
+
+
+def slowlog(client, args):
+    """SLOWLOG GET [count] | LEN | RESET | HELP, as Redis's (daemon/slowlog.py)."""
+    log = client.server.slowlog
+    sub = args[1].upper()
+    n = len(args)
+    if sub == b"GET" and n in (2, 3):
+        count = 10
+        if n == 3:
+            count = to_int(args[2])
+            if count < -1:
+                raise errors.SLOWLOG_COUNT
+        return log.get(count)
+    if sub == b"LEN" and n == 2:
+        return len(log)
+    if sub == b"RESET" and n == 2:
+        log.reset()
+        return OK
+    if sub == b"HELP" and n == 2:
+        return SLOWLOG_HELP
+    if sub in (b"GET", b"LEN", b"RESET", b"HELP"):
+        raise errors.subcommand_arity("slowlog", sub)
+    raise errors.unknown_subcommand(args[1], "slowlog")
 
 
 def time_cmd(client, args):

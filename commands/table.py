@@ -477,6 +477,14 @@ _COMMANDS = [
        (opt("SCHEDULE"),),
        reply="+Background saving started, or +Background saving scheduled with SCHEDULE while one runs",
        notes="Without SCHEDULE, an error while a snapshot is being written."),
+    _c("slowlog", server.slowlog, -2, "admin loading", "server",
+       "The slow log, as Redis's: GET [count] (10; -1: all), LEN, RESET, HELP",
+       (Arg("subcommand"), Arg("count", "integer", optional=True)),
+       reply="GET: [[id, unix time, microseconds, [arguments], client address, client name], ...] newest first; "
+             "LEN: integer; RESET: +OK",
+       notes="Commands whose own run took slowlog-log-slower-than microseconds (10000) or more, the newest "
+             "slowlog-max-len (128); passwords redacted (docs/operations.md).",
+       subcommands="get len reset help"),
     _c("lastsave", server.lastsave, 1, "fast loading", "server", "Unix time of the last snapshot written",
        reply="integer (0 before the first)"),
     _c("shutdown", server.shutdown, -1, "admin loading no-multi", "server",

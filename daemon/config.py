@@ -121,6 +121,10 @@ class Settings:
                                                       "directory is put back); save, nosave: no change",
                                   choices=SHUTDOWN_FLAGS)
     shutdown_on_sigint: str = _s("default", "flags", "the same for SIGINT", choices=SHUTDOWN_FLAGS)
+    slowlog_log_slower_than: int = _s(10_000, "int", "microseconds a command's run must take to be kept in the "
+                                                     "slow log (SLOWLOG; 0: every command, negative: none)",
+                                      lo=-(1 << 62))
+    slowlog_max_len: int = _s(128, "int", "entries the slow log keeps, the newest (SLOWLOG)")
     history_hours: int = _s(72, "int", "hours of per-minute history kept per queue (QHISTORY, the status page's "
                                         "charts) in the data directory's history/ folder (0: off)",
                            hi=MAX_HISTORY_HOURS)

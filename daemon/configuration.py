@@ -49,6 +49,7 @@ class Configuration:
                 c.limit_output()
         if "loglevel" in changes:
             logging.getLogger("leaseq").setLevel(s.loglevel.upper())
+        server.slowlog.configure(s)
         server.replication_rules()
         server.replication.replicas.acked()           # (a smaller min-replicas-to-ack may let replies go now)
 

@@ -18,6 +18,6 @@ cdef class Route:
 cpdef tuple execute(Caller client, list args)
 @cython.locals(n=Py_ssize_t)
 cdef object _execute(Caller client, Host server, list args, Route route)
-@cython.locals(started=double, metrics=Metrics)
+@cython.locals(started=double, elapsed=double, metrics=Metrics)
 cpdef object run(Caller client, Host server, Route route, list args)
 cdef object _refuse(Caller client, object error)

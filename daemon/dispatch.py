@@ -149,8 +149,11 @@ def run(client: Caller, server: Host, route: Route, args: list):
         log.exception("command %s failed", route.name.upper())
         return errors.INTERNAL
     finally:
+        elapsed = seconds() - started
         metrics = server.metrics
-        metrics.command(route.name, seconds() - started)
+        metrics.command(route.name, elapsed)
+        if elapsed >= server.slow_after:                       # SLOWLOG (daemon/slowlog.py; inf when off)
+            server.slowlog.add(client, args, elapsed)
 
 
 def _permission(client, cmd, args: list) -> Error | None:

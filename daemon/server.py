@@ -40,6 +40,7 @@ from .process import MemoryGuard, every, keep_old_objects_out_of_collections, tu
 from .replication import Replication
 from .roles import Roles
 from .shutdown import Shutdown
+from .slowlog import SlowLog
 from .snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Server(Host):
         self.read_only = False                   # a replica: commands that write get -READONLY
         self.channels = Channels()               # plain pub/sub channels (daemon/channels.py)
         self.replicas_gate = 0                   # min-replicas-to-write while it applies (0: off)
+        self.slowlog = SlowLog(self, settings)   # SLOWLOG; sets ``slow_after`` (daemon/slowlog.py)
         self.roles = Roles(self)                 # what becoming a replica or a primary changes (daemon/roles.py)
 
     def attach(self, datadir: DataDir) -> None:

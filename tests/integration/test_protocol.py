@@ -747,7 +747,8 @@ SETTINGS = {"port", "bind", "dir", "loglevel", "requirepass", "default-durabilit
             "tls-auth-clients", "tls-protocols", "replicaof", "masteruser", "masterauth", "repl-backlog-size", "repl-timeout",
             "replica-priority", "replica-announce-ip", "replica-announce-port", "min-replicas-to-write",
             "min-replicas-max-lag", "min-replicas-to-ack", "search-slice", "history-hours", "shutdown-timeout",
-            "shutdown-on-sigterm", "shutdown-on-sigint", "repl-ping-replica-period"}
+            "shutdown-on-sigterm", "shutdown-on-sigint", "repl-ping-replica-period", "slowlog-log-slower-than",
+            "slowlog-max-len"}
 # Redis settings tools read, answered as views of what leaseq does (docs/semantics.md §2.6)
 REDIS_VIEWS = {"save", "appendonly", "appendfsync", "databases", "maxmemory-policy"}
 

@@ -20,6 +20,7 @@ from leaseq.commands import errors
 from leaseq.commands.acl import Acl
 from leaseq.daemon.channels import Channels
 from leaseq.daemon.replication import Replication
+from leaseq.daemon.slowlog import SlowLog
 from leaseq.commands.claims import ClaimWait
 from leaseq.commands.replies import Error, Map, Record, Simple, Verbatim
 from leaseq.commands.table import TABLE
@@ -41,7 +42,7 @@ PARKED = "parked"     # what ``call`` answers for a claim the daemon would park
 
 
 class CoreConfiguration:
-    """CONFIG of a ``Core``: the daemon's checks, no copies to update, no file."""
+    """CONFIG of a ``Core``: the daemon's checks, no file; the slow log follows."""
 
     def __init__(self, core: "Core") -> None:
         self.core = core
@@ -51,6 +52,7 @@ class CoreConfiguration:
 
     def set(self, pairs) -> None:
         self.core.settings, _changes = config.apply_set(self.core.settings, pairs)
+        self.core.slowlog.configure(self.core.settings)
 
     def rewrite(self) -> None:
         raise errors.NO_CONFIG_FILE          # (an in-memory core has no file)
@@ -76,6 +78,7 @@ class Core(Host):
         self.read_only = False
         self.replicas_gate = 0
         self.paused, self.pause = False, None
+        self.slowlog = SlowLog(self, self.settings)
         self.replication = Replication(self)       # a primary with no replicas (ROLE, INFO)
         self.channels = Channels()
         self.faults = Faults()
