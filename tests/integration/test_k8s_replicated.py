@@ -18,7 +18,7 @@ import sys
 
 import redis
 import yaml
-from harness import free_port, wait_for
+from harness import as_map, free_port, wait_for
 from leaseq.bench.failover import SERVICE, Sentinel
 from leaseq.client import Queue
 from leaseq.daemon import config
@@ -134,6 +134,10 @@ def test_pods_take_their_role_from_the_sentinels_and_a_killed_primary_comes_back
         wait_for(lambda: pods[1].role()[:3] == [b"slave", b"127.0.0.1", first_port] and pods[1].role()[3] == b"connected",
                  timeout=30, what="the second pod to follow the first")
 
+        # the sentinels started before the first pod and may have called it down meanwhile: a client that
+        # asks them finds it once they see it up (redis-py's Sentinel passes over a primary flagged down)
+        wait_for(lambda: all(as_map(s.client.execute_command("SENTINEL", "MASTER", SERVICE))[b"flags"] == b"master"
+                             for s in sentinels), timeout=30, what="every sentinel to see the first pod up")
         url = (f"sentinel://:{PASSWORD}@" + ",".join(f"127.0.0.1:{s.port}" for s in sentinels)
                + f"/{SERVICE}?socket_timeout=10")
         queue = Queue(url, "emails")
