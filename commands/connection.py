@@ -17,7 +17,7 @@ import time
 from . import errors
 from .args import OptionReader, to_int, to_timeout
 from .context import ALL, PAUSE_MODES
-from .replies import OK, PONG, Error, Map, Simple, Verbatim
+from .replies import OK, PONG, Map, Simple, Verbatim
 
 VERSION = "0.1.0"
 

@@ -14,7 +14,7 @@ def replicaof(client, args):
     """REPLICAOF host port | REPLICAOF NO ONE."""
     host, port = args[1], args[2]
     replication = client.server.replication
-    if replication.failover.state != "no-failover":
+    if replication.failover.running:
         raise errors.REPLICAOF_FAILING_OVER
     if host.upper() == b"NO" and port.upper() == b"ONE":
         return Simple(replication.promote())
@@ -58,7 +58,7 @@ def failover(client, args):
     replication = client.server.replication
     state = replication.failover
     if len(args) == 2 and args[1].upper() == b"ABORT":
-        if state.state == "no-failover":
+        if not state.running:
             raise errors.NO_FAILOVER
         state.abort("Failover manually aborted")
         return OK
@@ -82,7 +82,7 @@ def failover(client, args):
             i += 1
         else:
             raise errors.SYNTAX
-    if state.state != "no-failover":
+    if state.running:
         raise errors.FAILOVER_RUNNING
     if replication.following:
         raise errors.FAILOVER_ON_REPLICA

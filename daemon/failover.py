@@ -45,6 +45,11 @@ class Failover:
         self.force = False
         self.timer = None
 
+    @property
+    def running(self) -> bool:
+        """A FAILOVER waits or is under way (REPLICAOF and PSYNC wait for its end)."""
+        return self.state != NONE
+
     def start(self, target: tuple[str, int] | None, timeout_ms: int, force: bool) -> None:
         """Step 1; the command checked what Redis checks first."""
         server = self.replication.server

@@ -41,7 +41,7 @@ from collections import deque
 from leaseq.commands import errors
 from leaseq.commands.replies import NO_REPLY, Raw, Simple
 
-from .failover import NONE, Failover
+from .failover import Failover
 from .fullsync import FullSync
 from .liveness import Liveness
 from .replanchor import Anchor
@@ -178,7 +178,7 @@ class Replication:
                 self.promote()
             elif self.following or replid != self.replid2:    # (not one it was promoted from already)
                 return errors.FAILOVER_REPLID
-        if self.failover.state != NONE:
+        if self.failover.running:
             return errors.SYNC_WHILE_FAILING_OVER
         if self.following and (self.link is None or not self.link.up):
             return errors.NOMASTERLINK

@@ -128,9 +128,14 @@ class Shutdown:
 
     def _ready(self) -> bool:
         """Every replica acknowledged all this node wrote (or will write this turn)."""
+        return not self._behind()[1]
+
+    def _behind(self) -> tuple[int, list]:
+        """(the offset this node wrote or will write this turn, the replicas
+        that have not acknowledged it)."""
         replication = self.server.replication
         target = replication.appended_offset()
-        return all(p.ack_offset >= target for p in replication.replicas.peers)
+        return target, [p for p in replication.replicas.peers if p.ack_offset < target]
 
     def _timed_out(self) -> None:
         self.timer = None
@@ -138,10 +143,8 @@ class Shutdown:
             self._finish()
 
     def _finish(self) -> None:
-        replication = self.server.replication
-        target = replication.appended_offset()
-        peers = replication.replicas.peers
-        behind = [p for p in peers if p.ack_offset < target]
+        peers = self.server.replication.replicas.peers
+        target, behind = self._behind()
         for p in behind:
             log.warning("replica %s:%d is %d bytes behind at shutdown (state %s, acknowledged %.1f s ago)",
                         p.ip, p.port, target - p.ack_offset, p.state, time.monotonic() - p.ack_time)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from itertools import islice
 
 MAX_ARGS = 32
 MAX_STRING = 128
@@ -55,7 +56,7 @@ class SlowLog:
 
     def get(self, count: int) -> list:
         """SLOWLOG GET: the newest ``count`` entries (-1: all)."""
-        entries = list(self.entries) if count < 0 else list(self.entries)[:count]
+        entries = self.entries if count < 0 else islice(self.entries, count)
         return [[i, when, micros, list(args), addr, name] for i, when, micros, args, addr, name in entries]
 
     def __len__(self) -> int:
